@@ -1,0 +1,27 @@
+# Two entry points, both from a fresh Debian 12 checkout:
+#   make demo   - install nvct in .venv and run its main job (nvct-cli info + list) against the
+#                 real host when it has an NVIDIA driver, else against a freshly built simulated one
+#   make test   - install nvct with its test extras in .venv and run every test
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+
+.PHONY: venv demo test lint
+
+$(BIN)/nvct-cli: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+venv: $(BIN)/nvct-cli
+
+demo: venv
+	$(BIN)/python -m integration.demo
+
+lint: venv
+	$(BIN)/ruff check nvct tests integration bench
+	$(BIN)/mypy
+
+test: venv lint
+	$(BIN)/pytest -q
