@@ -1,0 +1,1 @@
+"""nvct-cli: inspect the host, configure engines, generate CDI specs, diagnose."""

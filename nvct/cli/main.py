@@ -1,0 +1,125 @@
+"""Root of ``nvct-cli``: global options, lazy subcommands, one error handler."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from nvct._version import __version__
+from nvct.config import Config, load_config
+from nvct.errors import NvctError
+
+# name -> "module:attribute"; imported only when the subcommand runs (fast --help, fast list).
+SUBCOMMANDS: dict[str, str] = {
+    "info": "nvct.cli.inventory_cmds:info",
+    "list": "nvct.cli.inventory_cmds:list_cmd",
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported on first use (click docs' recipe)."""
+
+    def __init__(self, *args: Any, lazy: dict[str, str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = lazy
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy:
+            module, attr = self.lazy[cmd_name].split(":")
+            command = getattr(importlib.import_module(module), attr)
+            assert isinstance(command, click.Command)  # noqa: S101 - programming error
+            return command
+        return super().get_command(ctx, cmd_name)
+
+
+@dataclass
+class CliContext:
+    """What every subcommand gets: the config file choice and root overrides."""
+
+    config_file: str | None
+    overrides: dict[str, Any]
+    use_cache: bool
+    _config: Config | None = None
+
+    @property
+    def config(self) -> Config:
+        """The effective config, loaded once (errors surface as NvctError)."""
+        if self._config is None:
+            base = load_config(self.config_file)
+            self._config = dataclasses.replace(base, **self.overrides)
+        return self._config
+
+
+@click.group(
+    cls=LazyGroup, lazy=SUBCOMMANDS, context_settings={"help_option_names": ["-h", "--help"]}
+)
+@click.version_option(__version__, prog_name="nvct-cli")
+@click.option(
+    "--config",
+    "config_file",
+    metavar="PATH",
+    help="nvct config.toml (default: $NVCT_CONFIG or /etc/nvct/config.toml).",
+)
+@click.option(
+    "--driver-root",
+    type=click.Path(path_type=Path),
+    help="Root of the NVIDIA driver files (default /).",
+)
+@click.option(
+    "--dev-root", type=click.Path(path_type=Path), help="Directory holding dev/nvidia* (default /)."
+)
+@click.option(
+    "--proc-root",
+    type=click.Path(path_type=Path),
+    help="procfs to read driver facts from (default /proc).",
+)
+@click.option(
+    "--no-cache", is_flag=True, help="Rediscover the driver instead of using the inventory cache."
+)
+@click.pass_context
+def cli(
+    ctx: click.Context,
+    config_file: str | None,
+    driver_root: Path | None,
+    dev_root: Path | None,
+    proc_root: Path | None,
+    no_cache: bool,
+) -> None:
+    """Inspect, configure and diagnose GPU injection into containers."""
+    overrides = {
+        k: v.absolute()
+        for k, v in (("driver_root", driver_root), ("dev_root", dev_root), ("proc_root", proc_root))
+        if v is not None
+    }
+    ctx.obj = CliContext(config_file, overrides, not no_cache)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: NvctError becomes one line on stderr and exit 1."""
+    try:
+        cli.main(args=argv, prog_name="nvct-cli", standalone_mode=False)
+    except NvctError as err:
+        click.echo(f"nvct-cli: error: {err.one_line()}", err=True)
+        return err.exit_code
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        return 1
+    except click.ClickException as err:
+        err.show()
+        return err.exit_code
+    except click.exceptions.Exit as err:
+        return err.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

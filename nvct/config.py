@@ -1,0 +1,244 @@
+"""nvct's own configuration: ``/etc/nvct/config.toml``.
+
+Defaults live here; the file only overrides. The file is validated against ``SCHEMA`` with
+jsonschema, and unknown keys are errors, so a typo never silently falls back to a default.
+Validation results are remembered per file content (see ``nvct.cache``) so the hook's hot
+path does not pay jsonschema's import on every container start.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nvct.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+DEFAULT_PATH = Path("/etc/nvct/config.toml")
+ENV_VAR = "NVCT_CONFIG"
+DEFAULT_CACHE_DIR = "/var/cache/nvct"
+
+CAPABILITIES = ("utility", "compute", "video", "graphics", "display", "ngx", "compat32")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _schema() -> dict[str, Any]:
+    string = {"type": "string", "minLength": 1}
+    abspath = {"type": "string", "pattern": "^/"}
+    boolean = {"type": "boolean"}
+
+    def section(props: dict[str, Any]) -> dict[str, Any]:
+        return {"type": "object", "additionalProperties": False, "properties": props}
+
+    return {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "title": "nvct config.toml",
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "driver-root": abspath,
+            "dev-root": abspath,
+            "proc-root": abspath,
+            "ldconfig": abspath,
+            "cache-dir": {"type": "string"},
+            "runtime": section(
+                {
+                    "low-level": {"type": "array", "items": string, "minItems": 1},
+                    "hook-path": {"type": "string"},
+                }
+            ),
+            "request": section(
+                {
+                    "default-capabilities": {
+                        "type": "array",
+                        "items": {"enum": [*CAPABILITIES, "all"]},
+                    },
+                    "accept-envvar-when-unprivileged": boolean,
+                    "accept-volume-mounts": boolean,
+                    "disable-require": boolean,
+                }
+            ),
+            "inject": section(
+                {
+                    "persistenced": boolean,
+                    "fabricmanager": boolean,
+                    "mps": boolean,
+                    "gsp-firmware": boolean,
+                }
+            ),
+            "log": section(
+                {
+                    "file": {"type": "string"},
+                    "level": {"enum": list(LOG_LEVELS)},
+                }
+            ),
+        },
+    }
+
+
+SCHEMA: dict[str, Any] = _schema()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Config:
+    """Effective configuration (defaults overridden by the file and command-line flags)."""
+
+    driver_root: Path = Path("/")
+    dev_root: Path = Path("/")
+    proc_root: Path = Path("/proc")
+    ldconfig: Path = Path("/sbin/ldconfig")
+    cache_dir: str = DEFAULT_CACHE_DIR
+    low_level_runtimes: tuple[str, ...] = ("runc", "crun")
+    hook_path: str = ""
+    default_capabilities: tuple[str, ...] = ("utility", "compute")
+    accept_envvar_when_unprivileged: bool = True
+    accept_volume_mounts: bool = False
+    disable_require: bool = False
+    inject_persistenced: bool = True
+    inject_fabricmanager: bool = True
+    inject_mps: bool = True
+    inject_gsp_firmware: bool = True
+    log_file: str = "/var/log/nvct.log"
+    log_level: str = "info"
+    source: str = field(default="(defaults)", compare=False)
+
+
+_KEYMAP: dict[tuple[str, ...], str] = {
+    ("driver-root",): "driver_root",
+    ("dev-root",): "dev_root",
+    ("proc-root",): "proc_root",
+    ("ldconfig",): "ldconfig",
+    ("cache-dir",): "cache_dir",
+    ("runtime", "low-level"): "low_level_runtimes",
+    ("runtime", "hook-path"): "hook_path",
+    ("request", "default-capabilities"): "default_capabilities",
+    ("request", "accept-envvar-when-unprivileged"): "accept_envvar_when_unprivileged",
+    ("request", "accept-volume-mounts"): "accept_volume_mounts",
+    ("request", "disable-require"): "disable_require",
+    ("inject", "persistenced"): "inject_persistenced",
+    ("inject", "fabricmanager"): "inject_fabricmanager",
+    ("inject", "mps"): "inject_mps",
+    ("inject", "gsp-firmware"): "inject_gsp_firmware",
+    ("log", "file"): "log_file",
+    ("log", "level"): "log_level",
+}
+_PATH_FIELDS = {"driver_root", "dev_root", "proc_root", "ldconfig"}
+
+
+def config_path(explicit: str | None = None) -> tuple[Path, bool]:
+    """The config file to read, and whether the user named it (then it must exist)."""
+    if explicit:
+        return Path(explicit), True
+    env = os.environ.get(ENV_VAR)
+    if env:
+        return Path(env), True
+    return DEFAULT_PATH, False
+
+
+def load_config(explicit: str | None = None, *, use_cache: bool = True) -> Config:
+    """Load the effective config.
+
+    Args:
+        explicit: ``--config`` value; else ``$NVCT_CONFIG``; else ``/etc/nvct/config.toml``.
+        use_cache: skip jsonschema when these exact bytes were validated before
+            (``nvct.cache``); the hot path uses this, the CLI's ``doctor`` does not.
+
+    Raises:
+        ConfigError: the named file is missing, or any file is unreadable or invalid.
+    """
+    path, required = config_path(explicit)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError as err:
+        if required:
+            raise ConfigError(
+                f"config file {path} does not exist",
+                hint=f"create it (see config/config.toml) or unset {ENV_VAR} / --config",
+            ) from err
+        return Config()
+    except OSError as err:
+        raise ConfigError(f"cannot read config file {path}: {err.strerror}") from err
+    return parse_config(raw, source=str(path), use_cache=use_cache)
+
+
+def parse_config(raw: bytes, *, source: str, use_cache: bool = False) -> Config:
+    """Parse and validate config.toml bytes into a Config.
+
+    Raises:
+        ConfigError: not UTF-8, not TOML, or not valid against SCHEMA.
+    """
+    from nvct import cache  # avoids an import cycle
+
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{source}: not UTF-8 text", hint="save the file as UTF-8") from err
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{source}: invalid TOML: {err}", hint="fix the syntax") from err
+    cache_dir = data.get("cache-dir")
+    cache_path = Path(cache_dir if isinstance(cache_dir, str) and cache_dir else DEFAULT_CACHE_DIR)
+    if not (use_cache and cache.config_validated(cache_path, raw)):
+        validate_config_data(data, source=source)
+        if use_cache:
+            cache.remember_config(cache_path, raw)
+    values: dict[str, Any] = {"source": source}
+    for keys, attr in _KEYMAP.items():
+        node: Any = data
+        for key in keys:
+            if not isinstance(node, dict) or key not in node:
+                break
+            node = node[key]
+        else:
+            if attr in _PATH_FIELDS:
+                node = Path(node)
+            elif isinstance(node, list):
+                node = tuple(node)
+            values[attr] = node
+    if "all" in values.get("default_capabilities", ()):
+        values["default_capabilities"] = CAPABILITIES
+    return Config(**values)
+
+
+def validate_config_data(data: dict[str, Any], *, source: str) -> None:
+    """Validate parsed TOML against SCHEMA; the first error names the file and key."""
+    import jsonschema  # 50 ms import, kept off the hot path
+
+    validator = jsonschema.Draft7Validator(SCHEMA)
+    errors = sorted(validator.iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
+    if not errors:
+        return
+    err = errors[0]
+    key = ".".join(str(p) for p in err.absolute_path)
+    if err.validator == "additionalProperties":
+        allowed = sorted(err.schema.get("properties", {}))
+        unknown = sorted(set(err.instance) - set(allowed))
+        where = f"[{key}] " if key else ""
+        raise ConfigError(
+            f"{source}: unknown key {where}{', '.join(map(repr, unknown))}",
+            hint=f"allowed keys here: {', '.join(allowed)}",
+        )
+    allowed_desc = _describe(err.schema)
+    raise ConfigError(
+        f"{source}: key {key!r}: {err.message}",
+        hint=f"expected {allowed_desc}" if allowed_desc else None,
+    )
+
+
+def _describe(schema: dict[str, Any]) -> str:
+    if "enum" in schema:
+        return "one of " + ", ".join(map(str, schema["enum"]))
+    if schema.get("pattern") == "^/":
+        return "an absolute path"
+    if "type" in schema:
+        kind = str(schema["type"])
+        if kind == "array" and "items" in schema:
+            return f"a list of {_describe(schema['items']) or 'items'}"
+        return {"boolean": "true or false", "string": "a string", "array": "a list"}.get(kind, kind)
+    return ""

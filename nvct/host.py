@@ -1,0 +1,30 @@
+"""The host's inventory for a config: from the on-disk cache when still valid."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nvct import cache
+from nvct.config import Config
+from nvct.inventory import Inventory
+
+
+def load_inventory(config: Config, *, use_cache: bool = True) -> Inventory:
+    """The driver inventory for the config's roots.
+
+    Raises:
+        DiscoveryError: the driver cannot be found or NVML fails.
+    """
+    key = ""
+    cache_dir = Path(config.cache_dir) if config.cache_dir else None
+    if use_cache and cache_dir is not None:
+        key = cache.inventory_fingerprint(config.driver_root, config.dev_root, config.proc_root)
+        cached = cache.read_inventory(cache_dir, key)
+        if cached is not None:
+            return cached
+    from nvct.discover import discover_inventory  # heavy: ELF + NVML
+
+    inventory = discover_inventory(config.driver_root, config.dev_root, config.proc_root)
+    if key and cache_dir is not None:
+        cache.write_inventory(cache_dir, key, inventory)
+    return inventory
