@@ -1,0 +1,110 @@
+"""Fixtures for the real-container tests (see integration/harness).
+
+Session-wide: ``glibc_rootfs_dir`` (built once), ``dockerd_factory`` (private dockerds, all
+stopped at session end), ``plain_dockerd`` (one with an empty daemon.json),
+``import_glibc_image`` (puts the glibc rootfs into a given dockerd), ``glibc_image`` (its tag in
+``plain_dockerd``). Per test: ``runc_bundle_factory``, ``container_id``.
+
+Each fixture skips its tests, saying what is missing, when not root or without docker/runc.
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from integration.harness import HarnessError
+from integration.harness.bundles import BundleFactory, make_bundle
+from integration.harness.dockerd import Dockerd, DockerdFactory
+from integration.harness.images import GLIBC_TAG, ImageImporter, docker_import, glibc_rootfs
+from integration.harness.skips import (
+    need_binary,
+    need_busybox,
+    need_docker,
+    need_root,
+    require,
+)
+
+
+@pytest.fixture(scope="session")
+def glibc_rootfs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Busybox + host glibc, Debian-like, with an ld.so.cache. Treat it as read-only: copy it
+    (``runc_bundle_factory`` does) before anything writes into it."""
+    require(need_root(), need_busybox(), need_binary("ldconfig"))
+    return glibc_rootfs(tmp_path_factory.mktemp("glibc") / "rootfs")
+
+
+@pytest.fixture(scope="session")
+def dockerd_factory() -> Iterator[DockerdFactory]:
+    require(need_docker())
+    started: list[Dockerd] = []
+
+    def start(daemon_json: Mapping[str, Any] | None = None) -> Dockerd:
+        dockerd = Dockerd(daemon_json)
+        started.append(dockerd)
+        return dockerd.start()
+
+    yield start
+    failures = []
+    for dockerd in reversed(started):
+        try:
+            dockerd.stop()
+        except (HarnessError, OSError) as exc:
+            failures.append(f"{dockerd!r}: {exc}")
+    if failures:
+        raise HarnessError("could not stop every dockerd:\n" + "\n".join(failures))
+
+
+@pytest.fixture(scope="session")
+def plain_dockerd(dockerd_factory: DockerdFactory) -> Dockerd:
+    """A dockerd with ``{}`` as daemon.json, shared by the session: leave it as you found it."""
+    return dockerd_factory({})
+
+
+@pytest.fixture(scope="session")
+def import_glibc_image(glibc_rootfs_dir: Path) -> ImageImporter:
+    def importer(dockerd: Dockerd, tag: str = GLIBC_TAG) -> str:
+        if dockerd.docker("image", "inspect", tag, check=False).returncode != 0:
+            docker_import(dockerd, glibc_rootfs_dir, tag)
+        return tag
+
+    return importer
+
+
+@pytest.fixture(scope="session")
+def glibc_image(plain_dockerd: Dockerd, import_glibc_image: ImageImporter) -> str:
+    """Tag of the glibc rootfs image in ``plain_dockerd``."""
+    return import_glibc_image(plain_dockerd)
+
+
+@pytest.fixture
+def runc_bundle_factory(tmp_path: Path, glibc_rootfs_dir: Path) -> BundleFactory:
+    require(need_root(), need_binary("runc"))
+    counter = itertools.count()
+
+    def make(
+        args: Sequence[str],
+        env: Sequence[str] = (),
+        *,
+        extra: Mapping[str, Any] | None = None,
+        rootfs: Path | None = None,
+    ) -> Path:
+        bundle = tmp_path / f"bundle-{next(counter)}"
+        if rootfs is None:
+            rootfs = bundle / "rootfs"
+            shutil.copytree(glibc_rootfs_dir, rootfs, symlinks=True)
+        return make_bundle(bundle, rootfs, args, env, extra=extra)
+
+    return make
+
+
+@pytest.fixture
+def container_id() -> str:
+    """A container id no other test (or run) uses."""
+    return f"nvct-test-{uuid.uuid4().hex[:12]}"
