@@ -1,0 +1,228 @@
+"""Carry out a plan inside a container's mount namespace, before its process runs.
+
+Order: device nodes the spec lacks (and their cgroup grant, done by the caller), then bind
+mounts, symlinks, and finally the host's ldconfig chrooted into the rootfs. Every path in
+the rootfs is resolved with ``Rootfs`` (never outside it), mounts target the resolved
+descriptor, and each mount is verified after it is made. On any error the hook exits
+non-zero; the runtime then tears the container (and this mount namespace) down, so no
+half-configured container runs.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import resource
+import stat
+from dataclasses import dataclass
+
+from nvct import linux
+from nvct.errors import ApplyError
+from nvct.hook.rootfs import Rootfs, fd_path
+from nvct.inventory import DeviceNode
+from nvct.plan import Mount, Plan, Symlink
+
+_FLAG_BY_OPTION = {
+    "ro": linux.MS_RDONLY,
+    "nosuid": linux.MS_NOSUID,
+    "nodev": linux.MS_NODEV,
+    "noexec": linux.MS_NOEXEC,
+}
+
+
+@dataclass
+class ApplyStats:
+    """Counts for the hook's log line."""
+
+    devices: int = 0
+    mounts: int = 0
+    symlinks: int = 0
+    skipped_symlinks: int = 0
+
+
+def enter_mount_namespace(pid: int) -> None:
+    """Join the mount namespace of the container's init process."""
+    try:
+        fd = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as err:
+        raise ApplyError(f"cannot open the mount namespace of pid {pid}: {err.strerror}") from err
+    try:
+        linux.setns(fd, linux.CLONE_NEWNS)
+    except OSError as err:
+        raise ApplyError(f"cannot join the mount namespace of pid {pid}: {err.strerror}") from err
+    finally:
+        os.close(fd)
+
+
+def create_device_nodes(rootfs: Rootfs, nodes: list[DeviceNode]) -> int:
+    """mknod the nodes under the container's /dev (for a hook run without the shim)."""
+    for node in nodes:
+        parent = rootfs.makedirs(posixpath.dirname(node.path))
+        name = posixpath.basename(node.path)
+        try:
+            os.mknod(
+                name, stat.S_IFCHR | node.mode, os.makedev(node.major, node.minor), dir_fd=parent
+            )
+        except FileExistsError:
+            st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+            if not stat.S_ISCHR(st.st_mode) or st.st_rdev != os.makedev(node.major, node.minor):
+                raise ApplyError(
+                    f"{node.path} exists in the container but is not device "
+                    f"{node.major}:{node.minor}",
+                    hint="remove it from the image",
+                ) from None
+        except OSError as err:
+            raise ApplyError(f"cannot create {node.path} in the container: {err.strerror}") from err
+        finally:
+            os.close(parent)
+    return len(nodes)
+
+
+def bind_mount(rootfs: Rootfs, mount: Mount) -> None:
+    """Bind ``mount.source`` onto its target inside the rootfs, then restrict it."""
+    try:
+        src = os.stat(mount.source)
+    except OSError as err:
+        raise ApplyError(
+            f"driver file {mount.source} is missing: {err.strerror}",
+            hint="run `nvct-cli list --no-cache` to refresh the inventory",
+        ) from err
+    _ensure_target(rootfs, mount.target, stat.S_ISDIR(src.st_mode))
+    fd = rootfs.open(mount.target)
+    try:
+        kind = stat.S_IFMT(os.fstat(fd).st_mode)
+        if stat.S_ISDIR(src.st_mode) != (kind == stat.S_IFDIR) or kind not in (
+            stat.S_IFREG,
+            stat.S_IFDIR,
+        ):
+            raise ApplyError(
+                f"{mount.target} in the container is not a "
+                f"{'directory' if stat.S_ISDIR(src.st_mode) else 'regular file'}",
+                hint="remove it from the image",
+            )
+        linux.mount(mount.source, fd_path(fd), None, linux.MS_BIND)
+    except OSError as err:
+        raise ApplyError(f"cannot mount {mount.source} on {mount.target}: {err.strerror}") from err
+    finally:
+        os.close(fd)
+    # The descriptor above names the covered inode; resolve again to reach the new mount,
+    # and check it is ours before changing its flags.
+    fd = rootfs.open(mount.target)
+    try:
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != (src.st_dev, src.st_ino):
+            raise ApplyError(f"{mount.target} changed while it was being mounted; refusing")
+        flags = linux.MS_REMOUNT | linux.MS_BIND
+        for option in mount.options:
+            flags |= _FLAG_BY_OPTION.get(option, 0)
+        linux.mount(None, fd_path(fd), None, flags)
+        linux.mount(None, fd_path(fd), None, linux.MS_PRIVATE)
+    except OSError as err:
+        raise ApplyError(f"cannot restrict the mount on {mount.target}: {err.strerror}") from err
+    finally:
+        os.close(fd)
+
+
+def _ensure_target(rootfs: Rootfs, target: str, is_dir: bool) -> None:
+    parent = rootfs.makedirs(posixpath.dirname(target))
+    name = posixpath.basename(target)
+    try:
+        if is_dir:
+            os.mkdir(name, 0o755, dir_fd=parent)
+        else:
+            fd = os.open(
+                name,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o644,
+                dir_fd=parent,
+            )
+            os.close(fd)
+    except FileExistsError:
+        pass  # mount over what the image has (resolved inside the rootfs)
+    except OSError as err:
+        raise ApplyError(f"cannot create {target} in the container: {err.strerror}") from err
+    finally:
+        os.close(parent)
+
+
+def create_symlink(rootfs: Rootfs, link: Symlink) -> bool:
+    """Create ``link``; an existing symlink is replaced, any other file is left alone.
+
+    Returns False when an image file of that name was kept.
+    """
+    parent = rootfs.makedirs(posixpath.dirname(link.path))
+    name = posixpath.basename(link.path)
+    try:
+        try:
+            os.symlink(link.target, name, dir_fd=parent)
+        except FileExistsError:
+            st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+            if not stat.S_ISLNK(st.st_mode):
+                return False
+            if os.readlink(name, dir_fd=parent) != link.target:
+                os.unlink(name, dir_fd=parent)
+                os.symlink(link.target, name, dir_fd=parent)
+    except OSError as err:
+        raise ApplyError(f"cannot create symlink {link.path}: {err.strerror}") from err
+    finally:
+        os.close(parent)
+    return True
+
+
+def run_ldconfig(rootfs: Rootfs, ldconfig: str, dirs: tuple[str, ...]) -> None:
+    """Run the host's ldconfig chrooted in the rootfs so its ld.so.cache lists new libraries.
+
+    The binary is opened on the host side and executed by descriptor: nothing from the image
+    is ever executed, and a static ldconfig needs nothing from the image to run.
+    """
+    try:
+        exe = os.open(ldconfig, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as err:
+        raise ApplyError(
+            f"cannot open ldconfig {ldconfig}: {err.strerror}",
+            hint="set ldconfig in nvct's config.toml to the host's ldconfig",
+        ) from err
+    argv = ["ldconfig", "-X", "-f", "/etc/ld.so.conf", "-C", "/etc/ld.so.cache", *dirs]
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: confine, then exec by descriptor
+        try:
+            os.close(read_end)
+            os.dup2(write_end, 1)
+            os.dup2(write_end, 2)
+            os.fchdir(rootfs.fd)
+            os.chroot(".")
+            os.chdir("/")
+            resource.setrlimit(resource.RLIMIT_CPU, (10, 10))
+            resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 20, 64 << 20))
+            os.execve(exe, argv, {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+        except BaseException as err:
+            os.write(2, f"exec failed: {err}\n".encode())
+        os._exit(127)
+    os.close(write_end)
+    os.close(exe)
+    output = b""
+    while chunk := os.read(read_end, 65536):
+        output += chunk[: 4096 - len(output)] if len(output) < 4096 else b""
+    os.close(read_end)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        text = output.decode(errors="replace").strip().replace("\n", "; ")[:300]
+        raise ApplyError(f"ldconfig in the container failed (exit {code}): {text}")
+
+
+def apply_plan(plan: Plan, rootfs: Rootfs, ldconfig: str) -> ApplyStats:
+    """Mounts, symlinks and ldconfig of ``plan`` (device nodes are handled separately)."""
+    stats = ApplyStats()
+    for mount in plan.mounts:
+        bind_mount(rootfs, mount)
+        stats.mounts += 1
+    for link in plan.symlinks:
+        if create_symlink(rootfs, link):
+            stats.symlinks += 1
+        else:
+            stats.skipped_symlinks += 1
+    if plan.ldconfig_dirs:
+        run_ldconfig(rootfs, ldconfig, plan.ldconfig_dirs)
+    return stats

@@ -1,0 +1,162 @@
+"""Container root filesystems, opened so that nothing resolves outside them.
+
+The image's author controls every path under the rootfs, so every lookup is done relative
+to a descriptor of the rootfs with symlinks (absolute or ``..``) confined to it:
+openat2(RESOLVE_IN_ROOT) where the kernel has it (5.6+), else a component-by-component
+O_NOFOLLOW walk that resolves symlinks itself against the rootfs descriptor. Files and
+directories are created with ``*at`` calls under an already-resolved parent descriptor,
+and mounts target ``/proc/self/fd/<fd>`` of the resolved descriptor, never a path string.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+from nvct import linux
+from nvct.errors import ApplyError
+
+_MAX_LINKS = 40
+_FORCE_WALK = os.environ.get("NVCT_TEST_NO_OPENAT2") == "1"
+
+
+class Rootfs:
+    """An open container root; close() when done (or use as a context manager)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        try:
+            self.fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as err:
+            raise ApplyError(f"cannot open container rootfs {path}: {err.strerror}") from err
+
+    def __enter__(self) -> Rootfs:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the rootfs descriptor."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def open(self, path: str, flags: int = os.O_PATH) -> int:
+        """A descriptor for ``path`` resolved inside the rootfs (symlinks confined)."""
+        if not _FORCE_WALK:
+            try:
+                return linux.openat2(
+                    self.fd, path, flags, linux.RESOLVE_IN_ROOT | linux.RESOLVE_NO_MAGICLINKS
+                )
+            except OSError as err:
+                if err.errno != errno.ENOSYS:
+                    raise
+        return self._walk(path, flags)
+
+    def exists(self, path: str) -> bool:
+        """Whether ``path`` resolves inside the rootfs."""
+        try:
+            os.close(self.open(path))
+        except OSError:
+            return False
+        return True
+
+    def makedirs(self, path: str, mode: int = 0o755, _depth: int = 0) -> int:
+        """Create ``path`` (and parents) inside the rootfs; return an O_PATH dir descriptor.
+
+        Each prefix is resolved from the rootfs descriptor (symlinks confined), and a missing
+        component is created with mkdirat under its resolved parent.
+        """
+        parent = os.dup(self.fd)
+        prefix: list[str] = []
+        try:
+            for part in _parts(path):
+                prefix.append(part)
+                joined = "/".join(prefix)
+                try:
+                    nxt = self.open(joined, os.O_PATH | os.O_DIRECTORY)
+                except FileNotFoundError:
+                    try:
+                        os.mkdir(part, mode, dir_fd=parent)
+                    except FileExistsError:
+                        self._create_link_target(parent, part, "/".join(prefix[:-1]), _depth)
+                    nxt = self.open(joined, os.O_PATH | os.O_DIRECTORY)
+                except NotADirectoryError as err:
+                    raise ApplyError(
+                        f"/{joined} in the container image is not a directory",
+                        hint="fix the image, or drop the capability that needs this path",
+                    ) from err
+                os.close(parent)
+                parent = nxt
+        except BaseException:
+            os.close(parent)
+            raise
+        return parent
+
+    def _create_link_target(self, parent: int, name: str, base: str, depth: int) -> None:
+        """``name`` exists but does not resolve: if it is a dangling symlink, create its
+        target directory inside the rootfs, as ``mkdir -p`` in a chroot would."""
+        if depth > _MAX_LINKS:
+            raise ApplyError(f"/{base}/{name}: too many levels of symlinks in the image")
+        try:
+            target = os.readlink(name, dir_fd=parent)
+        except OSError:
+            return  # created concurrently by someone else: the caller resolves again
+        in_root = target if target.startswith("/") else f"/{base}/{target}"
+        os.close(self.makedirs(in_root, _depth=depth + 1))
+
+    def _walk(self, path: str, flags: int) -> int:
+        """O_NOFOLLOW walk from the rootfs descriptor; ``..`` never climbs above it."""
+        stack = [os.dup(self.fd)]
+        pending = _parts(path, keep_dotdot=True)
+        links = 0
+        try:
+            while pending:
+                part = pending.pop(0)
+                if part == "..":
+                    if len(stack) > 1:
+                        os.close(stack.pop())
+                    continue
+                st = os.stat(part, dir_fd=stack[-1], follow_symlinks=False)
+                if stat.S_ISLNK(st.st_mode):
+                    links += 1
+                    if links > _MAX_LINKS:
+                        raise OSError(errno.ELOOP, f"too many symlinks: {path}")
+                    target = os.readlink(part, dir_fd=stack[-1])
+                    if target.startswith("/"):
+                        while len(stack) > 1:
+                            os.close(stack.pop())
+                    pending = _parts(target, keep_dotdot=True) + pending
+                    continue
+                last = not pending
+                open_flags = (flags if last else os.O_PATH | os.O_DIRECTORY) | os.O_NOFOLLOW
+                stack.append(os.open(part, open_flags | os.O_CLOEXEC, dir_fd=stack[-1]))
+            result = stack.pop() if len(stack) > 1 else os.dup(stack[0])
+            if flags != os.O_PATH and len(_parts(path)) == 0:
+                os.close(result)
+                result = os.open(".", flags | os.O_CLOEXEC, dir_fd=self.fd)
+            return result
+        finally:
+            for fd in stack:
+                os.close(fd)
+
+
+def _parts(path: str, *, keep_dotdot: bool = False) -> list[str]:
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    if keep_dotdot:
+        return parts
+    out: list[str] = []  # lexical ".." (from a relative symlink target), confined to "/"
+    for part in parts:
+        if part == "..":
+            if out:
+                out.pop()
+        else:
+            out.append(part)
+    return out
+
+
+def fd_path(fd: int) -> str:
+    """The magic-link path through which mount(2) and friends reach a descriptor."""
+    return f"/proc/self/fd/{fd}"

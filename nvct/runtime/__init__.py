@@ -1,0 +1,1 @@
+"""nvct-runtime: an OCI runtime shim in front of runc/crun."""

@@ -1,0 +1,83 @@
+"""``nvct-runtime``: patch GPU containers' bundles on ``create``, exec runc for everything.
+
+This module runs for every runtime call containerd makes (create, start, state, kill,
+delete, ...), so at import it loads only ``os`` and ``sys``; the planning code is imported
+only for ``create`` / ``run``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def main() -> int:
+    """Entry point; returns only on error (success replaces the process with runc)."""
+    from nvct.runtime.args import parse_runc_args, strip_own_flags
+    from nvct.runtime.lowlevel import find_low_level, runtimes_from_config
+
+    config_file, argv = strip_own_flags(sys.argv[1:])
+    args = parse_runc_args(argv)
+    candidates = None
+    if args.subcommand in ("create", "run"):
+        rc, candidates = _create(args, config_file)
+        if rc:
+            return rc
+    if candidates is None:
+        path = config_file or os.environ.get("NVCT_CONFIG") or "/etc/nvct/config.toml"
+        candidates = runtimes_from_config(path)
+    runtime = find_low_level(candidates, sys.argv[0])
+    if runtime is None:
+        _fail(
+            args.log_file,
+            args.log_format,
+            f"no low-level runtime found (tried {', '.join(candidates)})",
+            "install runc or crun, or set [runtime] low-level in nvct's config.toml",
+        )
+        return 1
+    os.execv(runtime, [runtime, *argv])
+    return 1  # pragma: no cover - execv does not return
+
+
+def _create(args: object, config_file: str | None) -> tuple[int, tuple[str, ...] | None]:
+    from nvct.errors import NvctError
+    from nvct.log import EventLog
+    from nvct.runtime.args import RuncArgs
+    from nvct.runtime.create import prepare_bundle
+
+    assert isinstance(args, RuncArgs)  # noqa: S101 - narrowing only
+    log = EventLog("nvct-runtime", "")
+    try:
+        config = prepare_bundle(args, config_file, log)
+        return 0, config.low_level_runtimes
+    except NvctError as err:
+        log.log("error", "create_refused", error=err.one_line())
+        _fail(args.log_file, args.log_format, err.one_line(), None)
+        return 1, None
+    finally:
+        log.flush()
+
+
+def _fail(log_file: str, log_format: str, message: str, hint: str | None) -> None:
+    """Report on stderr and in runc's --log file, where containerd reads runtime errors."""
+    text = message + (f" (fix: {hint})" if hint else "")
+    sys.stderr.write(f"nvct-runtime: error: {text}\n")
+    if not log_file:
+        return
+    import json
+    import time
+
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    if log_format == "json":
+        line = json.dumps({"level": "error", "msg": f"nvct-runtime: {text}", "time": stamp})
+    else:
+        line = f'time="{stamp}" level=error msg={json.dumps("nvct-runtime: " + text)}'
+    try:
+        with open(log_file, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+    except OSError:
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""Edits the shim makes to a container's OCI spec (``config.json``) for a plan.
+
+- one prestart hook running nvct's hook with an explicit environment, replacing NVIDIA's
+  (``nvidia-container-runtime-hook`` / ``nvidia-container-toolkit``, which dockerd adds for
+  ``--gpus``) and any earlier nvct hook, so it never runs twice;
+- the plan's device nodes in ``linux.devices`` and matching allow rules in
+  ``linux.resources.devices``: runc (and systemd with the systemd cgroup driver) then own
+  device access on cgroup v1 and v2, and a ``systemctl daemon-reload`` cannot revoke it.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from typing import Any
+
+from nvct.plan import Plan
+
+REPLACED_HOOKS = frozenset(
+    {"nvidia-container-runtime-hook", "nvidia-container-toolkit", "nvct-hook"}
+)
+HOOK_MARK = "nvct.hook"
+
+
+def hook_entry(python: str, hook_path: str, env: list[str]) -> dict[str, Any]:
+    """The prestart hook nvct adds: ``hook_path prestart`` or ``python -I -m nvct.hook prestart``.
+
+    ``-I`` keeps the interpreter isolated from PYTHON* variables and the working directory,
+    which is the container's bundle.
+    """
+    if hook_path:
+        return {"path": hook_path, "args": [posixpath.basename(hook_path), "prestart"], "env": env}
+    return {"path": python, "args": [python, "-I", "-m", HOOK_MARK, "prestart"], "env": env}
+
+
+def _is_gpu_hook(hook: Any) -> bool:
+    if not isinstance(hook, dict):
+        return False
+    path = str(hook.get("path", ""))
+    args = hook.get("args") or []
+    return posixpath.basename(path) in REPLACED_HOOKS or HOOK_MARK in args
+
+
+def edit_spec(spec: dict[str, Any], plan: Plan, hook: dict[str, Any]) -> None:
+    """Apply the shim's edits to ``spec`` in place (idempotent)."""
+    hooks = spec.setdefault("hooks", {})
+    prestart = [h for h in hooks.get("prestart") or () if not _is_gpu_hook(h)]
+    prestart.append(hook)
+    hooks["prestart"] = prestart
+
+    linux = spec.setdefault("linux", {})
+    devices = linux.setdefault("devices", [])
+    present = {d.get("path") for d in devices if isinstance(d, dict)}
+    resources = linux.setdefault("resources", {})
+    rules = resources.setdefault("devices", [])
+    allowed = {
+        (r.get("type"), r.get("major"), r.get("minor"))
+        for r in rules
+        if isinstance(r, dict) and r.get("allow") and r.get("access") == "rwm"
+    }
+    for planned in plan.devices:
+        node = planned.node
+        if node.path not in present:
+            devices.append(
+                {
+                    "path": node.path,
+                    "type": "c",
+                    "major": node.major,
+                    "minor": node.minor,
+                    "fileMode": 0o666 if node.mode & 0o666 == 0o666 else node.mode,
+                    "uid": 0,
+                    "gid": 0,
+                }
+            )
+            present.add(node.path)
+        if ("c", node.major, node.minor) not in allowed:
+            rules.append(
+                {
+                    "allow": True,
+                    "type": "c",
+                    "major": node.major,
+                    "minor": node.minor,
+                    "access": "rwm",
+                }
+            )
+            allowed.add(("c", node.major, node.minor))
+
+
+def remove_gpu_hooks(spec: dict[str, Any]) -> bool:
+    """Drop NVIDIA/nvct prestart hooks from a spec that asks for no GPU; True if changed."""
+    hooks = spec.get("hooks")
+    if not isinstance(hooks, dict) or not hooks.get("prestart"):
+        return False
+    kept = [h for h in hooks["prestart"] if not _is_gpu_hook(h)]
+    if len(kept) == len(hooks["prestart"]):
+        return False
+    hooks["prestart"] = kept
+    return True
