@@ -19,6 +19,10 @@ from nvct.errors import NvctError
 SUBCOMMANDS: dict[str, str] = {
     "info": "nvct.cli.inventory_cmds:info",
     "list": "nvct.cli.inventory_cmds:list_cmd",
+    "configure": "nvct.cli.configure_cmd:configure",
+    "cdi": "nvct.cli.cdi_cmd:cdi",
+    "explain": "nvct.cli.explain_cmd:explain",
+    "doctor": "nvct.cli.doctor_cmd:doctor",
 }
 
 
