@@ -1,0 +1,239 @@
+/* Simulated nvidia-smi: a real NVML client, linked against libnvidia-ml.so.1 (found through
+ * the dynamic loader, so in a container it runs only once the library was injected). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nvml_api.h"
+#include "oldglibc.h"
+
+#define NAME_LEN 96
+#define UUID_LEN 96
+
+static int init_or_die(void)
+{
+    nvmlReturn_t r = nvmlInit_v2();
+
+    if (r == NVML_ERROR_DRIVER_NOT_LOADED) {
+        printf("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+               "Make sure that the latest NVIDIA driver is installed and running.\n\n");
+        exit(9);
+    }
+    if (r != NVML_SUCCESS) {
+        printf("Failed to initialize NVML: %s\n", nvmlErrorString(r));
+        exit(255);
+    }
+    return 0;
+}
+
+static unsigned count_or_die(void)
+{
+    unsigned n = 0;
+
+    nvmlDeviceGetCount_v2(&n);
+    if (n == 0) {
+        printf("No devices were found\n");
+        exit(6);
+    }
+    return n;
+}
+
+static void cuda_version(char *buf, size_t n)
+{
+    int v = 0;
+
+    nvmlSystemGetCudaDriverVersion(&v);
+    snprintf(buf, n, "%d.%d", v / 1000, (v % 1000) / 10);
+}
+
+static const char *mig_profile(const char *mig_name)
+{
+    const char *p = strstr(mig_name, "MIG ");
+    return p ? p + 4 : mig_name;
+}
+
+static int list_gpus(void)
+{
+    unsigned n, i, j, max;
+    nvmlDevice_t dev, mig;
+    char name[NAME_LEN], uuid[UUID_LEN];
+    unsigned cur, pend;
+
+    init_or_die();
+    n = count_or_die();
+    for (i = 0; i < n; i++) {
+        nvmlDeviceGetHandleByIndex_v2(i, &dev);
+        nvmlDeviceGetName(dev, name, sizeof(name));
+        nvmlDeviceGetUUID(dev, uuid, sizeof(uuid));
+        printf("GPU %u: %s (UUID: %s)\n", i, name, uuid);
+        if (nvmlDeviceGetMigMode(dev, &cur, &pend) != NVML_SUCCESS || !cur)
+            continue;
+        if (nvmlDeviceGetMaxMigDeviceCount(dev, &max) != NVML_SUCCESS)
+            continue;
+        for (j = 0; j < max; j++) {
+            if (nvmlDeviceGetMigDeviceHandleByIndex(dev, j, &mig) != NVML_SUCCESS)
+                continue;
+            nvmlDeviceGetName(mig, name, sizeof(name));
+            nvmlDeviceGetUUID(mig, uuid, sizeof(uuid));
+            printf("  MIG %-11s Device %2u: (UUID: %s)\n", mig_profile(name), j, uuid);
+        }
+    }
+    nvmlShutdown();
+    return 0;
+}
+
+static void row(const char *a, const char *b, const char *c)
+{
+    printf("|%-41s|%-24s|%-22s|\n", a, b, c);
+}
+
+static int summary(void)
+{
+    unsigned n, i, cur, pend;
+    nvmlDevice_t dev;
+    char name[NAME_LEN], driver[80], cuda[16], a[128], b[64], c[64];
+    nvmlPciInfo_t pci;
+    nvmlMemory_t mem;
+    int persistence = 0;
+    const char *sep = "+-----------------------------------------+------------------------+"
+                      "----------------------+";
+    const char *wide = "+-----------------------------------------------------------------------------------------+";
+
+    init_or_die();
+    n = count_or_die();
+    nvmlSystemGetDriverVersion(driver, sizeof(driver));
+    cuda_version(cuda, sizeof(cuda));
+    printf("%s\n", wide);
+    printf("| NVIDIA-SMI %-22s Driver Version: %-14s CUDA Version: %-9s|\n", driver, driver, cuda);
+    printf("|-----------------------------------------+------------------------+----------------------+\n");
+    row(" GPU  Name                 Persistence-M ", " Bus-Id          Disp.A ", " Volatile Uncorr. ECC ");
+    row(" Fan  Temp   Perf          Pwr:Usage/Cap ", "           Memory-Usage ", " GPU-Util  Compute M. ");
+    row("", "", "               MIG M. ");
+    printf("|=========================================+========================+======================|\n");
+    for (i = 0; i < n; i++) {
+        nvmlDeviceGetHandleByIndex_v2(i, &dev);
+        nvmlDeviceGetName(dev, name, sizeof(name));
+        nvmlDeviceGetPciInfo_v3(dev, &pci);
+        nvmlDeviceGetMemoryInfo(dev, &mem);
+        nvmlDeviceGetPersistenceMode(dev, &persistence);
+        snprintf(a, sizeof(a), " %3u  %-30.30s %3s ", i, name, persistence ? "On" : "Off");
+        snprintf(b, sizeof(b), "   %-16s Off ", pci.busId);
+        row(a, b, "                    0 ");
+        snprintf(c, sizeof(c), "%lluMiB / %6lluMiB", mem.used >> 20, mem.total >> 20);
+        snprintf(b, sizeof(b), "%23s ", c);
+        row(" N/A   30C    P0             70W /  700W ", b, "      0%      Default ");
+        if (nvmlDeviceGetMigMode(dev, &cur, &pend) == NVML_SUCCESS)
+            snprintf(c, sizeof(c), " %20s ", cur ? "Enabled" : "Disabled");
+        else
+            snprintf(c, sizeof(c), " %20s ", "N/A");
+        row("", "", c);
+        printf("%s\n", sep);
+    }
+    printf("\n%s\n", wide);
+    printf("| Processes:                                                                              |\n");
+    printf("|  GPU   GI   CI        PID   Type   Process name                              GPU Memory |\n");
+    printf("|        ID   ID                                                               Usage      |\n");
+    printf("|=========================================================================================|\n");
+    printf("|  No running processes found                                                             |\n");
+    printf("%s\n", wide);
+    nvmlShutdown();
+    return 0;
+}
+
+/* --query-gpu=a,b,c --format=csv[,noheader][,nounits] */
+static int query(const char *fields, const char *format)
+{
+    unsigned n, i;
+    nvmlDevice_t dev;
+    char buf[128], driver[80], cuda[16], *list, *f, *save = NULL;
+    int header = strstr(format, "noheader") == NULL;
+    int units = strstr(format, "nounits") == NULL;
+    nvmlPciInfo_t pci;
+    nvmlMemory_t mem;
+    int ma, mi;
+
+    if (strncmp(format, "csv", 3) != 0) {
+        fprintf(stderr, "Only CSV output is supported by this simulated nvidia-smi.\n");
+        return 2;
+    }
+    init_or_die();
+    n = count_or_die();
+    nvmlSystemGetDriverVersion(driver, sizeof(driver));
+    cuda_version(cuda, sizeof(cuda));
+    if (header) {
+        list = strdup(fields);
+        for (f = strtok_r(list, ",", &save); f; f = strtok_r(NULL, ",", &save))
+            printf("%s%s%s", f == list ? "" : ", ", f,
+                   units && strcmp(f, "memory.total") == 0 ? " [MiB]" : "");
+        printf("\n");
+        free(list);
+    }
+    for (i = 0; i < n; i++) {
+        nvmlDeviceGetHandleByIndex_v2(i, &dev);
+        list = strdup(fields);
+        save = NULL;
+        for (f = strtok_r(list, ",", &save); f; f = strtok_r(NULL, ",", &save)) {
+            buf[0] = '\0';
+            if (strcmp(f, "index") == 0)
+                snprintf(buf, sizeof(buf), "%u", i);
+            else if (strcmp(f, "name") == 0 || strcmp(f, "gpu_name") == 0)
+                nvmlDeviceGetName(dev, buf, sizeof(buf));
+            else if (strcmp(f, "uuid") == 0 || strcmp(f, "gpu_uuid") == 0)
+                nvmlDeviceGetUUID(dev, buf, sizeof(buf));
+            else if (strcmp(f, "serial") == 0)
+                nvmlDeviceGetSerial(dev, buf, sizeof(buf));
+            else if (strcmp(f, "pci.bus_id") == 0 || strcmp(f, "gpu_bus_id") == 0) {
+                nvmlDeviceGetPciInfo_v3(dev, &pci);
+                snprintf(buf, sizeof(buf), "%s", pci.busId);
+            } else if (strcmp(f, "driver_version") == 0)
+                snprintf(buf, sizeof(buf), "%s", driver);
+            else if (strcmp(f, "memory.total") == 0) {
+                nvmlDeviceGetMemoryInfo(dev, &mem);
+                snprintf(buf, sizeof(buf), "%llu%s", mem.total >> 20, units ? " MiB" : "");
+            } else if (strcmp(f, "compute_cap") == 0) {
+                nvmlDeviceGetCudaComputeCapability(dev, &ma, &mi);
+                snprintf(buf, sizeof(buf), "%d.%d", ma, mi);
+            } else {
+                fprintf(stderr, "Field \"%s\" is not a valid field to query.\n\n", f);
+                free(list);
+                return 2;
+            }
+            printf("%s%s", f == list ? "" : ", ", buf);
+        }
+        printf("\n");
+        free(list);
+    }
+    nvmlShutdown();
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *fields = NULL, *format = "csv";
+    char driver[80], cuda[16];
+    int i;
+
+    for (i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-L") == 0 || strcmp(argv[i], "--list-gpus") == 0)
+            return list_gpus();
+        if (strncmp(argv[i], "--query-gpu=", 12) == 0)
+            fields = argv[i] + 12;
+        else if (strncmp(argv[i], "--format=", 9) == 0)
+            format = argv[i] + 9;
+        else if (strcmp(argv[i], "--version") == 0) {
+            init_or_die();
+            nvmlSystemGetDriverVersion(driver, sizeof(driver));
+            cuda_version(cuda, sizeof(cuda));
+            printf("NVIDIA-SMI version  : %s\nDRIVER version      : %s\nCUDA Version        : %s\n",
+                   driver, driver, cuda);
+            return 0;
+        } else {
+            fprintf(stderr, "Invalid combination of input arguments. Please run 'nvidia-smi -h' "
+                            "for help.\n");
+            return 2;
+        }
+    }
+    if (fields != NULL)
+        return query(fields, format);
+    return summary();
+}

@@ -1,0 +1,302 @@
+"""What a simulated NVIDIA driver installation contains: GPUs, MIG devices, versions.
+
+Everything here is a plain value; `build.py` turns a `SimDriverSpec` into files. UUIDs,
+serial numbers and bus ids are derived from fixed seeds so tests can assert exact values.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+
+# NVML's nvmlBrandType_t, keyed by the names libnvidia-container prints (`nvidia-container-cli
+# info`) and the `brand` requirement compares against (case-insensitively).
+BRANDS: dict[str, int] = {
+    "Unknown": 0,
+    "Quadro": 1,
+    "Tesla": 2,
+    "NVS": 3,
+    "Grid": 4,
+    "GeForce": 5,
+    "Titan": 6,
+    "NvidiaVApps": 7,
+    "NvidiaVPC": 8,
+    "NvidiaVCS": 9,
+    "NvidiaVWS": 10,
+    "NvidiaCloudGaming": 11,
+    "QuadroRTX": 12,
+    "NvidiaRTX": 13,
+    "Nvidia": 14,
+    "GeForceRTX": 15,
+    "TitanRTX": 16,
+}
+
+# NVML's nvmlDeviceArchitecture_t.
+ARCHITECTURES: dict[str, int] = {
+    "Kepler": 2,
+    "Maxwell": 3,
+    "Pascal": 4,
+    "Volta": 5,
+    "Turing": 6,
+    "Ampere": 7,
+    "Ada": 8,
+    "Hopper": 9,
+    "Blackwell": 10,
+}
+
+# PCI device ids (NVML's pciDeviceId: device << 16 | vendor) and board part numbers of the
+# models the presets use; unknown models get a generic id.
+_MODELS: dict[str, tuple[int, int, str]] = {
+    # name: (pciDeviceId, pciSubSystemId, board part number)
+    "NVIDIA H100 80GB HBM3": (0x233010DE, 0x16C110DE, "692-2G520-0200-000"),
+    "NVIDIA A100-SXM4-80GB": (0x20B210DE, 0x147F10DE, "692-2G506-0210-002"),
+    "NVIDIA A100-SXM4-40GB": (0x20B010DE, 0x134F10DE, "692-2G506-0200-002"),
+    "Tesla T4": (0x1EB810DE, 0x12A210DE, "900-2G183-0000-001"),
+}
+_GENERIC_MODEL = (0x000010DE, 0x000010DE, "000-00000-0000-000")
+
+# MIG capability device-file minors, as /proc/driver/nvidia-caps/mig-minors numbers them:
+# config 1, monitor 2, then per GPU (32 max) 15 GPU instances x (1 access + 8 compute instances).
+MIG_CONFIG_MINOR = 1
+MIG_MONITOR_MINOR = 2
+MAX_GPUS = 32
+MAX_GPU_INSTANCES = 15
+MAX_COMPUTE_INSTANCES = 8
+_MINORS_PER_GI = 1 + MAX_COMPUTE_INSTANCES
+_MINORS_PER_GPU = MAX_GPU_INSTANCES * _MINORS_PER_GI
+
+
+def gi_cap_minor(gpu_minor: int, gi: int) -> int:
+    """Minor of /dev/nvidia-caps/nvidia-cap<N> for `gpu<minor>/gi<gi>/access`."""
+    return 3 + gpu_minor * _MINORS_PER_GPU + gi * _MINORS_PER_GI
+
+
+def ci_cap_minor(gpu_minor: int, gi: int, ci: int) -> int:
+    """Minor of /dev/nvidia-caps/nvidia-cap<N> for `gpu<minor>/gi<gi>/ci<ci>/access`."""
+    return gi_cap_minor(gpu_minor, gi) + 1 + ci
+
+
+def deterministic_uuid(prefix: str, seed: str) -> str:
+    """`<prefix>-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` derived from `seed` (NVML's UUID shape)."""
+    h = hashlib.sha256(seed.encode()).hexdigest()
+    return f"{prefix}-{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def parse_bus_id(bus_id: str) -> tuple[int, int, int, int]:
+    """(domain, bus, device, function) of `DDDDDDDD:BB:DD.F` (any domain width)."""
+    dom, bus, rest = bus_id.split(":")
+    dev, fn = rest.split(".")
+    return int(dom, 16), int(bus, 16), int(dev, 16), int(fn, 16)
+
+
+@dataclass(frozen=True)
+class SimMig:
+    """One MIG device: a GPU instance with one compute instance."""
+
+    gi: int
+    ci: int
+    uuid: str
+    profile: str
+    memory_mib: int
+    gi_cap_minor: int
+    ci_cap_minor: int
+
+
+@dataclass(frozen=True)
+class SimGpu:
+    minor: int
+    uuid: str
+    pci_bus_id: str
+    name: str
+    brand: str
+    architecture: str
+    compute_capability: tuple[int, int]
+    memory_mib: int
+    migs: tuple[SimMig, ...] = ()
+
+    @property
+    def mig_enabled(self) -> bool:
+        return bool(self.migs)
+
+    @property
+    def mig_capable(self) -> bool:
+        """A100/A30 (sm_80) and Hopper or newer data-centre parts support MIG."""
+        return self.compute_capability == (8, 0) or self.compute_capability[0] >= 9
+
+    @property
+    def proc_bus_id(self) -> str:
+        """Directory name under /proc/driver/nvidia/gpus/: 16-bit domain, lower case."""
+        dom, bus, dev, fn = parse_bus_id(self.pci_bus_id)
+        return f"{dom:04x}:{bus:02x}:{dev:02x}.{fn:x}"
+
+    @property
+    def pci_device_id(self) -> int:
+        return _MODELS.get(self.name, _GENERIC_MODEL)[0]
+
+    @property
+    def pci_subsystem_id(self) -> int:
+        return _MODELS.get(self.name, _GENERIC_MODEL)[1]
+
+    @property
+    def board_part_number(self) -> str:
+        return _MODELS.get(self.name, _GENERIC_MODEL)[2]
+
+    @property
+    def serial(self) -> str:
+        digits = int(hashlib.sha256(self.uuid.encode()).hexdigest(), 16) % 10**10
+        return f"132{digits:010d}"
+
+    def mig_name(self, mig: SimMig) -> str:
+        """What NVML's nvmlDeviceGetName returns for a MIG device of this GPU."""
+        return f"{self.name} MIG {mig.profile}"
+
+
+@dataclass(frozen=True)
+class SimDriverSpec:
+    driver_version: str
+    cuda_version: str
+    gpus: tuple[SimGpu, ...]
+    # Name the spec was made from (informational; not part of the identity hash).
+    label: str = field(default="", compare=False)
+
+    @property
+    def cuda_version_int(self) -> int:
+        """nvmlSystemGetCudaDriverVersion's value: 12.4 -> 12040."""
+        major, _, minor = self.cuda_version.partition(".")
+        return int(major) * 1000 + int(minor or 0) * 10
+
+    @property
+    def driver_major(self) -> int:
+        return int(self.driver_version.split(".")[0])
+
+    def to_json(self) -> dict[str, object]:
+        d = asdict(self)
+        d.pop("label", None)
+        return d
+
+    def identity(self) -> str:
+        """Stable hash of everything that ends up in the built files."""
+        blob = json.dumps(self.to_json(), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def validate(self) -> None:
+        seen_minors: set[int] = set()
+        seen_uuids: set[str] = set()
+        for gpu in self.gpus:
+            if gpu.minor in seen_minors or not 0 <= gpu.minor < MAX_GPUS:
+                raise ValueError(f"GPU minor {gpu.minor} is duplicated or out of range")
+            seen_minors.add(gpu.minor)
+            if gpu.brand not in BRANDS:
+                raise ValueError(f"unknown brand {gpu.brand!r}; use one of {sorted(BRANDS)}")
+            if gpu.architecture not in ARCHITECTURES:
+                raise ValueError(f"unknown architecture {gpu.architecture!r}")
+            parse_bus_id(gpu.pci_bus_id)
+            if gpu.migs and not gpu.mig_capable:
+                raise ValueError(f"{gpu.name} (minor {gpu.minor}) does not support MIG")
+            for uuid in (gpu.uuid, *(m.uuid for m in gpu.migs)):
+                if uuid in seen_uuids:
+                    raise ValueError(f"UUID {uuid} is duplicated")
+                seen_uuids.add(uuid)
+            for mig in gpu.migs:
+                want = (gi_cap_minor(gpu.minor, mig.gi), ci_cap_minor(gpu.minor, mig.gi, mig.ci))
+                if (mig.gi_cap_minor, mig.ci_cap_minor) != want:
+                    raise ValueError(
+                        f"MIG gi{mig.gi}/ci{mig.ci} of GPU minor {gpu.minor}: cap minors "
+                        f"{(mig.gi_cap_minor, mig.ci_cap_minor)} != {want} (see mig_device())"
+                    )
+
+
+def mig_device(
+    gpu_minor: int, gi: int, ci: int, profile: str, memory_mib: int, seed: str
+) -> SimMig:
+    """A SimMig whose UUID and cap minors are derived like the real driver would number them."""
+    return SimMig(
+        gi=gi,
+        ci=ci,
+        uuid=deterministic_uuid("MIG", f"{seed}/gpu{gpu_minor}/gi{gi}/ci{ci}"),
+        profile=profile,
+        memory_mib=memory_mib,
+        gi_cap_minor=gi_cap_minor(gpu_minor, gi),
+        ci_cap_minor=ci_cap_minor(gpu_minor, gi, ci),
+    )
+
+
+def _h100x4() -> SimDriverSpec:
+    buses = ("18", "3B", "86", "AF")
+    gpus = tuple(
+        SimGpu(
+            minor=i,
+            uuid=deterministic_uuid("GPU", f"h100x4-550/gpu{i}"),
+            pci_bus_id=f"00000000:{bus}:00.0",
+            name="NVIDIA H100 80GB HBM3",
+            brand="Nvidia",
+            architecture="Hopper",
+            compute_capability=(9, 0),
+            memory_mib=81559,
+        )
+        for i, bus in enumerate(buses)
+    )
+    return SimDriverSpec("550.54.15", "12.4", gpus, label="h100x4-550")
+
+
+def _a100x8_mig() -> SimDriverSpec:
+    seed = "a100x8-570-mig"
+    buses = ("07", "0F", "47", "4E", "87", "90", "B7", "BD")
+    migs: dict[int, tuple[SimMig, ...]] = {
+        0: (
+            mig_device(0, 1, 0, "3g.40gb", 40192, seed),
+            mig_device(0, 5, 0, "2g.20gb", 19968, seed),
+            mig_device(0, 13, 0, "1g.10gb", 9856, seed),
+        ),
+        1: (
+            mig_device(1, 1, 0, "4g.40gb", 40192, seed),
+            mig_device(1, 2, 0, "3g.40gb", 40192, seed),
+        ),
+    }
+    gpus = tuple(
+        SimGpu(
+            minor=i,
+            uuid=deterministic_uuid("GPU", f"{seed}/gpu{i}"),
+            pci_bus_id=f"00000000:{bus}:00.0",
+            name="NVIDIA A100-SXM4-80GB",
+            brand="Nvidia",
+            architecture="Ampere",
+            compute_capability=(8, 0),
+            memory_mib=81920,
+            migs=migs.get(i, ()),
+        )
+        for i, bus in enumerate(buses)
+    )
+    return SimDriverSpec("570.86.15", "12.8", gpus, label=seed)
+
+
+def _t4x1() -> SimDriverSpec:
+    gpu = SimGpu(
+        minor=0,
+        uuid=deterministic_uuid("GPU", "t4x1-535/gpu0"),
+        pci_bus_id="00000000:00:1E.0",
+        name="Tesla T4",
+        brand="Tesla",
+        architecture="Turing",
+        compute_capability=(7, 5),
+        memory_mib=15360,
+    )
+    return SimDriverSpec("535.183.01", "12.2", (gpu,), label="t4x1-535")
+
+
+PRESETS = {
+    "h100x4-550": _h100x4,
+    "a100x8-570-mig": _a100x8_mig,
+    "t4x1-535": _t4x1,
+}
+
+
+def preset(name: str) -> SimDriverSpec:
+    try:
+        make = PRESETS[name]
+    except KeyError:
+        raise ValueError(f"unknown simdriver preset {name!r}; known: {sorted(PRESETS)}") from None
+    spec = make()
+    spec.validate()
+    return spec
