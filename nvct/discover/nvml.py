@@ -7,7 +7,9 @@ caller's LD_LIBRARY_PATH, so a containerized driver or the simulated driver is h
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
+import json
+import os
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -66,11 +68,57 @@ class NvmlReport:
 
 
 def query_nvml(library: Path) -> NvmlReport:
-    """Load NVML from ``library`` and read every fact nvct uses.
+    """Read every fact nvct uses from NVML, in a forked child process.
+
+    Like libnvidia-container's RPC helper, the child keeps the driver library out of the
+    caller: a crash in NVML cannot take the hook down with a half-applied plan, and one
+    process can query drivers of different roots (glibc would otherwise reuse the first
+    ``libnvidia-ml.so.1`` it loaded, whatever path is asked for later).
 
     Raises:
         DiscoveryError: NVML cannot be loaded or initialised (no driver, wrong root).
     """
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            os.close(read_end)
+            try:
+                payload: dict[str, Any] = {"report": asdict(_query_in_process(library))}
+            except DiscoveryError as err:
+                payload = {"error": err.message, "hint": err.hint}
+            except Exception as err:  # reported to the parent as one line
+                payload = {"error": f"NVML query failed: {type(err).__name__}: {err}"}
+            data = json.dumps(payload).encode()
+            while data:
+                data = data[os.write(write_end, data) :]
+        except BaseException:  # the child must never return into the caller's code
+            code = 1
+        os._exit(code)
+    os.close(write_end)
+    chunks = []
+    while chunk := os.read(read_end, 1 << 16):
+        chunks.append(chunk)
+    os.close(read_end)
+    _, status = os.waitpid(pid, 0)
+    try:
+        payload = json.loads(b"".join(chunks))
+    except ValueError:
+        raise DiscoveryError(
+            f"NVML ({library}) crashed the discovery helper (wait status {status})",
+            hint="check the driver installation with nvidia-smi",
+        ) from None
+    if "error" in payload:
+        raise DiscoveryError(payload["error"], hint=payload.get("hint"))
+    report = payload["report"]
+    gpus = tuple(
+        NvmlGpu(**{**g, "migs": tuple(NvmlMig(**m) for m in g["migs"])}) for g in report["gpus"]
+    )
+    return NvmlReport(report["driver_version"], report["cuda_version"], gpus)
+
+
+def _query_in_process(library: Path) -> NvmlReport:
     import pynvml  # 30 ms import, discovery only
 
     try:

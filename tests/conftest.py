@@ -1,0 +1,62 @@
+"""Shared fixtures: simulated drivers (built once per session) and configs pointing at them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from nvct.config import Config
+from nvct.host import load_inventory
+from nvct.inventory import Inventory
+
+SIM_CACHE = Path(os.environ.get("NVCT_SIM_CACHE", "/tmp/nvct-test-simdrivers"))
+
+
+def _need_sim() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root: the simulated driver creates device nodes with mknod")
+    if shutil.which("gcc") is None:
+        pytest.skip("needs gcc to build the simulated driver: apt-get install gcc")
+
+
+@pytest.fixture(scope="session")
+def sim_factory():
+    """Build (once) the simulated driver of a preset and return it."""
+
+    def make(name: str):
+        _need_sim()
+        from integration.simdriver import cached_driver, preset
+
+        return cached_driver(preset(name), SIM_CACHE)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def h100x4(sim_factory):
+    return sim_factory("h100x4-550")
+
+
+@pytest.fixture(scope="session")
+def a100mig(sim_factory):
+    return sim_factory("a100x8-570-mig")
+
+
+def sim_config(sim, tmp: Path, **overrides: object) -> Config:
+    """A Config whose roots are the simulated driver's, caches and logs under ``tmp``."""
+    values: dict[str, object] = {
+        "driver_root": sim.driver_root,
+        "dev_root": sim.dev_root,
+        "proc_root": sim.proc_root,
+        "cache_dir": str(tmp / "cache"),
+        "log_file": str(tmp / "nvct.log"),
+    }
+    values.update(overrides)
+    return Config(**values)  # type: ignore[arg-type]
+
+
+def sim_inventory(sim, tmp: Path) -> Inventory:
+    return load_inventory(sim_config(sim, tmp), use_cache=False)

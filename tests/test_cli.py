@@ -1,0 +1,94 @@
+"""nvct-cli as a whole process: info, list, errors, help of every subcommand."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from nvct.cli.main import SUBCOMMANDS
+
+
+def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "nvct.cli.main", *args],
+        capture_output=True,
+        text=True,
+        check=check,
+        timeout=60,
+    )
+
+
+def roots(sim, tmp) -> list[str]:
+    cfg = tmp / "config.toml"
+    cfg.write_text(f"cache-dir = '{tmp / 'cache'}'\n[log]\nfile = '{tmp / 'log'}'\n")
+    return [
+        "--config",
+        str(cfg),
+        "--driver-root",
+        str(sim.driver_root),
+        "--dev-root",
+        str(sim.dev_root),
+        "--proc-root",
+        str(sim.proc_root),
+    ]
+
+
+@pytest.mark.parametrize("name", sorted(SUBCOMMANDS))
+def test_help_of_every_subcommand(name: str) -> None:
+    assert "Usage:" in cli(name, "--help").stdout
+
+
+@pytest.mark.root
+def test_info_lists_gpus_and_mig(a100mig, tmp_path) -> None:
+    data = json.loads(cli(*roots(a100mig, tmp_path), "info", "--json").stdout)
+    assert data["driver_version"] == "570.86.15"
+    assert data["cuda_version"] == "12.8"
+    assert [g["uuid"] for g in data["gpus"]] == [g.uuid for g in a100mig.spec.gpus]
+    assert [m["uuid"] for m in data["gpus"][0]["migs"]] == [
+        m.uuid for m in a100mig.spec.gpus[0].migs
+    ]
+    text = cli(*roots(a100mig, tmp_path), "info").stdout
+    assert "Driver version:      570.86.15" in text and "MIG 0:1" in text
+
+
+@pytest.mark.root
+def test_list_json_and_text(h100x4, tmp_path) -> None:
+    data = json.loads(cli(*roots(h100x4, tmp_path), "list", "--json", "-d", "1").stdout)
+    assert [d["path"] for d in data["devices"]] == [
+        "/dev/nvidiactl",
+        "/dev/nvidia-uvm",
+        "/dev/nvidia-uvm-tools",
+        "/dev/nvidia1",
+    ]
+    assert len(data["libraries"]) == 11
+    text = cli(*roots(h100x4, tmp_path), "list", "-d", "1").stdout.splitlines()
+    assert "# libraries" in text and f"{h100x4.dev_root}/dev/nvidia1" in text
+
+
+@pytest.mark.root
+def test_unknown_device_is_one_line_and_nonzero(h100x4, tmp_path) -> None:
+    result = cli(*roots(h100x4, tmp_path), "list", "-d", "9", check=False)
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1
+    assert "unknown device '9'" in result.stderr and h100x4.spec.gpus[3].uuid in result.stderr
+
+
+def test_missing_driver_is_a_clear_error(tmp_path) -> None:
+    result = cli("--driver-root", str(tmp_path), "--dev-root", str(tmp_path), "info", check=False)
+    assert result.returncode == 1
+    assert "ld.so.cache" in result.stderr and "fix:" in result.stderr
+
+
+@pytest.mark.root
+def test_list_is_fast_once_cached(h100x4, tmp_path) -> None:
+    """Not a benchmark: a generous bound that catches an accidental rediscovery per call."""
+    args = [*roots(h100x4, tmp_path), "list"]
+    cli(*args)
+    start = time.perf_counter()
+    cli(*args)
+    assert time.perf_counter() - start < 2.0
+    assert len(list((tmp_path / "cache").glob("inventory-*.json"))) == 1

@@ -1,0 +1,105 @@
+"""nvct's config.toml: documented defaults, validation errors, lookup order."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nvct.config import Config, load_config, parse_config
+from nvct.errors import ConfigError
+
+SHIPPED = Path(__file__).parent.parent / "config" / "config.toml"
+
+
+def test_shipped_file_is_all_comments_and_matches_the_code_defaults() -> None:
+    raw = SHIPPED.read_bytes()
+    assert parse_config(raw, source="shipped") == Config()
+    uncommented = re.sub(rb"(?m)^#([a-z])", rb"\1", raw)
+    assert uncommented != raw
+    assert parse_config(uncommented, source="uncommented") == Config()
+
+
+def test_every_schema_key_is_documented() -> None:
+    from nvct.config import SCHEMA
+
+    text = SHIPPED.read_text()
+    for key, schema in SCHEMA["properties"].items():
+        if schema.get("type") == "object":
+            assert f"[{key}]" in text
+            for sub in schema["properties"]:
+                assert re.search(rf"(?m)^#{re.escape(sub)} = ", text), sub
+        else:
+            assert re.search(rf"(?m)^#{re.escape(key)} = ", text), key
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ("driver-rot = '/'", r"unknown key 'driver-rot'.*allowed keys here: cache-dir"),
+        ("[inject]\ngsp = true", r"unknown key \[inject\] 'gsp'"),
+        ("[inject]\ngsp-firmware = 'yes'", r"inject.gsp-firmware.*true or false"),
+        ("driver-root = 'relative'", r"driver-root.*absolute path"),
+        ("[request]\ndefault-capabilities = ['gaming']", r"one of utility, compute"),
+        ("[log]\nlevel = 3", r"log.level"),
+        ("[runtime]\nlow-level = []", r"runtime.low-level"),
+        ("x = [", r"invalid TOML"),
+    ],
+)
+def test_errors_name_file_key_and_allowed_values(toml: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as err:
+        parse_config(toml.encode(), source="/etc/nvct/config.toml")
+    assert err.value.one_line().startswith("/etc/nvct/config.toml: ")
+    assert "\n" not in err.value.one_line()
+
+
+def test_lookup_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    env_file = tmp_path / "env.toml"
+    env_file.write_text("[log]\nlevel = 'debug'\n")
+    flag_file = tmp_path / "flag.toml"
+    flag_file.write_text("[log]\nlevel = 'error'\n")
+    monkeypatch.setenv("NVCT_CONFIG", str(env_file))
+    assert load_config(use_cache=False).log_level == "debug"
+    assert load_config(str(flag_file), use_cache=False).log_level == "error"
+    monkeypatch.setenv("NVCT_CONFIG", str(tmp_path / "missing.toml"))
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(use_cache=False)
+
+
+def test_validation_is_remembered_per_content(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f"cache-dir = '{tmp_path / 'cache'}'\n[log]\nlevel = 'debug'\n")
+    assert load_config(str(cfg)).log_level == "debug"
+    assert list((tmp_path / "cache").glob("config-*.ok"))
+    cfg.write_text(f"cache-dir = '{tmp_path / 'cache'}'\n[log]\nlevel = 'loud'\n")
+    with pytest.raises(ConfigError, match=r"log\.level"):
+        load_config(str(cfg))
+
+
+@given(st.text(max_size=200))
+def test_fuzz_only_config_errors(text: str) -> None:
+    with contextlib.suppress(ConfigError):
+        parse_config(text.encode(), source="f")
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(["driver-root", "ldconfig", "cache-dir", "log", "inject"]),
+        st.one_of(
+            st.integers(), st.text(max_size=10), st.booleans(), st.lists(st.integers(), max_size=2)
+        ),
+    )
+)
+def test_fuzz_wrong_types_are_config_errors(data) -> None:
+    import tomlkit
+
+    try:
+        raw = tomlkit.dumps(data).encode()
+    except Exception:
+        return
+    with contextlib.suppress(ConfigError):
+        parse_config(raw, source="f")

@@ -1,0 +1,136 @@
+"""What a container asks for: NVIDIA's env semantics and nvct's policy."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nvct.config import CAPABILITIES, Config
+from nvct.errors import RequestError, RequirementError
+from nvct.request import is_privileged, parse_request, request_from_spec
+
+CONFIG = Config()
+
+
+@pytest.mark.parametrize(
+    ("env", "visible", "devices"),
+    [
+        ({}, "void", ()),
+        ({"NVIDIA_VISIBLE_DEVICES": ""}, "void", ()),
+        ({"NVIDIA_VISIBLE_DEVICES": "void"}, "void", ()),
+        ({"NVIDIA_VISIBLE_DEVICES": "0,void"}, "void", ()),
+        ({"NVIDIA_VISIBLE_DEVICES": "none"}, "none", ()),
+        ({"NVIDIA_VISIBLE_DEVICES": "all"}, "all", ()),
+        ({"NVIDIA_VISIBLE_DEVICES": "0,all"}, "all", ()),
+        ({"NVIDIA_VISIBLE_DEVICES": "none,0"}, "none", ()),
+        ({"NVIDIA_VISIBLE_DEVICES": " 1, ,GPU-abc,1 "}, "list", ("1", "GPU-abc")),
+        ({"NVIDIA_VISIBLE_DEVICES": "0:1,MIG-x"}, "list", ("0:1", "MIG-x")),
+        ({"CUDA_VERSION": "12.2.0"}, "all", ()),
+        ({"CUDA_VERSION": "12.2.0", "NVIDIA_REQUIRE_CUDA": "cuda>=12.2"}, "void", ()),
+    ],
+)
+def test_visible_devices(env: dict[str, str], visible: str, devices: tuple[str, ...]) -> None:
+    request = parse_request(env, config=CONFIG)
+    assert (request.visible, request.devices) == (visible, devices)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, {"utility", "compute"}),
+        ("", {"utility", "compute"}),
+        ("all", set(CAPABILITIES)),
+        ("graphics,display", {"graphics", "display"}),
+        (" video , utility", {"video", "utility"}),
+    ],
+)
+def test_capabilities(value: str | None, expected: set[str]) -> None:
+    env = {"NVIDIA_VISIBLE_DEVICES": "all"}
+    if value is not None:
+        env["NVIDIA_DRIVER_CAPABILITIES"] = value
+    assert parse_request(env, config=CONFIG).capabilities == expected
+
+
+def test_legacy_image_gets_all_capabilities_and_a_cuda_requirement() -> None:
+    request = parse_request({"CUDA_VERSION": "11.8.0"}, config=CONFIG)
+    assert request.capabilities == set(CAPABILITIES)
+    assert [(r.source, r.expression) for r in request.requirements] == [
+        ("CUDA_VERSION", "cuda>=11.8")
+    ]
+
+
+def test_unknown_capability_is_an_error_naming_it() -> None:
+    with pytest.raises(RequestError, match="'gaming'"):
+        parse_request(
+            {"NVIDIA_VISIBLE_DEVICES": "0", "NVIDIA_DRIVER_CAPABILITIES": "compute,gaming"},
+            config=CONFIG,
+        )
+
+
+def test_requirements_collected_and_disabled() -> None:
+    env = {
+        "NVIDIA_VISIBLE_DEVICES": "0",
+        "NVIDIA_REQUIRE_CUDA": "cuda>=12",
+        "NVIDIA_REQUIRE_X": "brand=tesla",
+    }
+    assert len(parse_request(env, config=CONFIG).requirements) == 2
+    env["NVIDIA_DISABLE_REQUIRE"] = "true"
+    assert parse_request(env, config=CONFIG).requirements == ()
+    del env["NVIDIA_DISABLE_REQUIRE"]
+    assert parse_request(env, config=Config(disable_require=True)).requirements == ()
+
+
+def test_too_many_devices_and_garbage() -> None:
+    with pytest.raises(RequestError, match="10000 devices"):
+        parse_request({"NVIDIA_VISIBLE_DEVICES": ",".join(["0"] * 10000)}, config=CONFIG)
+    with pytest.raises(RequestError, match="non-printable"):
+        parse_request({"NVIDIA_VISIBLE_DEVICES": "0\x00\x07\xff"}, config=CONFIG)
+
+
+def _spec(env: list[str], caps: list[str], mounts: list[str] = ()) -> dict:
+    return {
+        "process": {"env": env, "capabilities": {"bounding": caps}},
+        "mounts": [{"destination": m, "source": "/dev/null"} for m in mounts],
+    }
+
+
+def test_unprivileged_policy_and_volume_mounts() -> None:
+    strict = Config(accept_envvar_when_unprivileged=False, accept_volume_mounts=True)
+    spec = _spec(["NVIDIA_VISIBLE_DEVICES=all"], ["CAP_CHOWN"])
+    assert not is_privileged(spec)
+    request = request_from_spec(spec, strict)
+    assert request.visible == "void"
+    assert "unprivileged" in request.decisions[0]
+    privileged = _spec(["NVIDIA_VISIBLE_DEVICES=all"], ["CAP_SYS_ADMIN"])
+    assert request_from_spec(privileged, strict).visible == "all"
+    plugin = _spec(
+        ["NVIDIA_VISIBLE_DEVICES=all"],
+        ["CAP_CHOWN"],
+        ["/var/run/nvidia-container-devices/GPU-1", "/var/run/nvidia-container-devices/2"],
+    )
+    request = request_from_spec(plugin, strict)
+    assert (request.visible, request.devices) == ("list", ("GPU-1", "2"))
+    # Mounts are ignored unless the config accepts them.
+    assert request_from_spec(plugin, Config()).visible == "all"
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(
+            [
+                "NVIDIA_VISIBLE_DEVICES",
+                "NVIDIA_DRIVER_CAPABILITIES",
+                "NVIDIA_REQUIRE_CUDA",
+                "NVIDIA_DISABLE_REQUIRE",
+                "CUDA_VERSION",
+            ]
+        ),
+        st.text(max_size=60),
+    )
+)
+def test_fuzz_env_raises_only_nvct_errors(env: dict[str, str]) -> None:
+    with contextlib.suppress(RequestError, RequirementError):
+        parse_request(env, config=CONFIG)
