@@ -11,6 +11,7 @@ Each fixture skips its tests, saying what is missing, when not root or without d
 from __future__ import annotations
 
 import itertools
+import sys
 import shutil
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -108,3 +109,64 @@ def runc_bundle_factory(tmp_path: Path, glibc_rootfs_dir: Path) -> BundleFactory
 def container_id() -> str:
     """A container id no other test (or run) uses."""
     return f"nvct-test-{uuid.uuid4().hex[:12]}"
+
+
+# --- nvct on the simulated driver ------------------------------------------------------------
+
+NVCT_BIN = Path(sys.executable).parent
+
+
+@pytest.fixture(scope="session")
+def sim_driver(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The 4 x H100 simulated driver (550.54.15), built once per session."""
+    require(need_root(), need_binary("gcc"), need_binary("ldconfig"))
+    from integration.simdriver import cached_driver, preset
+
+    return cached_driver(preset("h100x4-550"), Path("/tmp/nvct-test-simdrivers"))
+
+
+def write_nvct_config(path: Path, sim: Any, **extra: str) -> Path:
+    """A config.toml pointing nvct at the simulated driver; logs and caches beside it."""
+    lines = [
+        f'driver-root = "{sim.driver_root}"',
+        f'dev-root = "{sim.dev_root}"',
+        f'proc-root = "{sim.proc_root}"',
+        f'cache-dir = "{path.parent / "cache"}"',
+    ]
+    sections: dict[str, list[str]] = {
+        "log": [f'file = "{path.parent / "nvct.log"}"', 'level = "debug"']
+    }
+    for key, value in extra.items():
+        section, _, name = key.partition(".")
+        sections.setdefault(section, []).append(f"{name} = {value}")
+    text = "\n".join(lines) + "\n"
+    for section, items in sections.items():
+        text += f"[{section}]\n" + "\n".join(items) + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture(scope="session")
+def nvct_config(sim_driver: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_nvct_config(tmp_path_factory.mktemp("nvct") / "config.toml", sim_driver)
+
+
+@pytest.fixture(scope="session")
+def nvidia_dockerd(
+    dockerd_factory: DockerdFactory, nvct_config: Path, import_glibc_image: ImageImporter
+) -> Dockerd:
+    """A dockerd whose runtime ``nvidia`` is nvct-runtime (pointed at the test config), with
+    the glibc image imported."""
+    dockerd = dockerd_factory(
+        {
+            "runtimes": {
+                "nvidia": {
+                    "path": str(NVCT_BIN / "nvct-runtime"),
+                    "runtimeArgs": ["--nvct-config", str(nvct_config)],
+                }
+            }
+        }
+    )
+    import_glibc_image(dockerd)
+    return dockerd
