@@ -37,11 +37,18 @@ def main() -> int:
         sim = cached_driver(preset("h100x4-550"), cache)
         print(f"== no NVIDIA driver here: using the simulated driver in {sim.driver_root}")
         roots = [
-            "--driver-root", str(sim.driver_root),
-            "--dev-root", str(sim.dev_root),
-            "--proc-root", str(sim.proc_root),
+            "--driver-root",
+            str(sim.driver_root),
+            "--dev-root",
+            str(sim.dev_root),
+            "--proc-root",
+            str(sim.proc_root),
         ]
-    for args in (["info"], ["list"], ["list", "--device", "1", "--capabilities", "graphics,display"]):
+    for args in (
+        ["info"],
+        ["list"],
+        ["list", "--device", "1", "--capabilities", "graphics,display"],
+    ):
         print(f"\n$ nvct-cli {' '.join(roots + args)}", flush=True)
         rc = subprocess.run([*cli, *roots, *args], check=False).returncode
         if rc:

@@ -48,7 +48,8 @@ def smi_uuids(output: str) -> list[str]:
 def test_one_gpu(nvidia_dockerd: Dockerd, sim_driver: Any) -> None:
     script = (
         "ls /dev; echo ===; nvidia-smi -L; echo ===; "
-        "for l in libcuda.so.1 libnvidia-ml.so.1; do grep -a -q $l /etc/ld.so.cache && echo $l; done; "
+        "for l in libcuda.so.1 libnvidia-ml.so.1; do "
+        "grep -a -q $l /etc/ld.so.cache && echo $l; done; "
         "echo ===; "
         "ls /usr/lib/x86_64-linux-gnu"
     )
