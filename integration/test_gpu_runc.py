@@ -1,0 +1,149 @@
+"""GPUs with ``runc run`` on a bundle, without docker: the shim, the hook alone, policy."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from integration.conftest import NVCT_BIN, write_nvct_config
+from integration.harness.bundles import BundleFactory, run_runc
+
+pytestmark = [pytest.mark.runc, pytest.mark.root]
+
+
+def shim_env(config: Path) -> dict[str, str]:
+    return {**os.environ, "NVCT_CONFIG": str(config)}
+
+
+def smi_uuids(output: str) -> list[str]:
+    return [ln.split("UUID: ")[1].rstrip(")") for ln in output.splitlines() if "UUID: GPU-" in ln]
+
+
+def host_mounts() -> int:
+    return len(Path("/proc/self/mountinfo").read_text().splitlines())
+
+
+def runc_list() -> str:
+    return subprocess.run(
+        ["runc", "list", "-q"], capture_output=True, text=True, check=False
+    ).stdout
+
+
+def test_shim_injects_one_gpu(
+    runc_bundle_factory: BundleFactory, container_id: str, nvct_config: Path, sim_driver: Any
+) -> None:
+    mounts_before = host_mounts()
+    bundle = runc_bundle_factory(
+        ["/bin/sh", "-c", "ls /dev; nvidia-smi -L"], ["NVIDIA_VISIBLE_DEVICES=2"]
+    )
+    result = run_runc(
+        bundle, container_id, runtime=str(NVCT_BIN / "nvct-runtime"), env=shim_env(nvct_config)
+    )
+    assert result.returncode == 0, result.stderr
+    assert smi_uuids(result.stdout) == [sim_driver.spec.gpus[2].uuid]
+    assert "nvidia2" in result.stdout.split() and "nvidia0" not in result.stdout.split()
+    assert host_mounts() == mounts_before  # every mount was made in the container's namespace
+
+
+def test_hook_alone_creates_nodes_and_grants_cgroup(
+    runc_bundle_factory: BundleFactory, container_id: str, nvct_config: Path, sim_driver: Any
+) -> None:
+    """The --gpus path: plain runc, a prestart hook named nvidia-container-runtime-hook."""
+    hook = {
+        "path": str(NVCT_BIN / "nvidia-container-runtime-hook"),
+        "args": ["nvidia-container-runtime-hook", "prestart"],
+        "env": [f"NVCT_CONFIG={nvct_config}"],
+    }
+    bundle = runc_bundle_factory(
+        ["/bin/sh", "-c", "ls /dev; nvidia-smi -L; cat /dev/nvidia0"],
+        ["NVIDIA_VISIBLE_DEVICES=0"],
+        extra={"hooks": {"prestart": [hook]}},
+    )
+    result = run_runc(bundle, container_id)
+    assert smi_uuids(result.stdout) == [sim_driver.spec.gpus[0].uuid], result.stderr
+    assert "No such device or address" in result.stderr  # granted by devices.allow
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        (["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>=13.0"], "cuda>=13.0"),
+        (["NVIDIA_VISIBLE_DEVICES=GPU-nope"], "unknown device 'GPU-nope'"),
+        (["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=compute,warp"], "'warp'"),
+    ],
+    ids=["requirement", "unknown-device", "unknown-capability"],
+)
+def test_refusals_leave_no_container(
+    runc_bundle_factory: BundleFactory,
+    container_id: str,
+    nvct_config: Path,
+    env: list[str],
+    message: str,
+) -> None:
+    bundle = runc_bundle_factory(["/bin/true"], env)
+    result = run_runc(
+        bundle, container_id, runtime=str(NVCT_BIN / "nvct-runtime"), env=shim_env(nvct_config)
+    )
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert container_id not in runc_list()
+
+
+def test_unprivileged_policy_and_device_plugin_mounts(
+    runc_bundle_factory: BundleFactory, container_id: str, sim_driver: Any, tmp_path: Path
+) -> None:
+    config = write_nvct_config(
+        tmp_path / "strict" / "config.toml",
+        sim_driver,
+        **{
+            "request.accept-envvar-when-unprivileged": "false",
+            "request.accept-volume-mounts": "true",
+        },
+    )
+    shim = str(NVCT_BIN / "nvct-runtime")
+    bundle = runc_bundle_factory(["/bin/sh", "-c", "ls /dev"], ["NVIDIA_VISIBLE_DEVICES=all"])
+    result = run_runc(bundle, container_id, runtime=shim, env=shim_env(config))
+    assert result.returncode == 0, result.stderr
+    assert "nvidiactl" not in result.stdout  # env ignored: runc's default spec is unprivileged
+    uuid = sim_driver.spec.gpus[3].uuid
+    mount = {
+        "destination": f"/var/run/nvidia-container-devices/{uuid}",
+        "source": "/dev/null",
+        "type": "bind",
+        "options": ["bind", "ro"],
+    }
+    bundle = runc_bundle_factory(
+        ["/bin/sh", "-c", "nvidia-smi -L"],
+        ["NVIDIA_VISIBLE_DEVICES=all"],
+        extra={"mounts": [*_default_mounts(bundle), mount]},
+    )
+    result = run_runc(bundle, container_id + "b", runtime=shim, env=shim_env(config))
+    assert smi_uuids(result.stdout) == [uuid], result.stderr
+
+
+def _default_mounts(bundle: Path) -> list[dict[str, Any]]:
+    import json
+
+    return json.loads((bundle / "config.json").read_text())["mounts"]
+
+
+def test_passthrough_subcommands(container_id: str, nvct_config: Path) -> None:
+    shim = str(NVCT_BIN / "nvct-runtime")
+    ours = subprocess.run(
+        [shim, "state", container_id],
+        capture_output=True,
+        text=True,
+        env=shim_env(nvct_config),
+        check=False,
+    )
+    theirs = subprocess.run(
+        ["runc", "state", container_id], capture_output=True, text=True, check=False
+    )
+    assert (ours.returncode, ours.stdout) == (theirs.returncode, theirs.stdout)
+    assert ours.stderr.replace(shim, "runc") == theirs.stderr or "does not exist" in ours.stderr
+    version = subprocess.run([shim, "--version"], capture_output=True, text=True, check=True)
+    assert version.stdout.startswith("runc version")
