@@ -1,0 +1,111 @@
+"""``nvct-cli cdi generate`` and ``nvct-cli cdi list``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from nvct.cli.main import CliContext
+from nvct.errors import EngineConfigError
+
+
+@click.group()
+def cdi() -> None:
+    """CDI specs for the host's GPUs (podman, containerd, CRI-O, docker >= 25)."""
+
+
+def spec_text(spec: dict[str, object], fmt: str) -> str:
+    """The spec rendered in ``fmt`` (json or yaml)."""
+    from nvct.cdi.spec import to_json, to_yaml
+
+    return to_yaml(spec) if fmt == "yaml" else to_json(spec)
+
+
+def output_format(output: Path | None, fmt: str | None) -> str:
+    """The explicit format, else the one the output file's suffix names, else JSON."""
+    if fmt:
+        return fmt
+    if output is not None and output.suffix in (".yaml", ".yml"):
+        return "yaml"
+    return "json"
+
+
+@cdi.command()
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Write the spec here (atomically; e.g. /etc/cdi/nvct.json). Default: stdout.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["json", "yaml"]),
+    help="Output format (default: from the --output suffix, else json).",
+)
+@click.option(
+    "--device-name-strategy",
+    type=click.Choice(["index", "uuid", "both"]),
+    default="index",
+    show_default=True,
+    help="Name devices by index (0, 0:1), by UUID (GPU-..., MIG-...), or both.",
+)
+@click.pass_obj
+def generate(
+    obj: CliContext, output: Path | None, fmt: str | None, device_name_strategy: str
+) -> None:
+    """Generate a CDI spec (kind nvidia.com/gpu) from the host's driver."""
+    from nvct.arch import host_arch
+    from nvct.cdi.spec import build_spec
+    from nvct.engines.files import FileChange, apply_change, read_config
+    from nvct.host import load_inventory
+
+    inventory = load_inventory(obj.config, use_cache=obj.use_cache)
+    spec = build_spec(inventory, obj.config, host_arch(), strategy=device_name_strategy)
+    text = spec_text(spec, output_format(output, fmt))
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    output = output.absolute()
+    if output.suffix not in (".json", ".yaml", ".yml"):
+        raise EngineConfigError(
+            f"{output}: CDI registries only read *.json and *.yaml files",
+            hint="name the output file with a .json or .yaml suffix",
+        )
+    applied = apply_change(FileChange(output, read_config(output), text))
+    devices = len(spec["devices"])
+    state = "unchanged" if applied.action == "unchanged" else "written"
+    click.echo(f"{output}: {state} ({devices} devices, driver {inventory.driver_version})")
+
+
+@cdi.command("list")
+@click.option(
+    "--spec-dir",
+    "spec_dirs",
+    multiple=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Directory of CDI specs (repeatable; default /etc/cdi and /var/run/cdi).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def list_cmd(spec_dirs: tuple[Path, ...], as_json: bool) -> None:
+    """Print the CDI device names (nvidia.com/gpu=0 ...) the spec directories define."""
+    from nvct.cdi.registry import SPEC_DIRS, list_devices
+
+    listing = list_devices(spec_dirs or SPEC_DIRS)
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "devices": [{"name": n, "spec": str(p)} for n, p in listing.devices],
+                    "problems": list(listing.problems),
+                },
+                indent=2,
+            )
+        )
+        return
+    for name, _ in listing.devices:
+        click.echo(name)
+    for problem in listing.problems:
+        click.echo(f"warning: {problem}", err=True)
