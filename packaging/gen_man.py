@@ -1,0 +1,250 @@
+"""Write nvct's man pages (roff) from the CLI's own help text, so they never drift from it.
+
+    python3 -IS packaging/gen_man.py --lib STAGED_LIB --config config/config.toml --out MANDIR
+
+``--lib`` is the staged private tree (nvct and its vendored click). Pages:
+
+- nvct-cli.1: every command of ``nvct.cli.main:cli``, walked through click (subcommands are
+  lazy: one that fails to import is reported on stderr and left out, not a build failure);
+- nvct-runtime.1 and nvct-hook.1: from their modules' docstrings (they are not click programs);
+- nvct-config.toml.5: the shipped config.toml, which documents every key and its default.
+
+The date is $SOURCE_DATE_EPOCH's (dpkg-buildpackage sets it from debian/changelog), so the
+pages are reproducible.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib
+import inspect
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+SEE_ALSO = ("nvct-cli", 1), ("nvct-runtime", 1), ("nvct-hook", 1), ("nvct-config.toml", 5)
+FILES = (
+    ("/etc/nvct/config.toml", "nvct's configuration (see nvct-config.toml(5))."),
+    ("/var/cache/nvct", "Cached driver inventory, keyed by the driver's identity."),
+    ("/var/log/nvct.log", "JSON-lines event log of nvct-runtime and nvct-hook."),
+)
+ENVIRONMENT = (
+    ("NVCT_CONFIG", "Path of the config file to read instead of /etc/nvct/config.toml."),
+    (
+        "NVIDIA_VISIBLE_DEVICES",
+        "In a container's environment: the GPUs it gets (indices, UUIDs, all, none, void).",
+    ),
+    (
+        "NVIDIA_DRIVER_CAPABILITIES",
+        "In a container's environment: driver capabilities to inject (utility, compute, ...).",
+    ),
+)
+
+
+def esc(text: str) -> str:
+    """Escape text for roff: backslashes, hyphens, and control characters at line starts."""
+    text = text.replace("\\", "\\e").replace("-", "\\-")
+    return "\n".join(
+        "\\&" + line if line.startswith((".", "'")) else line for line in text.split("\n")
+    )
+
+
+def plain(text: str) -> str:
+    """Docstring markup (reST literals) to plain text."""
+    return text.replace("``", "").replace("`", "")
+
+
+def paragraphs(text: str) -> list[str]:
+    """Paragraphs of a help text; click's ``\\b`` (no-rewrap) markers dropped."""
+    text = inspect.cleandoc(text or "")
+    paras = re.split(r"\n\s*\n", text)
+    return [p.replace("\b\n", "").replace("\b", "").strip() for p in paras if p.strip()]
+
+
+class Page:
+    def __init__(self, name: str, section: int, date: str, version: str) -> None:
+        self.lines = [
+            f'.TH "{name.upper()}" "{section}" "{date}" "nvct {version}" "nvct manual"',
+        ]
+
+    def sh(self, title: str) -> None:
+        self.lines.append(f".SH {title}")
+
+    def para(self, text: str) -> None:
+        self.lines += [".PP", esc(text)]
+
+    def item(self, tag: str, text: str) -> None:
+        self.lines += [".TP", f"\\fB{esc(tag)}\\fR", esc(text)]
+
+    def literal(self, text: str) -> None:
+        self.lines += [".PP", ".nf", esc(text.rstrip("\n")), ".fi"]
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+    def common_tail(self, name: str) -> None:
+        self.sh("ENVIRONMENT")
+        for var, text in ENVIRONMENT:
+            self.item(var, text)
+        self.sh("FILES")
+        for path, text in FILES:
+            self.item(path, text)
+        self.sh("SEE ALSO")
+        refs = [f"\\fB{esc(n)}\\fR({s})" for n, s in SEE_ALSO if n != name]
+        self.lines.append(",\n".join(refs))
+
+
+def click_options(page: Page, command: Any, ctx: Any) -> None:
+    for param in command.get_params(ctx):
+        record = param.get_help_record(ctx)
+        if record is not None:
+            page.item(record[0], record[1] or "")
+
+
+def click_commands(page: Page, group: Any, ctx: Any, prefix: str) -> None:
+    """One subsection per (sub)command, recursively."""
+    import click
+
+    for name in group.list_commands(ctx):
+        try:
+            command = group.get_command(ctx, name)
+        except Exception as err:  # lazy import of another module: report, do not abort
+            print(f"gen_man: skipping '{prefix} {name}': {err}", file=sys.stderr)
+            continue
+        if command is None or command.hidden:
+            continue
+        sub = click.Context(command, info_name=name, parent=ctx)
+        full = f"{prefix} {name}"
+        usage = " ".join(command.collect_usage_pieces(sub))
+        page.lines.append(f".SS {esc(full)}")
+        page.lines += [".PP", f"\\fB{esc(full)}\\fR {esc(usage)}"]
+        for para in paragraphs(command.help or command.short_help or ""):
+            page.para(para)
+        if isinstance(command, click.Group):
+            click_commands(page, command, sub, full)
+        else:
+            click_options(page, command, sub)
+
+
+def cli_page(date: str, version: str) -> str:
+    import click
+
+    from nvct.cli.main import cli
+
+    page = Page("nvct-cli", 1, date, version)
+    ctx = click.Context(cli, info_name="nvct-cli")
+    page.sh("NAME")
+    page.lines.append("nvct\\-cli \\- inspect, configure and diagnose GPU injection into containers")
+    page.sh("SYNOPSIS")
+    page.lines.append(f"\\fBnvct\\-cli\\fR {esc(' '.join(cli.collect_usage_pieces(ctx)))}")
+    page.sh("DESCRIPTION")
+    for para in paragraphs(cli.help or ""):
+        page.para(para)
+    page.para(
+        "Configuring a container engine is an explicit step; the packages never edit an "
+        "engine's configuration. For example: nvct-cli configure --runtime docker"
+    )
+    page.sh("OPTIONS")
+    click_options(page, cli, ctx)
+    page.sh("COMMANDS")
+    click_commands(page, cli, ctx, "nvct-cli")
+    page.common_tail("nvct-cli")
+    return page.text()
+
+
+def module_page(
+    name: str, module: str, summary: str, synopsis: str, extra: str, date: str, version: str
+) -> str:
+    doc = plain(importlib.import_module(module).__doc__ or "")
+    page = Page(name, 1, date, version)
+    page.sh("NAME")
+    page.lines.append(f"{esc(name)} \\- {esc(summary)}")
+    page.sh("SYNOPSIS")
+    page.lines.append(esc(synopsis))
+    page.sh("DESCRIPTION")
+    # The docstring's first line repeats the synopsis; its body explains.
+    for para in paragraphs(doc.partition("\n")[2]):
+        page.para(para)
+    for para in paragraphs(extra):
+        page.para(para)
+    page.common_tail(name)
+    return page.text()
+
+
+def config_page(config_text: str, date: str, version: str) -> str:
+    page = Page("nvct-config.toml", 5, date, version)
+    page.sh("NAME")
+    page.lines.append("nvct\\-config.toml \\- configuration of nvct\\-runtime, nvct\\-hook, nvct\\-cli")
+    page.sh("SYNOPSIS")
+    page.lines.append("/etc/nvct/config.toml")
+    page.sh("DESCRIPTION")
+    page.para(
+        "A TOML file. Every key is optional: defaults live in nvct's code, and the installed "
+        "file shows each key commented out with its default. Unknown keys and wrong types are "
+        "errors that name the key. Override the file's location with $NVCT_CONFIG or --config. "
+        "The installed file, which documents every key, follows."
+    )
+    page.literal(config_text)
+    page.common_tail("nvct-config.toml")
+    return page.text()
+
+
+RUNTIME_EXTRA = """
+Register it with a container engine as the runtime named nvidia (docker: "runtimes" in
+/etc/docker/daemon.json; containerd and CRI-O: their runtime tables), for example with
+nvct-cli configure --runtime docker. It accepts every runc argument and passes them on;
+--nvct-config PATH (given through the engine's runtime arguments) selects nvct's config file.
+"""
+HOOK_EXTRA = """
+nvct-runtime adds this hook to the containers that ask for GPUs. It is also installed as
+nvidia-container-runtime-hook, the name docker's --gpus option looks up, and podman and CRI-O
+run it through /usr/share/containers/oci/hooks.d/ when the nvct-oci-hook package is installed.
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.partition("\n")[0])
+    parser.add_argument("--lib", required=True, type=Path, help="staged private tree")
+    parser.add_argument("--config", required=True, type=Path, help="config/config.toml")
+    parser.add_argument("--out", required=True, type=Path, help="man directory (…/share/man)")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(args.lib.absolute()))
+    from nvct._version import __version__ as version
+
+    epoch = int(os.environ.get("SOURCE_DATE_EPOCH") or 0) or None
+    when = datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc) if epoch else None
+    date = (when or datetime.datetime.now(datetime.timezone.utc)).strftime("%Y-%m-%d")
+    pages = {
+        "man1/nvct-cli.1": cli_page(date, version),
+        "man1/nvct-runtime.1": module_page(
+            "nvct-runtime",
+            "nvct.runtime.__main__",
+            "OCI runtime shim that gives containers the NVIDIA GPUs they ask for",
+            "nvct-runtime [--nvct-config PATH] RUNC-ARGUMENTS...",
+            RUNTIME_EXTRA,
+            date,
+            version,
+        ),
+        "man1/nvct-hook.1": module_page(
+            "nvct-hook",
+            "nvct.hook.__main__",
+            "OCI prestart hook that mounts the NVIDIA driver into a container",
+            "nvct-hook prestart   (the OCI state is read on standard input)",
+            HOOK_EXTRA,
+            date,
+            version,
+        ),
+        "man5/nvct-config.toml.5": config_page(args.config.read_text(), date, version),
+    }
+    for rel, text in pages.items():
+        path = args.out / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+#!/bin/sh
+# Stage nvct's installed file tree under DESTDIR: the one source of truth for the .deb and the .rpm.
+#
+#   packaging/stage.sh DESTDIR [PYTHON [WHEELHOUSE]]
+#
+# Run from the source tree's root. PYTHON is the interpreter the installed launchers use
+# (default /usr/bin/python3; the EL builds pass /usr/bin/python3.11); WHEELHOUSE holds the wheels
+# pinned in packaging/vendor.txt (default packaging/build/wheelhouse, filled by
+# `make -C packaging wheelhouse`). Nothing here touches the network: the wheels are installed
+# with --no-index. The build itself runs with $BUILD_PYTHON (default /usr/bin/python3, which
+# needs flit_core: Debian's `flit` package).
+#
+# Layout:
+#   /usr/share/nvct/lib/            nvct and its vendored pure-Python dependencies (no .pyc:
+#                                   the package scripts byte-compile for the target's Python)
+#   /usr/bin/nvct-hook, nvct-cli    launchers: PYTHON -IS with only the private tree added
+#   /usr/bin/nvct-runtime           nvct's POSIX-shell launcher (nvct/runtime/launcher.sh): runc
+#                                   directly, or /usr/libexec/nvct/nvct-runtime (Python) for create
+#   /usr/bin/nvidia-container-runtime-hook -> nvct-hook   (the name dockerd's --gpus looks up)
+#   /etc/nvct/config.toml           config/config.toml (every key commented; defaults in code)
+#   /usr/share/containers/oci/hooks.d/*.json   hooks/*.json (podman / CRI-O hooks.d)
+#   /usr/share/man/man1, man5       generated from the CLI's help by packaging/gen_man.py
+set -eu
+
+if [ $# -lt 1 ] || [ $# -gt 3 ]; then
+    echo "usage: packaging/stage.sh DESTDIR [PYTHON [WHEELHOUSE]]" >&2
+    exit 2
+fi
+destdir=$1
+python=${2:-/usr/bin/python3}
+wheelhouse=${3:-packaging/build/wheelhouse}
+build_python=${BUILD_PYTHON:-/usr/bin/python3}
+private=/usr/share/nvct/lib
+lib=$destdir$private
+
+fail() {
+    echo "stage.sh: $*" >&2
+    exit 1
+}
+
+[ -f pyproject.toml ] && [ -d nvct ] || fail "run from the source tree's root (pyproject.toml, nvct/)"
+case $python in /*) ;; *) fail "PYTHON must be an absolute path, got '$python'" ;; esac
+[ -f config/config.toml ] || fail "config/config.toml is missing (it becomes /etc/nvct/config.toml)"
+set -- hooks/*.json
+[ -f "$1" ] || fail "hooks/ holds no *.json OCI hook (it becomes /usr/share/containers/oci/hooks.d/)"
+ls "$wheelhouse"/*.whl >/dev/null 2>&1 ||
+    fail "no wheels in $wheelhouse: run 'make -C packaging wheelhouse' (downloads packaging/vendor.txt from PyPI)"
+
+umask 022
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# 1. nvct's own wheel (flit_core, no isolation: offline), then everything into the private tree.
+"$build_python" -B -c 'import sys
+from flit_core.buildapi import build_wheel
+build_wheel(sys.argv[1])' "$work" >/dev/null
+rm -rf "$lib"
+mkdir -p "$lib"
+# --isolated: no pip.conf or PIP_* from the build machine; --no-compile: no .pyc for the build
+# host's Python in the package (postinst / %post compile for the target's).
+"$build_python" -m pip --isolated install --quiet --no-index --no-deps --no-compile \
+    --disable-pip-version-check --root-user-action=ignore --target "$lib" \
+    "$work"/nvct-*.whl "$wheelhouse"/*.whl
+# pip --target writes console scripts (ours and pyelftools') to bin/: the launchers are ours.
+# nvidia-ml-py installs a top-level example.py; pip's INSTALLER, REQUESTED and direct_url.json
+# describe this build (its paths), not the package.
+rm -rf "$lib/bin" "$lib/example.py"
+rm -f "$lib"/*.dist-info/direct_url.json "$lib"/*.dist-info/INSTALLER "$lib"/*.dist-info/REQUESTED
+
+# 2. Launchers. -I: ignore PYTHON* variables, the user site and the working directory (a
+# container's environment must never inject code into a root process); -S: not even the
+# system site-packages, so only the standard library and the private tree are importable.
+launcher() { # path module
+    mkdir -p "$(dirname "$destdir$1")"
+    cat >"$destdir$1" <<EOF
+#!$python -IS
+# ${1##*/}: nvct launcher. Runs nvct from its private tree with the system Python, isolated
+# (-I -S) from PYTHON* variables, the user and system site-packages and the working directory.
+import sys
+
+sys.path.insert(0, "$private")
+from $2 import main
+
+sys.exit(main())
+EOF
+    chmod 0755 "$destdir$1"
+}
+launcher /usr/bin/nvct-hook nvct.hook.__main__
+launcher /usr/bin/nvct-cli nvct.cli.main
+ln -sf nvct-hook "$destdir/usr/bin/nvidia-container-runtime-hook"
+launcher /usr/libexec/nvct/nvct-runtime nvct.runtime.__main__
+if [ -f nvct/runtime/launcher.py ]; then
+    # containerd calls the runtime several times per container: nvct's POSIX-shell launcher
+    # execs runc directly for all but create/run, which go to the Python shim in libexec.
+    "$build_python" -ISB -c 'import sys
+sys.path.insert(0, sys.argv[1])
+from nvct.runtime.launcher import main
+sys.exit(main(sys.argv[2:]))' "$lib" --output "$destdir/usr/bin/nvct-runtime" \
+        --python-command /usr/libexec/nvct/nvct-runtime
+else
+    ln -sf ../libexec/nvct/nvct-runtime "$destdir/usr/bin/nvct-runtime"
+fi
+
+# 3. Configuration and the OCI hook for podman / CRI-O.
+install -D -m 0644 config/config.toml "$destdir/etc/nvct/config.toml"
+mkdir -p "$destdir/usr/share/containers/oci/hooks.d"
+install -m 0644 hooks/*.json "$destdir/usr/share/containers/oci/hooks.d/"
+
+# 4. Man pages from the CLI's own help text (compressed here, identically for both formats).
+"$build_python" -ISB packaging/gen_man.py --lib "$lib" --config config/config.toml \
+    --out "$destdir/usr/share/man"
+gzip -9nf "$destdir"/usr/share/man/man?/*.[0-9]
+ln -sf nvct-hook.1.gz "$destdir/usr/share/man/man1/nvidia-container-runtime-hook.1.gz"
+
+# 5. No byte code from the build host (the package scripts compile for the target's Python).
+find "$lib" -name __pycache__ -prune -exec rm -rf {} +
+find "$lib" -type d -exec chmod 0755 {} +
+find "$lib" -type f -exec chmod 0644 {} +
