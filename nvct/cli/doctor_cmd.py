@@ -1,0 +1,95 @@
+"""``nvct-cli doctor``: check the driver, device nodes, nvct and the engines; exit 1 on FAIL."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from nvct.cli.main import CliContext
+from nvct.doctor import DoctorContext, run_doctor
+from nvct.doctor.config_check import check_config
+from nvct.doctor.context import DEFAULT_CDI_DIRS
+
+_PATH = click.Path(path_type=Path)
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@click.option(
+    "--fix-dev-char", is_flag=True, help="Create missing /dev/char links for NVIDIA device nodes."
+)
+@click.option("--docker-config", type=_PATH, help="daemon.json to check (default: the daemon's).")
+@click.option("--docker-host", metavar="URL", help="dockerd to ask (default: $DOCKER_HOST).")
+@click.option(
+    "--docker-pidfile", type=_PATH, default=Path("/var/run/docker.pid"), show_default=True
+)
+@click.option(
+    "--containerd-config",
+    type=_PATH,
+    default=Path("/etc/containerd/config.toml"),
+    show_default=True,
+)
+@click.option("--crio-config", type=_PATH, default=Path("/etc/crio/crio.conf"), show_default=True)
+@click.option(
+    "--crio-dropin-dir", type=_PATH, default=Path("/etc/crio/crio.conf.d"), show_default=True
+)
+@click.option(
+    "--cdi-dir",
+    "cdi_dirs",
+    type=_PATH,
+    multiple=True,
+    help="CDI spec directory, repeatable (default: /etc/cdi and /var/run/cdi).",
+)
+@click.option("--sysfs-root", type=_PATH, default=Path("/sys"), show_default=True)
+@click.option(
+    "--host-proc",
+    type=_PATH,
+    default=Path("/proc"),
+    show_default=True,
+    help="procfs for daemon processes (--proc-root is the driver's).",
+)
+@click.option("--snap-dir", type=_PATH, default=Path("/snap"), show_default=True)
+@click.pass_obj
+def doctor(
+    obj: CliContext,
+    as_json: bool,
+    fix_dev_char: bool,
+    docker_config: Path | None,
+    docker_host: str | None,
+    docker_pidfile: Path,
+    containerd_config: Path,
+    crio_config: Path,
+    crio_dropin_dir: Path,
+    cdi_dirs: tuple[Path, ...],
+    sysfs_root: Path,
+    host_proc: Path,
+    snap_dir: Path,
+) -> None:
+    """Check everything GPU containers depend on: PASS / WARN / FAIL, each FAIL with its fix.
+
+    Always rediscovers the driver (no inventory cache) and validates the config file in full.
+    """
+    config, config_result = check_config(obj.config_file, obj.overrides)
+    ctx = DoctorContext(
+        config=config,
+        config_file=obj.config_file,
+        docker_config=docker_config,
+        docker_host=docker_host,
+        docker_pidfile=docker_pidfile,
+        containerd_config=containerd_config,
+        crio_config=crio_config,
+        crio_dropin_dir=crio_dropin_dir,
+        cdi_dirs=cdi_dirs or DEFAULT_CDI_DIRS,
+        sysfs_root=sysfs_root,
+        host_proc=host_proc,
+        snap_dir=snap_dir,
+    )
+    report = run_doctor(ctx, (config_result,), fix_dev_char=fix_dev_char)
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        click.echo("\n".join(report.to_text()))
+    if report.failed:
+        raise SystemExit(1)  # click's Exit would be swallowed by main()'s standalone_mode=False
