@@ -126,7 +126,10 @@ def test_runtime_args_carry_the_nvct_config(tmp_path: Path, capsys) -> None:
     cfg = tmp_path / "nvct.toml"
     rc, out, _ = run_cli(capsys, "--config", str(path), "--nvct-config", str(cfg))
     assert rc == 0, out
-    assert json.loads(path.read_text())["runtimes"]["nvidia"]["args"] == ["--nvct-config", str(cfg)]
+    assert json.loads(path.read_text())["runtimes"]["nvidia"] == {
+        "path": RUNTIME,
+        "runtimeArgs": ["--nvct-config", str(cfg)],  # the key dockerd reads
+    }
     assert "next: kill -HUP" in out
 
 

@@ -94,7 +94,12 @@ def edit(text: str | None, opts: EngineOptions) -> Edit:
             del data["default-runtime"]
             notes.append("default-runtime removed: docker's default (runc) applies again")
     else:
-        wanted = {"path": opts.runtime_path, "args": list(opts.runtime_args)}
+        # dockerd reads arguments from "runtimeArgs"; NVIDIA's tool writes "args": [] (ignored).
+        wanted: dict[str, Any] = {"path": opts.runtime_path}
+        if opts.runtime_args:
+            wanted["runtimeArgs"] = list(opts.runtime_args)
+        else:
+            wanted["args"] = []
         if isinstance(current, dict) and current.get("path") != opts.runtime_path:
             notes.append(f"runtimes.{name} pointed at {current.get('path')!r}: replaced")
         if current != wanted:
