@@ -6,7 +6,7 @@
 
 - nvct-cli.1: every command of ``nvct.cli.main:cli``, walked through click (subcommands are
   lazy: one that fails to import is reported on stderr and left out, not a build failure);
-- nvct-runtime.1 and nvct-hook.1: from their modules' docstrings (they are not click programs);
+- nvct-runtime.1 and nvct-hook.1: written here (they are not click programs);
 - nvct-config.toml.5: the shipped config.toml, which documents every key and its default.
 
 The date is $SOURCE_DATE_EPOCH's (dpkg-buildpackage sets it from debian/changelog), so the
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib
 import inspect
 import os
 import re
@@ -25,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+SUMMARY = "inspect, configure and diagnose GPU injection into containers"
 SEE_ALSO = ("nvct-cli", 1), ("nvct-runtime", 1), ("nvct-hook", 1), ("nvct-config.toml", 5)
 FILES = (
     ("/etc/nvct/config.toml", "nvct's configuration (see nvct-config.toml(5))."),
@@ -50,11 +50,6 @@ def esc(text: str) -> str:
     return "\n".join(
         "\\&" + line if line.startswith((".", "'")) else line for line in text.split("\n")
     )
-
-
-def plain(text: str) -> str:
-    """Docstring markup (reST literals) to plain text."""
-    return text.replace("``", "").replace("`", "")
 
 
 def paragraphs(text: str) -> list[str]:
@@ -137,7 +132,9 @@ def cli_page(date: str, version: str) -> str:
     page = Page("nvct-cli", 1, date, version)
     ctx = click.Context(cli, info_name="nvct-cli")
     page.sh("NAME")
-    page.lines.append("nvct\\-cli \\- inspect, configure and diagnose GPU injection into containers")
+    page.lines.append(
+        "nvct\\-cli \\- inspect, configure and diagnose GPU injection into containers"
+    )
     page.sh("SYNOPSIS")
     page.lines.append(f"\\fBnvct\\-cli\\fR {esc(' '.join(cli.collect_usage_pieces(ctx)))}")
     page.sh("DESCRIPTION")
@@ -155,21 +152,17 @@ def cli_page(date: str, version: str) -> str:
     return page.text()
 
 
-def module_page(
-    name: str, module: str, summary: str, synopsis: str, extra: str, date: str, version: str
+def program_page(
+    name: str, summary: str, synopsis: str, description: str, date: str, version: str
 ) -> str:
-    doc = plain(importlib.import_module(module).__doc__ or "")
     page = Page(name, 1, date, version)
     page.sh("NAME")
     page.lines.append(f"{esc(name)} \\- {esc(summary)}")
     page.sh("SYNOPSIS")
     page.lines.append(esc(synopsis))
     page.sh("DESCRIPTION")
-    # The docstring's first line repeats the synopsis; its body explains.
-    for para in paragraphs(doc.partition("\n")[2]):
-        page.para(para)
-    for para in paragraphs(extra):
-        page.para(para)
+    for para in paragraphs(description):
+        page.para(" ".join(para.split()))
     page.common_tail(name)
     return page.text()
 
@@ -177,7 +170,9 @@ def module_page(
 def config_page(config_text: str, date: str, version: str) -> str:
     page = Page("nvct-config.toml", 5, date, version)
     page.sh("NAME")
-    page.lines.append("nvct\\-config.toml \\- configuration of nvct\\-runtime, nvct\\-hook, nvct\\-cli")
+    page.lines.append(
+        "nvct\\-config.toml \\- configuration of nvct\\-runtime, nvct\\-hook, nvct\\-cli"
+    )
     page.sh("SYNOPSIS")
     page.lines.append("/etc/nvct/config.toml")
     page.sh("DESCRIPTION")
@@ -192,13 +187,28 @@ def config_page(config_text: str, date: str, version: str) -> str:
     return page.text()
 
 
-RUNTIME_EXTRA = """
+RUNTIME_DESCRIPTION = """
+nvct-runtime is an OCI runtime that a container engine calls instead of runc. On create (and
+run) it reads the container's config.json, selects the GPUs it asks for (NVIDIA_VISIBLE_DEVICES,
+or the device plugin's volume mounts when the configuration accepts them), checks its
+NVIDIA_REQUIRE_* requirements, adds the GPUs' device nodes and device cgroup rules to the spec,
+adds nvct-hook as a prestart hook, and then runs runc (or crun). Every other call goes straight
+to the low-level runtime, and a container that asks for no GPU is left untouched.
+
 Register it with a container engine as the runtime named nvidia (docker: "runtimes" in
 /etc/docker/daemon.json; containerd and CRI-O: their runtime tables), for example with
 nvct-cli configure --runtime docker. It accepts every runc argument and passes them on;
 --nvct-config PATH (given through the engine's runtime arguments) selects nvct's config file.
 """
-HOOK_EXTRA = """
+HOOK_DESCRIPTION = """
+nvct-hook prestart runs before the container's process starts. It reads the OCI state on
+standard input, works out the same plan as nvct-runtime did, and carries it out in the
+container's root: it mounts the driver's libraries, binaries, firmware and IPC sockets that
+the container's capabilities need (every path resolved inside the container's root), creates
+the libraries' symlinks, and runs the host's ldconfig chrooted into the container. If any step
+fails the container does not start, and the error says what to fix. The poststart and poststop
+stages do nothing.
+
 nvct-runtime adds this hook to the containers that ask for GPUs. It is also installed as
 nvidia-container-runtime-hook, the name docker's --gpus option looks up, and podman and CRI-O
 run it through /usr/share/containers/oci/hooks.d/ when the nvct-oci-hook package is installed.
@@ -219,21 +229,19 @@ def main(argv: list[str] | None = None) -> int:
     date = (when or datetime.datetime.now(datetime.timezone.utc)).strftime("%Y-%m-%d")
     pages = {
         "man1/nvct-cli.1": cli_page(date, version),
-        "man1/nvct-runtime.1": module_page(
+        "man1/nvct-runtime.1": program_page(
             "nvct-runtime",
-            "nvct.runtime.__main__",
             "OCI runtime shim that gives containers the NVIDIA GPUs they ask for",
             "nvct-runtime [--nvct-config PATH] RUNC-ARGUMENTS...",
-            RUNTIME_EXTRA,
+            RUNTIME_DESCRIPTION,
             date,
             version,
         ),
-        "man1/nvct-hook.1": module_page(
+        "man1/nvct-hook.1": program_page(
             "nvct-hook",
-            "nvct.hook.__main__",
             "OCI prestart hook that mounts the NVIDIA driver into a container",
             "nvct-hook prestart   (the OCI state is read on standard input)",
-            HOOK_EXTRA,
+            HOOK_DESCRIPTION,
             date,
             version,
         ),

@@ -98,7 +98,7 @@ from nvct.runtime.launcher import main
 sys.exit(main(sys.argv[2:]))' "$lib" --output "$destdir/usr/bin/nvct-runtime" \
         --python-command /usr/libexec/nvct/nvct-runtime
 else
-    ln -sf ../libexec/nvct/nvct-runtime "$destdir/usr/bin/nvct-runtime"
+    launcher /usr/bin/nvct-runtime nvct.runtime.__main__
 fi
 
 # 3. Configuration and the OCI hook for podman / CRI-O.
