@@ -14,7 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from nvct.doctor.context import DoctorContext
-from nvct.doctor.processes import ProcessInfo, find_processes, pid_from_file, process_info
+from nvct.doctor.processes import (
+    START_TIME_SLACK,
+    ProcessInfo,
+    find_processes,
+    pid_from_file,
+    process_info,
+)
 from nvct.doctor.result import CheckResult, failed, passed, skipped, warned
 
 CONFIG = "docker-config"
@@ -220,7 +226,7 @@ def check_restart(ctx: DoctorContext, state: DockerState, daemon_ok: bool) -> Ch
         mtime = state.config_path.stat().st_mtime
     except OSError:
         return skipped(RESTART, f"{state.config_path} does not exist")
-    if mtime <= daemon.start_time:
+    if mtime <= daemon.start_time + START_TIME_SLACK:
         return passed(
             RESTART, f"dockerd (pid {daemon.pid}) started after {state.config_path} changed"
         )

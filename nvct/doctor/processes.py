@@ -7,6 +7,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+# A start time is boot time (whole seconds in /proc/stat) plus clock ticks: up to a second
+# early. Config changes closer than this to a daemon's start are not called "after" it.
+START_TIME_SLACK = 1.5
+
 
 @dataclass(frozen=True, slots=True)
 class ProcessInfo:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from nvct.doctor.processes import ProcessInfo
+from nvct.doctor.processes import START_TIME_SLACK, ProcessInfo
 from nvct.doctor.result import CheckResult, failed, passed, skipped, warned
 
 if sys.version_info >= (3, 11):
@@ -77,7 +77,7 @@ def newest_mtime(paths: list[Path]) -> tuple[float, Path] | None:
 def started_before_change(daemon: ProcessInfo, files: list[Path]) -> tuple[float, Path] | None:
     """(mtime, file) when a config file changed after the daemon started, else None."""
     newest = newest_mtime(files)
-    if newest is not None and newest[0] > daemon.start_time:
+    if newest is not None and newest[0] > daemon.start_time + START_TIME_SLACK:
         return newest
     return None
 
