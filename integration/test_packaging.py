@@ -6,6 +6,7 @@
 - The .deb installs on this machine (``dpkg -i``; CI is a throwaway root VM): the installed
   ``nvct-cli info`` sees the simulated driver's GPUs even with a hostile PYTHONPATH, and a real
   docker container runs through the installed ``/usr/bin/nvct-runtime`` and ``nvct-hook``.
+  An admin's edit of the conffile survives a reinstall, and ``dpkg -r`` keeps it (policy);
   ``dpkg -P`` then leaves nothing of nvct's behind (conffile, cache and log included), and
   the developer's own nvct (this interpreter's) still works. The purge runs in a finalizer,
   so a failing test never leaves the package installed.
@@ -377,6 +378,8 @@ def installed_deb(packages: Packages) -> Iterator[Installed]:
     existed = {p for p in paths if os.path.lexists("/" + p)}
     log = Path("/var/log/nvct.log")
     log_created = False
+    # A log left by the developer's own nvct: purge removes it, so it is put back afterwards.
+    saved_log = log.read_bytes() if log.is_file() else None
     try:
         done = sh("dpkg", "-i", packages.deb, packages.deb_hook, check=False)
         assert done.returncode == 0, done.stdout + done.stderr
@@ -390,6 +393,8 @@ def installed_deb(packages: Packages) -> Iterator[Installed]:
         purge()
         if log_created and log.exists():
             log.unlink()
+        if saved_log is not None and not log.exists():
+            log.write_bytes(saved_log)
 
 
 def test_installed_deb_is_complete(installed_deb: Installed) -> None:
@@ -473,7 +478,21 @@ def test_installed_runtime_runs_a_docker_container(
         dockerd.stop()
 
 
+def test_conffile_edit_survives_reinstall(installed_deb: Installed) -> None:
+    config = Path("/etc/nvct/config.toml")
+    config.write_text(config.read_text() + "# edited by the admin\n")
+    done = sh("dpkg", "-i", installed_deb.packages.deb, check=False, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert config.read_text().endswith("# edited by the admin\n")
+
+
 def test_purge_leaves_nothing_behind(installed_deb: Installed) -> None:
+    # Removing keeps the conffile (policy); the program and its byte code go.
+    done = sh("dpkg", "-r", "nvct-oci-hook", "nvct", check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert Path("/etc/nvct/config.toml").exists()
+    assert not os.path.lexists("/usr/bin/nvct-cli")
+    assert not os.path.lexists("/usr/share/nvct/lib/nvct/__pycache__")
     done = purge()
     assert done.returncode == 0, done.stdout + done.stderr
     assert not dpkg_installed("nvct") and not dpkg_installed("nvct-oci-hook")
