@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -15,23 +13,14 @@ from integration.conftest import NVCT_BIN
 from integration.harness.dockerd import Dockerd, DockerdFactory
 from integration.harness.images import ImageImporter
 from nvct.doctor.processes import START_TIME_SLACK
+from tests.test_cli import cli
 
 pytestmark = [pytest.mark.docker, pytest.mark.root]
 
 
-def nvct_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "nvct.cli.main", *args],
-        capture_output=True,
-        text=True,
-        check=check,
-        timeout=120,
-    )
-
-
 def docker_checks(dockerd: Dockerd, nvct_config: Path, tmp: Path) -> dict[str, dict[str, Any]]:
     (tmp / "cdi").mkdir(exist_ok=True)
-    done = nvct_cli(
+    done = cli(
         "--config", str(nvct_config),
         "doctor", "--json",
         "--docker-pidfile", str(dockerd.pidfile),
@@ -93,7 +82,7 @@ def test_explain_a_docker_container(
         "-e", "NVIDIA_REQUIRE_CUDA=cuda>=12.0", "-v", "/tmp:/data", image, "true",
     ).stdout.strip()  # fmt: skip
     try:
-        done = nvct_cli(
+        done = cli(
             "--config", str(nvct_config), "explain", "--json",
             "--container", created, "--docker-host", nvidia_dockerd.host,
         )  # fmt: skip
@@ -102,10 +91,35 @@ def test_explain_a_docker_container(
         assert data["source"].endswith("(runtime nvidia)")
         assert [s["uuid"] for s in data["plan"]["selected"]] == [sim_driver.spec.gpus[1].uuid]
         assert data["plan"]["requirements"][0]["satisfied"] is True
-        missing = nvct_cli(
+        missing = cli(
             "--config", str(nvct_config), "explain", "--container", "nvct-no-such",
             "--docker-host", nvidia_dockerd.host, check=False,
         )  # fmt: skip
         assert missing.returncode == 1 and "docker inspect nvct-no-such failed" in missing.stderr
     finally:
         nvidia_dockerd.docker("rm", "-f", created, check=False)
+
+
+def test_containerd_config_dump_sees_the_drop_in(tmp_path: Path) -> None:
+    """The real ``containerd config dump`` (no daemon needed) is the judge of imports: an
+    absolute import is merged; a relative one is not, by containerd 1.6, which resolves it
+    against its working directory rather than the root config's."""
+    from integration.harness.skips import need_binary, require
+    from nvct.doctor import containerd, run_command
+    from tests.test_doctor import by_name, containerd_files, context
+
+    require(need_binary("containerd"))
+    containerd_files(tmp_path / "abs", imported=True, relative=False)
+    ctx = context(tmp_path / "abs", run=run_command, which=lambda name: "/usr/bin/" + name)
+    dump = by_name(containerd.check_containerd(ctx), containerd.DUMP)
+    assert dump.status == "PASS", dump
+    assert "BinaryName = /usr/bin/nvct-runtime" in dump.message
+
+    containerd_files(tmp_path / "rel", imported=True, relative=True)
+    ctx = context(tmp_path / "rel", run=run_command, which=lambda name: "/usr/bin/" + name)
+    results = containerd.check_containerd(ctx)
+    version = run_command(["containerd", "--version"]).stdout
+    if " 1.6." in version:
+        assert by_name(results, containerd.CONFIG).status == "PASS"
+        dump = by_name(results, containerd.DUMP)
+        assert dump.status == "FAIL" and "is not imported by" in dump.message

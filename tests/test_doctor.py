@@ -551,10 +551,11 @@ def test_rootless_config_location(tmp_path) -> None:
 # ---------------------------------------------------------------------------- containerd, CRI-O
 
 
-def containerd_files(tmp: Path, *, imported: bool) -> Path:
+def containerd_files(tmp: Path, *, imported: bool, relative: bool = True) -> Path:
     root = tmp / "containerd/config.toml"
     root.parent.mkdir(parents=True)
-    imports = 'imports = ["/nowhere/*.toml", "conf.d/*.toml"]\n' if imported else ""
+    pattern = "conf.d/*.toml" if relative else f"{root.parent}/conf.d/*.toml"
+    imports = f'imports = ["/nowhere/*.toml", "{pattern}"]\n' if imported else ""
     root.write_text(f"version = 2\n{imports}\n[plugins]\n")
     drop = tmp / "containerd/conf.d/99-nvct.toml"
     drop.parent.mkdir()
