@@ -289,10 +289,12 @@ def _plan_lines(plan: Plan) -> list[str]:
         ]
     if plan.devices:
         width = max(len(d.node.path) for d in plan.devices)
+        numbers = [f"c {d.node.major}:{d.node.minor}" for d in plan.devices]
+        nwidth = max(map(len, numbers))
         lines.append("Device nodes:")
         lines += [
-            f"  {d.node.path:<{width}}  c {d.node.major}:{d.node.minor}  {d.reason}"
-            for d in plan.devices
+            f"  {d.node.path:<{width}}  {n:<{nwidth}}  {d.reason}"
+            for d, n in zip(plan.devices, numbers, strict=True)
         ]
     if plan.mounts:
         width = max(len(m.target) for m in plan.mounts)

@@ -596,7 +596,13 @@ def test_containerd_dump_without_the_handler_fails(tmp_path) -> None:
 
 def test_containerd_drop_in_not_imported_fails(tmp_path) -> None:
     root = containerd_files(tmp_path, imported=False)
-    result = by_name(containerd.check_containerd(context(tmp_path)), containerd.CONFIG)
+    idle = by_name(containerd.check_containerd(context(tmp_path)), containerd.CONFIG)
+    assert idle.status == WARN and "(no running daemon reads it)" in idle.message
+    fake_process(tmp_path / "proc", 98, "containerd", ["/usr/bin/containerd"])  # another file
+    assert containerd.find_containerd(context(tmp_path)) is None
+    fake_process(tmp_path / "proc", 99, "containerd", ["/usr/bin/containerd", "-c", str(root)])
+    ctx = context(tmp_path)
+    result = by_name(containerd.check_containerd(ctx), containerd.CONFIG)
     assert result.status == FAIL and str(root) in result.message
     assert result.fix.startswith("nvct-cli configure --runtime containerd")
 
@@ -619,6 +625,8 @@ def test_crio_drop_in(tmp_path) -> None:
     dropins.mkdir(parents=True)
     (dropins / "10-base.conf").write_text("[crio.runtime]\nlog_level = 'info'\n")
     ctx = context(tmp_path)
+    assert by_name(crio.check_crio(ctx), crio.CONFIG).status == WARN  # no crio running
+    fake_process(tmp_path / "proc", 55, "crio", ["/usr/bin/crio"])
     result = by_name(crio.check_crio(ctx), crio.CONFIG)
     assert result.status == FAIL and "nvct-cli configure --runtime crio" in result.fix
     (dropins / "99-nvidia.conf").write_text(
@@ -627,7 +635,8 @@ def test_crio_drop_in(tmp_path) -> None:
     )
     results = crio.check_crio(ctx)
     assert by_name(results, crio.CONFIG).status == PASS
-    assert by_name(results, crio.RESTART).status == SKIP
+    restart = by_name(results, crio.RESTART)  # the drop-in was written after crio started
+    assert restart.status == WARN and "99-nvidia.conf changed" in restart.message
 
 
 # ---------------------------------------------------------------------------- cgroup, CDI

@@ -84,7 +84,7 @@ def test_passing_requirement_and_reasons(h100x4, tmp_path) -> None:
     out = result.stdout
     assert "PASS NVIDIA_REQUIRE_CUDA='cuda>=12.0 brand=tesla' on GPU 0" in out
     assert "PASS NVIDIA_REQUIRE_CUDA='cuda>=12.0 brand=tesla' on GPU 2" in out
-    assert re.search(r"^  /dev/nvidia2 +c 195:2  GPU 2 \(2\)$", out, re.MULTILINE)
+    assert re.search(r"^  /dev/nvidia2 +c 195:2 +GPU 2 \(2\)$", out, re.MULTILINE)
     assert "/dev/nvidia-uvm" not in out  # utility only: no unified memory
     assert "(capability utility)" in out and "libcuda" not in out
     assert out.rstrip().endswith("OK: the hook would start this container with the above")

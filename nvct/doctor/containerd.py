@@ -58,6 +58,7 @@ def check_containerd(ctx: DoctorContext) -> list[CheckResult]:
         loaded,
         f"no runtime handler with BinaryName = .../nvct-runtime in {path} or its imports",
         f"{CONFIGURE}, then {RESTART_FIX}",
+        running=daemon is not None,
     )
     results = [config]
     if config.status == PASS:

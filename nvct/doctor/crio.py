@@ -29,6 +29,8 @@ def check_crio(ctx: DoctorContext) -> list[CheckResult]:
     files = crio_files(ctx)
     if not (ctx.which("crio") or files):
         return [skipped("crio", "CRI-O is not installed")]
+    daemons = find_processes(ctx.host_proc, "crio")
+    daemon = daemons[0] if daemons else None
     loaded = []
     for file in files:
         data, error = load_toml(file)
@@ -43,9 +45,8 @@ def check_crio(ctx: DoctorContext) -> list[CheckResult]:
             f"no CRI-O runtime with runtime_path = .../nvct-runtime in {ctx.crio_config} or "
             f"{ctx.crio_dropin_dir}/*.conf",
             f"nvct-cli configure --runtime crio, then {RESTART_FIX}",
+            running=daemon is not None,
         )
     ]
-    daemons = find_processes(ctx.host_proc, "crio")
-    daemon = daemons[0] if daemons else None
     results.append(restart_check(RESTART, "crio", daemon, files, RESTART_FIX))
     return results

@@ -266,6 +266,8 @@ def check_rootless(ctx: DoctorContext, state: DockerState) -> CheckResult:
     host = ctx.docker_host or ctx.env.get("DOCKER_HOST", "")
     if _USER_SOCKET.match(host):
         reasons.append(f"DOCKER_HOST is a user socket ({host})")
+    if not reasons and state.daemon is None and state.info is None:
+        return skipped(ROOTLESS, "no running dockerd found")
     if not reasons:
         return passed(ROOTLESS, "dockerd runs as root")
     return warned(

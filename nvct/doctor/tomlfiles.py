@@ -101,10 +101,20 @@ def restart_check(
 
 
 def entry_check(
-    name: str, key: str, files: list[tuple[Path, dict[str, Any]]], missing: str, fix: str
+    name: str,
+    key: str,
+    files: list[tuple[Path, dict[str, Any]]],
+    missing: str,
+    fix: str,
+    *,
+    running: bool,
 ) -> CheckResult:
-    """PASS naming the first ``key = .../nvct-runtime`` found in ``files``, else FAIL."""
+    """PASS naming the first ``key = .../nvct-runtime`` found in ``files``, else FAIL; only
+    WARN when no daemon reads these files (an engine installed as a dependency, say
+    containerd under docker, needs no nvct runtime of its own)."""
     for path, data in files:
         for table, value in nvct_entries(data, key):
             return passed(name, f"{path}: [{table}] {key} = {value}")
+    if not running:
+        return warned(name, f"{missing} (no running daemon reads it)", fix)
     return failed(name, missing, fix)
