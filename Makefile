@@ -12,6 +12,8 @@ $(BIN)/nvct-cli: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test]'
+	# nvct-runtime as a POSIX-shell launcher: passthrough calls never start Python
+	$(BIN)/python -m nvct.runtime.launcher --output $(BIN)/nvct-runtime
 	touch $@
 
 venv: $(BIN)/nvct-cli

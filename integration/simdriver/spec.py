@@ -223,11 +223,18 @@ def mig_device(
 
 
 def _h100x4() -> SimDriverSpec:
-    buses = ("18", "3B", "86", "AF")
+    return _h100("h100x4-550", ("18", "3B", "86", "AF"))
+
+
+def _h100x8() -> SimDriverSpec:
+    return _h100("h100x8-550", ("18", "2A", "3B", "5D", "9A", "AB", "BA", "DB"))
+
+
+def _h100(label: str, buses: tuple[str, ...]) -> SimDriverSpec:
     gpus = tuple(
         SimGpu(
             minor=i,
-            uuid=deterministic_uuid("GPU", f"h100x4-550/gpu{i}"),
+            uuid=deterministic_uuid("GPU", f"{label}/gpu{i}"),
             pci_bus_id=f"00000000:{bus}:00.0",
             name="NVIDIA H100 80GB HBM3",
             brand="Nvidia",
@@ -237,7 +244,7 @@ def _h100x4() -> SimDriverSpec:
         )
         for i, bus in enumerate(buses)
     )
-    return SimDriverSpec("550.54.15", "12.4", gpus, label="h100x4-550")
+    return SimDriverSpec("550.54.15", "12.4", gpus, label=label)
 
 
 def _a100x8_mig() -> SimDriverSpec:
@@ -287,6 +294,7 @@ def _t4x1() -> SimDriverSpec:
 
 PRESETS = {
     "h100x4-550": _h100x4,
+    "h100x8-550": _h100x8,
     "a100x8-570-mig": _a100x8_mig,
     "t4x1-535": _t4x1,
 }

@@ -110,7 +110,7 @@ def cli(
 def main(argv: list[str] | None = None) -> int:
     """Entry point: NvctError becomes one line on stderr and exit 1."""
     try:
-        cli.main(args=argv, prog_name="nvct-cli", standalone_mode=False)
+        rc = cli.main(args=argv, prog_name="nvct-cli", standalone_mode=False)
     except NvctError as err:
         click.echo(f"nvct-cli: error: {err.one_line()}", err=True)
         return err.exit_code
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         return err.exit_code
     except click.exceptions.Exit as err:
         return err.exit_code
-    return 0
+    return rc if isinstance(rc, int) else 0
 
 
 if __name__ == "__main__":

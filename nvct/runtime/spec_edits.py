@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import posixpath
+import sys
 from typing import Any
 
 from nvct.plan import Plan
@@ -22,14 +23,24 @@ HOOK_MARK = "nvct.hook"
 
 
 def hook_entry(python: str, hook_path: str, env: list[str]) -> dict[str, Any]:
-    """The prestart hook nvct adds: ``hook_path prestart`` or ``python -I -m nvct.hook prestart``.
+    """The prestart hook nvct adds: ``hook_path prestart``, or nvct's hook run by ``python``.
 
-    ``-I`` keeps the interpreter isolated from PYTHON* variables and the working directory,
-    which is the container's bundle.
+    The default form works wherever this nvct came from (a venv, an editable checkout, the
+    packages' private tree): the interpreter runs isolated (``-I``: no PYTHON* variables, no
+    working directory on sys.path — runc runs hooks in the bundle, which the image's author
+    may control) and is told explicitly where nvct lives.
     """
     if hook_path:
         return {"path": hook_path, "args": [posixpath.basename(hook_path), "prestart"], "env": env}
-    return {"path": python, "args": [python, "-I", "-m", HOOK_MARK, "prestart"], "env": env}
+    import nvct  # the package this shim runs from
+
+    home = posixpath.dirname(posixpath.dirname(posixpath.abspath(nvct.__file__)))
+    flags = "-IS" if sys.flags.no_site else "-I"
+    code = (
+        f"import sys; sys.path.insert(0, {home!r}); "
+        f"from {HOOK_MARK}.__main__ import main; sys.exit(main())"
+    )
+    return {"path": python, "args": [python, flags, "-c", code, "prestart"], "env": env}
 
 
 def _is_gpu_hook(hook: Any) -> bool:
@@ -37,7 +48,7 @@ def _is_gpu_hook(hook: Any) -> bool:
         return False
     path = str(hook.get("path", ""))
     args = hook.get("args") or []
-    return posixpath.basename(path) in REPLACED_HOOKS or HOOK_MARK in args
+    return posixpath.basename(path) in REPLACED_HOOKS or any(HOOK_MARK in str(a) for a in args)
 
 
 def edit_spec(spec: dict[str, Any], plan: Plan, hook: dict[str, Any]) -> None:

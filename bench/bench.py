@@ -1,0 +1,210 @@
+"""Container start-time benchmark: nvct vs plain runc, on a private dockerd.
+
+Run as root from the repository root (``make bench``, or ``.venv/bin/python -m bench.bench``).
+Measures, interleaved round by round so a noisy machine affects every variant alike:
+
+- ``docker run --rm --network none`` with plain runc;
+- through nvct-runtime asking for no GPU, 1 GPU, and all 8 GPUs of an 8-GPU simulated driver;
+- ``--gpus device=0`` on plain runc (nvct's nvidia-container-runtime-hook);
+
+and micro-benchmarks: ``nvct-runtime state <missing>`` vs ``runc state <missing>``, the hook's
+time per phase (from its JSON log), ``nvct-cli list`` and ``nvct-cli cdi generate``.
+Prints a table (median, p10, p90 in ms), checks the targets as ratios within this run, and
+writes everything as JSON (``--output``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from integration.harness.dockerd import Dockerd
+from integration.harness.images import GLIBC_TAG, docker_import, glibc_rootfs
+from integration.simdriver import cached_driver, preset
+
+BIN = Path(sys.executable).parent
+
+
+def config_for(sim: Any, directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "config.toml"
+    path.write_text(
+        f'driver-root = "{sim.driver_root}"\ndev-root = "{sim.dev_root}"\n'
+        f'proc-root = "{sim.proc_root}"\ncache-dir = "{directory / "cache"}"\n'
+        f'[log]\nfile = "{directory / "nvct.log"}"\n'
+    )
+    return path
+
+
+def quantiles(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    q = statistics.quantiles(ordered, n=10) if len(ordered) >= 2 else [ordered[0]] * 9
+    return {
+        "median": round(statistics.median(ordered), 2),
+        "p10": round(q[0], 2),
+        "p90": round(q[-1], 2),
+        "n": len(ordered),
+    }
+
+
+def timed(argv: list[str], env: dict[str, str] | None = None) -> float:
+    start = time.perf_counter()
+    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=False)
+    return (time.perf_counter() - start) * 1000
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--micro-rounds", type=int, default=60)
+    parser.add_argument("--output", type=Path, default=Path("bench/results.json"))
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        print("bench: needs root (dockerd, device nodes)", file=sys.stderr)
+        return 1
+
+    work = Path(tempfile.mkdtemp(prefix="nvct-bench-"))
+    cache = Path("/tmp/nvct-test-simdrivers")
+    one = cached_driver(preset("h100x4-550"), cache)
+    eight = cached_driver(preset("h100x8-550"), cache)
+    cfg1 = config_for(one, work / "one")
+    cfg8 = config_for(eight, work / "eight")
+    hookdir = work / "hookbin"
+    hookdir.mkdir()
+    wrapper = hookdir / "nvidia-container-runtime-hook"
+    # dockerd runs --gpus hooks with an empty environment: pass the test config explicitly.
+    wrapper.write_text(
+        f'#!/bin/sh\nNVCT_CONFIG={cfg1} exec {BIN / "nvidia-container-runtime-hook"} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    runtime = str(BIN / "nvct-runtime")
+    daemon = {
+        "runtimes": {
+            "nvidia": {"path": runtime, "runtimeArgs": ["--nvct-config", str(cfg1)]},
+            "nvidia8": {"path": runtime, "runtimeArgs": ["--nvct-config", str(cfg8)]},
+        }
+    }
+    old_path = os.environ["PATH"]
+    os.environ["PATH"] = f"{hookdir}:{old_path}"
+    dockerd = Dockerd(daemon)
+    try:
+        dockerd.start()
+    finally:
+        os.environ["PATH"] = old_path
+    try:
+        docker_import(dockerd, glibc_rootfs(work / "rootfs"), GLIBC_TAG)
+        base = [dockerd.docker_cli, "-H", dockerd.host, "run", "--rm", "--network", "none"]
+        env = dockerd.cli_env()
+        variants = {
+            "runc": [*base, GLIBC_TAG, "true"],
+            "nvct, no GPU asked": [*base, "--runtime", "nvidia", GLIBC_TAG, "true"],
+            "nvct, 1 GPU": [
+                *base,
+                "--runtime",
+                "nvidia",
+                "-e",
+                "NVIDIA_VISIBLE_DEVICES=0",
+                GLIBC_TAG,
+                "true",
+            ],
+            "nvct, 8 GPUs (all)": [
+                *base,
+                "--runtime",
+                "nvidia8",
+                "-e",
+                "NVIDIA_VISIBLE_DEVICES=all",
+                GLIBC_TAG,
+                "true",
+            ],
+            "--gpus device=0 on runc": [*base, "--gpus", "device=0", GLIBC_TAG, "true"],
+        }
+        for argv in variants.values():  # warm caches (inventory, validated config, page cache)
+            for _ in range(2):
+                subprocess.run(argv, env=env, check=True, capture_output=True)
+        samples: dict[str, list[float]] = {name: [] for name in variants}
+        for _ in range(args.rounds):
+            for name, argv in variants.items():
+                samples[name].append(timed(argv, env))
+
+        micro: dict[str, list[float]] = {
+            "runc state <missing>": [],
+            "nvct-runtime state <missing>": [],
+        }
+        for _ in range(args.micro_rounds):
+            micro["runc state <missing>"].append(timed(["runc", "state", "nvct-bench-missing"]))
+            micro["nvct-runtime state <missing>"].append(
+                timed([runtime, "--nvct-config", str(cfg1), "state", "nvct-bench-missing"])
+            )
+        cli = [str(BIN / "nvct-cli"), "--config", str(cfg1)]
+        micro["nvct-cli list"] = [timed([*cli, "list"]) for _ in range(args.micro_rounds // 3)]
+        cdi_out = work / "nvidia.json"
+        if (
+            subprocess.run([*cli, "cdi", "--help"], capture_output=True, check=False).returncode
+            == 0
+        ):
+            micro["nvct-cli cdi generate"] = [
+                timed([*cli, "cdi", "generate", "--output", str(cdi_out)])
+                for _ in range(args.micro_rounds // 3)
+            ]
+        phases: dict[str, list[float]] = {}
+        for line in (cfg1.parent / "nvct.log").read_text().splitlines():
+            event = json.loads(line)
+            if event.get("event") == "container_configured":
+                for phase, ms in event["phases_ms"].items():
+                    phases.setdefault(f"hook phase: {phase}", []).append(ms)
+                phases.setdefault("hook total (in-process)", []).append(event["total_ms"])
+    finally:
+        dockerd.stop()
+
+    results = {name: quantiles(s) for name, s in {**samples, **micro, **phases}.items()}
+    med = {name: r["median"] for name, r in results.items()}
+    targets = {
+        "1 GPU <= 1.11 x runc": med["nvct, 1 GPU"] / med["runc"],
+        "no GPU <= 1.025 x runc": med["nvct, no GPU asked"] / med["runc"],
+        "passthrough <= 1.5 x runc": med["nvct-runtime state <missing>"]
+        / med["runc state <missing>"],
+        "8 GPUs <= 1.1 x 1 GPU": med["nvct, 8 GPUs (all)"] / med["nvct, 1 GPU"],
+    }
+    limits = {
+        "1 GPU <= 1.11 x runc": 1.11,
+        "no GPU <= 1.025 x runc": 1.025,
+        "passthrough <= 1.5 x runc": 1.5,
+        "8 GPUs <= 1.1 x 1 GPU": 1.1,
+    }
+    print(f"{'measurement':<34} {'median':>8} {'p10':>8} {'p90':>8} {'n':>4}  (ms)")
+    for name, r in results.items():
+        print(f"{name:<34} {r['median']:>8.2f} {r['p10']:>8.2f} {r['p90']:>8.2f} {r['n']:>4}")
+    print()
+    ok = True
+    for name, ratio in targets.items():
+        met = ratio <= limits[name]
+        ok &= met
+        print(f"{name:<30} ratio {ratio:.3f}  {'met' if met else 'MISSED'}")
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(
+        json.dumps(
+            {
+                "results": results,
+                "ratios": {k: round(v, 4) for k, v in targets.items()},
+                "rounds": args.rounds,
+                "date": time.strftime("%Y-%m-%d"),
+                "machine": {"cpus": os.cpu_count(), "kernel": os.uname().release},
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    print(f"\nwritten: {args.output}")
+    return 0 if ok else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""Install the POSIX-shell ``nvct-runtime`` launcher (see launcher.sh for why).
+
+``python -m nvct.runtime.launcher --output PATH [--python-command CMD]`` writes the launcher
+with CMD (default: this interpreter, isolated, running ``nvct.runtime``) as its Python path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from pathlib import Path
+
+
+def render(python_command: str) -> str:
+    """The launcher script with ``python_command`` as the way to start the Python shim."""
+    template = (Path(__file__).parent / "launcher.sh").read_text()
+    return template.replace("@RUNTIME_PY@", python_command)
+
+
+def default_command() -> str:
+    """This interpreter in isolated mode running the shim module."""
+    return f"{shlex.quote(sys.executable)} -I -m nvct.runtime"
+
+
+def install(output: Path, python_command: str) -> None:
+    """Write the launcher atomically with mode 0755."""
+    tmp = output.with_name(f".{output.name}.tmp{os.getpid()}")
+    tmp.write_text(render(python_command))
+    tmp.chmod(0o755)
+    tmp.replace(output)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry."""
+    parser = argparse.ArgumentParser(prog="python -m nvct.runtime.launcher")
+    parser.add_argument("--output", type=Path, required=True)
+    parser.add_argument("--python-command", default=default_command())
+    args = parser.parse_args(argv)
+    install(args.output, args.python_command)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
