@@ -11,8 +11,8 @@ Each fixture skips its tests, saying what is missing, when not root or without d
 from __future__ import annotations
 
 import itertools
-import sys
 import shutil
+import sys
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
