@@ -4,72 +4,102 @@
   a fingerprint of everything it was derived from: the driver root's ld.so.cache identity,
   the NVIDIA device nodes under the dev root, the MIG capability tree and driver version in
   procfs, and the IPC endpoints. Any change gives a new key, hence a fresh discovery.
+- The shim's per-container work orders (``nvct.runtime.fastpath``), revalidated against the
+  same fingerprint.
 - A config.toml whose exact bytes already passed jsonschema validation is remembered by
   content hash, so jsonschema (~50 ms to import) is loaded only when the file changes.
 
-Writes are atomic (temp file + rename), so concurrent hooks never read a torn file; a
-cache that cannot be read or written is simply bypassed.
+Writes are atomic (temp file + fsync + rename), so concurrent hooks never read a torn file;
+a cache that cannot be read or written is simply bypassed. Paths are plain ``os.path``
+strings: this module is imported on every GPU container start, and pathlib costs ~6 ms.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
-from pathlib import Path
 
 from nvct._version import __version__
 from nvct.components import IPC_FABRICMANAGER, IPC_MPS_DIR, IPC_PERSISTENCED
-from nvct.inventory import Inventory
+
+TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
+if TYPE_CHECKING:
+    from typing import Any
+
+    from nvct.inventory import Inventory
 
 
-def inventory_fingerprint(driver_root: Path, dev_root: Path, proc_root: Path) -> str:
+def inventory_fingerprint(
+    driver_root: str | os.PathLike[str],
+    dev_root: str | os.PathLike[str],
+    proc_root: str | os.PathLike[str],
+) -> str:
     """A hash of the host facts the inventory depends on (cheap: stats and listdirs)."""
-    parts: list[str] = [__version__, str(driver_root), str(dev_root), str(proc_root)]
-    parts.append(_stat_id(driver_root / "etc/ld.so.cache"))
+    driver, dev, proc = os.fspath(driver_root), os.fspath(dev_root), os.fspath(proc_root)
+    parts: list[str] = [__version__, driver, dev, proc]
+    parts.append(_stat_id(os.path.join(driver, "etc/ld.so.cache")))
     for rel in (IPC_PERSISTENCED, IPC_FABRICMANAGER, IPC_MPS_DIR):
-        parts.append(_stat_id(driver_root / rel.lstrip("/"), inode=False))
-    for directory in (dev_root / "dev", dev_root / "dev/nvidia-caps"):
+        parts.append(_stat_id(os.path.join(driver, rel.lstrip("/")), inode=False))
+    for directory in (os.path.join(dev, "dev"), os.path.join(dev, "dev/nvidia-caps")):
         parts.extend(_nodes(directory))
     try:
-        parts.append((proc_root / "driver/nvidia/version").read_text())
+        with open(os.path.join(proc, "driver/nvidia/version"), encoding="utf-8") as f:
+            parts.append(f.read())
     except OSError:
         parts.append("-")
-    caps = proc_root / "driver/nvidia/capabilities"
-    parts.extend(sorted(str(p.relative_to(caps)) for p in caps.glob("gpu*/mig/gi*/ci*")))
+    parts.extend(_mig_instances(os.path.join(proc, "driver/nvidia/capabilities")))
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
 
 
-def read_inventory(cache_dir: Path, key: str) -> Inventory | None:
+def read_inventory(cache_dir: str | os.PathLike[str], key: str) -> Inventory | None:
     """The cached inventory for ``key``, or None (absent, unreadable or another key)."""
+    from nvct.inventory import Inventory
+
+    data = _read_json(os.path.join(cache_dir, f"inventory-{key}.json"))
     try:
-        data = json.loads((cache_dir / f"inventory-{key}.json").read_bytes())
-        if data.get("key") != key:
+        if data is None or data.get("key") != key:
             return None
         return Inventory.from_dict(data["inventory"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
-def write_inventory(cache_dir: Path, key: str, inventory: Inventory) -> None:
+def write_inventory(cache_dir: str | os.PathLike[str], key: str, inventory: Inventory) -> None:
     """Store an inventory; errors are ignored (the cache is an optimisation)."""
     payload = json.dumps({"key": key, "inventory": inventory.to_dict()}).encode()
     _atomic_write(cache_dir, f"inventory-{key}.json", payload)
     # Older fingerprints of the same roots are dead weight; drop all but this one.
     try:
-        for old in cache_dir.glob("inventory-*.json"):
-            if old.name != f"inventory-{key}.json" and _older_than(old, 3600):
-                old.unlink(missing_ok=True)
+        for name in os.listdir(cache_dir):
+            if (
+                name.startswith("inventory-")
+                and name != f"inventory-{key}.json"
+                and _older_than(os.path.join(cache_dir, name), 3600)
+            ):
+                os.unlink(os.path.join(cache_dir, name))
     except OSError:
         pass
 
 
-def config_validated(cache_dir: Path, raw: bytes) -> bool:
+def read_order(cache_dir: str | os.PathLike[str], key: str) -> dict[str, Any] | None:
+    """A work order the shim computed before for exactly these inputs (see runtime.fastpath)."""
+    data = _read_json(os.path.join(cache_dir, f"order-{key}.json"))
+    return data if isinstance(data, dict) and data.get("key") == key else None
+
+
+def write_order(cache_dir: str | os.PathLike[str], key: str, order: dict[str, Any]) -> None:
+    """Remember a work order; errors are ignored."""
+    _atomic_write(cache_dir, f"order-{key}.json", json.dumps({**order, "key": key}).encode())
+
+
+def config_validated(cache_dir: str | os.PathLike[str], raw: bytes) -> bool:
     """True when these exact config bytes passed validation before."""
-    return (cache_dir / f"config-{_digest(raw)}.ok").exists()
+    return os.path.exists(os.path.join(cache_dir, f"config-{_digest(raw)}.ok"))
 
 
-def remember_config(cache_dir: Path, raw: bytes) -> None:
+def remember_config(cache_dir: str | os.PathLike[str], raw: bytes) -> None:
     """Record that these config bytes are valid."""
     _atomic_write(cache_dir, f"config-{_digest(raw)}.ok", b"")
 
@@ -78,35 +108,46 @@ def _digest(raw: bytes) -> str:
     return hashlib.sha256(__version__.encode() + b"\0" + raw).hexdigest()[:32]
 
 
-def _atomic_write(directory: Path, name: str, payload: bytes) -> None:
+def _read_json(path: str) -> Any:
     try:
-        directory.mkdir(mode=0o755, parents=True, exist_ok=True)
-        tmp = directory / f".{name}.{os.getpid()}.tmp"
+        with open(path, "rb") as f:
+            return json.loads(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def _atomic_write(directory: str | os.PathLike[str], name: str, payload: bytes) -> None:
+    directory = os.fspath(directory)
+    tmp = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
+    try:
+        os.makedirs(directory, mode=0o755, exist_ok=True)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
         try:
             os.write(fd, payload)
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, directory / name)
+        os.replace(tmp, os.path.join(directory, name))
     except OSError:
-        return
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
 
 
-def _stat_id(path: Path, *, inode: bool = True) -> str:
+def _stat_id(path: str, *, inode: bool = True) -> str:
+    name = os.path.basename(path)
     try:
-        st = path.stat()
+        st = os.stat(path)
     except OSError:
-        return f"{path.name}:-"
-    ident = f"{path.name}:{st.st_mode:o}:{st.st_size}:{st.st_mtime_ns}"
+        return f"{name}:-"
+    ident = f"{name}:{st.st_mode:o}:{st.st_size}:{st.st_mtime_ns}"
     return ident + (f":{st.st_ino}" if inode else "")
 
 
-def _nodes(directory: Path) -> list[str]:
+def _nodes(directory: str) -> list[str]:
     try:
         entries = os.scandir(directory)
     except OSError:
-        return [f"{directory.name}:-"]
+        return [f"{os.path.basename(directory)}:-"]
     out = []
     with entries:
         for entry in entries:
@@ -119,10 +160,27 @@ def _nodes(directory: Path) -> list[str]:
     return sorted(out)
 
 
-def _older_than(path: Path, seconds: int) -> bool:
+def _mig_instances(caps: str) -> list[str]:
+    """``gpu<N>/mig/gi<G>/ci<C>`` entries: MIG reconfiguration changes the fingerprint."""
+    out: list[str] = []
+    for gpu in _listdir(caps, "gpu"):
+        mig = os.path.join(caps, gpu, "mig")
+        for gi in _listdir(mig, "gi"):
+            out.extend(f"{gpu}/mig/{gi}/{ci}" for ci in _listdir(os.path.join(mig, gi), "ci"))
+    return sorted(out)
+
+
+def _listdir(path: str, prefix: str) -> list[str]:
+    try:
+        return [n for n in os.listdir(path) if n.startswith(prefix)]
+    except OSError:
+        return []
+
+
+def _older_than(path: str, seconds: int) -> bool:
     import time
 
     try:
-        return time.time() - path.stat().st_mtime > seconds
+        return time.time() - os.stat(path).st_mtime > seconds
     except OSError:
         return False

@@ -8,7 +8,6 @@ path does not pay jsonschema's import on every container start.
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,9 +20,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-DEFAULT_PATH = Path("/etc/nvct/config.toml")
-ENV_VAR = "NVCT_CONFIG"
-DEFAULT_CACHE_DIR = "/var/cache/nvct"
+from nvct.defaults import DEFAULT_CACHE_DIR, ENV_VAR, config_path
 
 CAPABILITIES = ("utility", "compute", "video", "graphics", "display", "ngx", "compat32")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -132,16 +129,6 @@ _KEYMAP: dict[tuple[str, ...], str] = {
 _PATH_FIELDS = {"driver_root", "dev_root", "proc_root", "ldconfig"}
 
 
-def config_path(explicit: str | None = None) -> tuple[Path, bool]:
-    """The config file to read, and whether the user named it (then it must exist)."""
-    if explicit:
-        return Path(explicit), True
-    env = os.environ.get(ENV_VAR)
-    if env:
-        return Path(env), True
-    return DEFAULT_PATH, False
-
-
 def load_config(explicit: str | None = None, *, use_cache: bool = True) -> Config:
     """Load the effective config.
 
@@ -153,7 +140,8 @@ def load_config(explicit: str | None = None, *, use_cache: bool = True) -> Confi
     Raises:
         ConfigError: the named file is missing, or any file is unreadable or invalid.
     """
-    path, required = config_path(explicit)
+    name, required = config_path(explicit)
+    path = Path(name)
     try:
         raw = path.read_bytes()
     except FileNotFoundError as err:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
+if TYPE_CHECKING:
+    from typing import ClassVar
 
 
 class NvctError(Exception):

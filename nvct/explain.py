@@ -18,7 +18,8 @@ from nvct.config import Config
 from nvct.errors import NvctError, SpecError
 from nvct.inventory import Inventory
 from nvct.plan import Plan, RootfsLayout, build_plan
-from nvct.request import Request, env_map, is_privileged, parse_request, request_from_spec
+from nvct.request import Request, parse_request, request_from_spec
+from nvct.request_inputs import env_map, is_privileged
 
 SYS_ADMIN = frozenset({"SYS_ADMIN", "CAP_SYS_ADMIN", "ALL"})
 

@@ -13,7 +13,11 @@ import json
 import os
 import sys
 import time
-from typing import Any
+
+TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
+if TYPE_CHECKING:
+    from typing import Any
+
 
 LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
 

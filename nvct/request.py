@@ -8,19 +8,19 @@ keep working: ``NVIDIA_VISIBLE_DEVICES``, ``NVIDIA_DRIVER_CAPABILITIES``,
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from nvct.config import CAPABILITIES, Config
 from nvct.errors import RequestError, RequirementError
+from nvct.request_inputs import DEVICE_MOUNT_DIR, env_map, is_privileged, mount_destinations
 from nvct.requirements import Requirement, parse_requirement
 
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 DRIVER_CAPABILITIES = "NVIDIA_DRIVER_CAPABILITIES"
 REQUIRE_PREFIX = "NVIDIA_REQUIRE_"
 DISABLE_REQUIRE = "NVIDIA_DISABLE_REQUIRE"
-DEVICE_MOUNT_DIR = "/var/run/nvidia-container-devices/"
 MAX_DEVICES = 1024
 _TRUE = {"1", "t", "true", "yes", "y", "on"}
 
@@ -49,30 +49,12 @@ class Request:
 VOID = Request(visible="void", source="nothing asked")
 
 
-def env_map(env: Iterable[str]) -> dict[str, str]:
-    """An OCI ``process.env`` list as a dict (later entries win, as in execve users)."""
-    out: dict[str, str] = {}
-    for item in env:
-        key, sep, value = item.partition("=")
-        if sep:
-            out[key] = value
-    return out
-
-
-def is_privileged(spec: Mapping[str, Any]) -> bool:
-    """CAP_SYS_ADMIN in the bounding set, the toolkit's test for a privileged container."""
-    caps = (spec.get("process") or {}).get("capabilities") or {}
-    bounding = caps.get("bounding", ()) if isinstance(caps, Mapping) else caps
-    return "CAP_SYS_ADMIN" in (bounding or ())
-
-
 def request_from_spec(spec: Mapping[str, Any], config: Config) -> Request:
     """The Request of an OCI runtime spec (``config.json`` as a dict)."""
     process = spec.get("process") or {}
-    mounts = [m.get("destination", "") for m in spec.get("mounts") or () if isinstance(m, dict)]
     return parse_request(
         env_map(process.get("env") or ()),
-        mounts=mounts,
+        mounts=mount_destinations(spec),
         privileged=is_privileged(spec),
         config=config,
     )

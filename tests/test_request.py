@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from nvct.config import CAPABILITIES, Config
 from nvct.errors import RequestError, RequirementError
-from nvct.request import is_privileged, parse_request, request_from_spec
+from nvct.request import parse_request, request_from_spec
+from nvct.request_inputs import is_privileged
 
 CONFIG = Config()
 

@@ -76,11 +76,10 @@ def run(args: HookArgs, state: dict[str, object]) -> None:
     """Create the symlinks, then run ldconfig, inside the container's root."""
     from nvct.hook.apply import create_symlink, run_ldconfig
     from nvct.hook.rootfs import Rootfs
-    from nvct.plan import Symlink
 
     with Rootfs(container_root(state)) as rootfs:
         for target, link in args.symlinks:
-            create_symlink(rootfs, Symlink(path=link, target=target, reason="cdi"))
+            create_symlink(rootfs, link, target)
         if args.ldconfig_dirs:
             run_ldconfig(rootfs, args.ldconfig, tuple(args.ldconfig_dirs))
 

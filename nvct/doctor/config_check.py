@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from nvct.config import Config, config_path, load_config
+from nvct.config import Config, load_config
+from nvct.defaults import config_path
 from nvct.doctor.result import CheckResult, failed, passed
 from nvct.errors import ConfigError
 

@@ -8,16 +8,20 @@ revoked on the next update) and fails with advice to use the nvidia runtime inst
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 
 from nvct.errors import ApplyError
-from nvct.inventory import DeviceNode
+
+TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
+if TYPE_CHECKING:
+    from typing import Any
 
 
-def devices_cgroup_dir(pid: int, proc_root: Path = Path("/proc")) -> Path | None:
+def devices_cgroup_dir(pid: int, proc_root: str = "/proc") -> str | None:
     """The cgroup v1 devices directory of ``pid``, or None when it is on cgroup v2 only."""
     try:
-        lines = (proc_root / str(pid) / "cgroup").read_text().splitlines()
+        with open(os.path.join(proc_root, str(pid), "cgroup"), encoding="utf-8") as f:
+            lines = f.read().splitlines()
     except OSError as err:
         raise ApplyError(f"cannot read /proc/{pid}/cgroup: {err.strerror}") from err
     rel = None
@@ -31,20 +35,22 @@ def devices_cgroup_dir(pid: int, proc_root: Path = Path("/proc")) -> Path | None
     mount = _v1_mountpoint(pid, proc_root)
     if mount is None:
         raise ApplyError("the devices cgroup controller is not mounted on the host")
-    return mount / rel.lstrip("/")
+    return os.path.join(mount, rel.lstrip("/"))
 
 
-def _v1_mountpoint(pid: int, proc_root: Path) -> Path | None:
-    for line in (proc_root / "self" / "mountinfo").read_text().splitlines():
+def _v1_mountpoint(pid: int, proc_root: str) -> str | None:
+    with open(os.path.join(proc_root, "self", "mountinfo"), encoding="utf-8") as f:
+        text = f.read()
+    for line in text.splitlines():
         left, _, right = line.partition(" - ")
         fields, extra = left.split(), right.split()
         if extra and extra[0] == "cgroup" and "devices" in extra[-1].split(","):
-            return Path(fields[4])
+            return fields[4]
     return None
 
 
-def grant_devices(pid: int, nodes: list[DeviceNode]) -> None:
-    """Allow read/write/mknod of ``nodes`` in the cgroup of ``pid``.
+def grant_devices(pid: int, nodes: list[list[Any]]) -> None:
+    """Allow read/write/mknod of ``[path, major, minor, mode]`` nodes in the cgroup of ``pid``.
 
     Raises:
         ApplyError: cgroup v2 only (no devices controller), or the write fails.
@@ -58,9 +64,10 @@ def grant_devices(pid: int, nodes: list[DeviceNode]) -> None:
             hint="run the container with --runtime=nvidia (nvct-runtime) instead of --gpus "
             "on plain runc; `nvct-cli configure --runtime docker` registers it",
         )
-    allow = directory / "devices.allow"
-    for node in nodes:
+    allow = os.path.join(directory, "devices.allow")
+    for _, major, minor, _ in nodes:
         try:
-            allow.write_text(f"c {node.major}:{node.minor} rwm\n")
+            with open(allow, "w", encoding="ascii") as f:
+                f.write(f"c {major}:{minor} rwm\n")
         except OSError as err:
             raise ApplyError(f"cannot write {allow}: {err.strerror}") from err

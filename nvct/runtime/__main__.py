@@ -48,8 +48,7 @@ def _create(args: object, config_file: str | None) -> tuple[int, tuple[str, ...]
     assert isinstance(args, RuncArgs)  # noqa: S101 - narrowing only
     log = EventLog("nvct-runtime", "")
     try:
-        config = prepare_bundle(args, config_file, log)
-        return 0, config.low_level_runtimes
+        return 0, prepare_bundle(args, config_file, log)
     except NvctError as err:
         log.log("error", "create_refused", error=err.one_line())
         _fail(args.log_file, args.log_format, err.one_line(), None)

@@ -6,22 +6,30 @@ Mirrors runc's urfave/cli flags: global flags before the subcommand, ``--flag va
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 GLOBAL_VALUE_FLAGS = frozenset({"log", "log-format", "root", "criu", "rootless"})
 SUB_VALUE_FLAGS = frozenset({"bundle", "b", "console-socket", "pid-file", "preserve-fds"})
 OWN_CONFIG_FLAG = "--nvct-config"
 
 
-@dataclass(frozen=True, slots=True)
 class RuncArgs:
-    """What the shim reads from runc's argv."""
+    """What the shim reads from runc's argv (a slotted class: no dataclasses on this path)."""
 
-    subcommand: str
-    bundle: str  # "" = the working directory
-    container_id: str
-    log_file: str
-    log_format: str
+    __slots__ = ("bundle", "container_id", "log_file", "log_format", "subcommand")
+
+    def __init__(
+        self, *, subcommand: str, bundle: str, container_id: str, log_file: str, log_format: str
+    ) -> None:
+        self.subcommand = subcommand
+        self.bundle = bundle  # "" = the working directory
+        self.container_id = container_id
+        self.log_file = log_file
+        self.log_format = log_format
+
+    def __repr__(self) -> str:
+        return (
+            f"RuncArgs(subcommand={self.subcommand!r}, bundle={self.bundle!r}, "
+            f"container_id={self.container_id!r})"
+        )
 
 
 def strip_own_flags(argv: list[str]) -> tuple[str | None, list[str]]:

@@ -1,0 +1,19 @@
+"""Where nvct's config lives and its cache default; stdlib only (used on hot paths)."""
+
+from __future__ import annotations
+
+import os
+
+DEFAULT_PATH = "/etc/nvct/config.toml"
+ENV_VAR = "NVCT_CONFIG"
+DEFAULT_CACHE_DIR = "/var/cache/nvct"
+
+
+def config_path(explicit: str | None = None) -> tuple[str, bool]:
+    """The config file to read, and whether the user named it (then it must exist)."""
+    if explicit:
+        return explicit, True
+    env = os.environ.get(ENV_VAR)
+    if env:
+        return env, True
+    return DEFAULT_PATH, False
