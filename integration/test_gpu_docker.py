@@ -204,5 +204,6 @@ def test_hook_log_records_phases(nvidia_dockerd: Dockerd, nvct_config: Path) -> 
     ]
     hook = [e for e in lines if e["event"] == "container_configured"][-1]
     assert hook["devices"][-1] == "/dev/nvidia2" and hook["mounts"] > 10
-    assert set(hook["phases_ms"]) == {"request", "inventory", "plan", "apply"}
+    assert hook["planned_by"] == "nvct-runtime"
+    assert set(hook["phases_ms"]) == {"prepare", "mounts", "symlinks", "ldconfig"}
     assert len(hook["container_id"]) == 64
