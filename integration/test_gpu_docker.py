@@ -207,3 +207,60 @@ def test_hook_log_records_phases(nvidia_dockerd: Dockerd, nvct_config: Path) -> 
     assert hook["planned_by"] == "nvct-runtime"
     assert set(hook["phases_ms"]) == {"prepare", "mounts", "symlinks", "ldconfig"}
     assert len(hook["container_id"]) == 64
+
+
+# What NVIDIA's legacy path (libnvidia-container) mounts for utility,compute — written out here
+# from its documented tables, not derived from nvct's own plan.
+LEGACY_UTILITY_COMPUTE = (
+    "libnvidia-ml",
+    "libnvidia-cfg",
+    "libcuda",
+    "libcudadebugger",
+    "libnvidia-opencl",
+    "libnvidia-gpucomp",
+    "libnvidia-ptxjitcompiler",
+    "libnvidia-allocator",
+    "libnvidia-pkcs11",
+    "libnvidia-pkcs11-openssl3",
+    "libnvidia-nvvm",
+)
+LEGACY_BINARIES = (
+    "nvidia-smi",
+    "nvidia-debugdump",
+    "nvidia-persistenced",
+    "nvidia-cuda-mps-control",
+    "nvidia-cuda-mps-server",
+)
+
+
+def test_container_holds_what_nvidia_legacy_injects(
+    nvidia_dockerd: Dockerd, sim_driver: Any
+) -> None:
+    from integration.simdriver import DRIVER_LIBS
+
+    version = sim_driver.spec.driver_version
+    image_libs = set(run(nvidia_dockerd, "ls /usr/lib/x86_64-linux-gnu", runtime="").stdout.split())
+    result = run(
+        nvidia_dockerd,
+        "ls /usr/lib/x86_64-linux-gnu; echo ===; ls /usr/bin; echo ===; "
+        f"ls /lib/firmware/nvidia/{version}; echo ===; "
+        "for l in /usr/lib/x86_64-linux-gnu/*; do [ -L $l ] && echo ${l##*/} $(readlink $l); done; "
+        "echo ===; ls /dev",
+        "NVIDIA_VISIBLE_DEVICES=1",
+    )
+    libs, bins, firmware, links, devs = result.stdout.split("===")
+    by_name = {lib.name: lib for lib in DRIVER_LIBS}
+    files = {f"{n}.so.{version}" for n in LEGACY_UTILITY_COMPUTE}
+    sonames = {by_name[n].soname_for(version) for n in LEGACY_UTILITY_COMPUTE} - files
+    assert set(libs.split()) - image_libs == files | sonames | {"libcuda.so"}
+    assert {b for b in bins.split() if b.startswith("nvidia")} == set(LEGACY_BINARIES)
+    assert set(firmware.split()) == {"gsp_ga10x.bin", "gsp_tu10x.bin"}
+    pairs = dict(line.split() for line in links.strip().splitlines())
+    assert pairs["libcuda.so"] == "libcuda.so.1"
+    assert pairs["libcuda.so.1"] == f"libcuda.so.{version}"
+    assert {d for d in devs.split() if d.startswith("nvidia")} == {
+        "nvidiactl",
+        "nvidia-uvm",
+        "nvidia-uvm-tools",
+        "nvidia1",
+    }
