@@ -442,13 +442,9 @@ def test_installed_runtime_runs_a_docker_container(
     tmp_path: Path,
 ) -> None:
     require(need_docker())
-    # The shim's default hook command is this installation's Python with `-I -m nvct.hook`,
-    # which cannot import the private tree: point it at the installed launcher explicitly.
-    config = write_nvct_config(
-        tmp_path / "nvct" / "config.toml",
-        sim_driver,
-        **{"runtime.hook-path": '"/usr/bin/nvct-hook"'},
-    )
+    # Default hook command: the installed shim's own Python, isolated, told where the
+    # private tree is (no hook-path needed).
+    config = write_nvct_config(tmp_path / "nvct" / "config.toml", sim_driver)
     dockerd = dockerd_factory(
         {
             "runtimes": {
