@@ -32,6 +32,11 @@ class EventLog:
         self.context: dict[str, Any] = {}
         self.lines: list[str] = []
 
+    def configure(self, path: str, level: str) -> None:
+        """Point the log at the configured file and level (known only after config loads)."""
+        self.path = path
+        self.threshold = LEVELS.get(level, 20)
+
     def bind(self, **context: Any) -> None:
         """Add context to every later event (container id, bundle, ...)."""
         self.context.update(context)
@@ -108,4 +113,4 @@ def configure_structlog(path: str, level: str = "info") -> Any:
         logger_factory=structlog.WriteLoggerFactory(file=handle),
         cache_logger_on_first_use=True,
     )
-    return structlog.get_logger().bind(component="nvct-cli")
+    return structlog.get_logger().bind(component="nvct-cli", pid=os.getpid())

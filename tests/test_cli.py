@@ -92,3 +92,30 @@ def test_list_is_fast_once_cached(h100x4, tmp_path) -> None:
     cli(*args)
     assert time.perf_counter() - start < 2.0
     assert len(list((tmp_path / "cache").glob("inventory-*.json"))) == 1
+
+
+def test_host_changes_are_logged_as_json_lines(tmp_path) -> None:
+    """configure writes one structlog JSON object per change to the configured log file."""
+    log = tmp_path / "nvct.log"
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f"cache-dir = '{tmp_path / 'cache'}'\n[log]\nfile = '{log}'\n")
+    daemon = tmp_path / "daemon.json"
+    daemon.write_text('{"log-level": "warn"}\n')
+    args = [
+        "--config",
+        str(cfg),
+        "configure",
+        "--runtime",
+        "docker",
+        "--config",
+        str(daemon),
+        "--runtime-path",
+        "/usr/bin/nvct-runtime",
+    ]
+    cli(*args)
+    cli(*args)  # unchanged: nothing more to log
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [e["event"] for e in events] == ["engine_configured"]
+    assert events[0]["file"] == str(daemon) and events[0]["level"] == "info"
+    assert events[0]["component"] == "nvct-cli" and "ts" in events[0]
+    assert json.loads(daemon.read_text())["runtimes"]["nvidia"]["path"] == "/usr/bin/nvct-runtime"

@@ -77,6 +77,13 @@ def generate(
     applied = apply_change(FileChange(output, read_config(output), text))
     devices = len(spec["devices"])
     state = "unchanged" if applied.action == "unchanged" else "written"
+    if state == "written":
+        obj.event(
+            "cdi_spec_written",
+            file=str(output),
+            devices=devices,
+            driver_version=inventory.driver_version,
+        )
     click.echo(f"{output}: {state} ({devices} devices, driver {inventory.driver_version})")
 
 

@@ -192,6 +192,14 @@ def configure(
         undo=undo,
     )
     result = configure_engine(engine, opts, dry_run=dry_run)
+    if result.applied is not None and result.change.changed:
+        obj.event(
+            "engine_configured",
+            engine=result.engine,
+            file=str(result.change.path),
+            undo=undo,
+            action=result.applied.action,
+        )
     if as_json:
         click.echo(json.dumps(result_to_dict(result), indent=2))
         return

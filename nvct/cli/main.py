@@ -53,6 +53,7 @@ class CliContext:
     overrides: dict[str, Any]
     use_cache: bool
     _config: Config | None = None
+    _logger: Any = None
 
     @property
     def config(self) -> Config:
@@ -61,6 +62,18 @@ class CliContext:
             base = load_config(self.config_file)
             self._config = dataclasses.replace(base, **self.overrides)
         return self._config
+
+    def event(self, name: str, **fields: Any) -> None:
+        """Record a change nvct made to the host in its JSON log (structlog, lazily set up)."""
+        if self._logger is None:
+            from nvct.log import configure_structlog
+
+            try:
+                config = self.config
+            except NvctError:  # an invalid config must not stop configure from being logged
+                config = Config()
+            self._logger = configure_structlog(config.log_file, config.log_level)
+        self._logger.info(name, **fields)
 
 
 @click.group(

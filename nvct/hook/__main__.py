@@ -66,7 +66,7 @@ def _prestart(log: EventLog) -> int:
     root = str(rootfs_path(spec, state.bundle))
     if ENV_VAR in os.environ:
         order = decode(os.environ[ENV_VAR])
-        log.path, log.threshold = order["log"][0], _level(order["log"][1])
+        log.configure(*order["log"])
         source = "nvct-runtime"
     else:
         found = _plan_here(spec, root, log)
@@ -126,7 +126,7 @@ def _plan_here(spec: dict[str, Any], root: str, log: EventLog) -> dict[str, Any]
     from nvct.request import request_from_spec
 
     config = load_config()
-    log.path, log.threshold = config.log_file, _level(config.log_level)
+    log.configure(config.log_file, config.log_level)
     request = request_from_spec(spec, config)
     if not request.wants_gpu:
         log.debug("no_gpu_requested", decisions=list(request.decisions))
@@ -136,12 +136,6 @@ def _plan_here(spec: dict[str, Any], root: str, log: EventLog) -> dict[str, Any]
         layout = RootfsLayout(debian=rootfs.exists("/etc/debian_version"))
     plan = build_plan(request, inventory, config, host_arch(), layout)
     return from_plan(plan, config)
-
-
-def _level(name: str) -> int:
-    from nvct.log import LEVELS
-
-    return LEVELS.get(name, 20)
 
 
 if __name__ == "__main__":

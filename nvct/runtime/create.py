@@ -51,7 +51,7 @@ def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tu
         entry = _plan(spec, config_file, debian)
         if cache_dir and key:
             cache.write_order(cache_dir, key, entry)
-    log.path, log.threshold = entry["log"][0], 10 if entry["log"][1] == "debug" else 20
+    log.configure(*entry["log"])
     if entry["hook"] is None:
         # A --gpus hook on a container that asks for nothing would only fail later.
         if remove_gpu_hooks(spec):
