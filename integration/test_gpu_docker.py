@@ -18,6 +18,8 @@ import pytest
 from integration.conftest import NVCT_BIN, write_nvct_config
 from integration.harness.dockerd import Dockerd, DockerdFactory
 from integration.harness.images import GLIBC_TAG, ImageImporter
+from tests.nvidia_legacy import BINARIES as LEGACY_BINARIES
+from tests.nvidia_legacy import UTILITY_COMPUTE_LIBS as LEGACY_UTILITY_COMPUTE
 
 pytestmark = [pytest.mark.docker, pytest.mark.root]
 
@@ -207,30 +209,6 @@ def test_hook_log_records_phases(nvidia_dockerd: Dockerd, nvct_config: Path) -> 
     assert hook["planned_by"] == "nvct-runtime"
     assert set(hook["phases_ms"]) == {"prepare", "mounts", "symlinks", "ldconfig"}
     assert len(hook["container_id"]) == 64
-
-
-# What NVIDIA's legacy path (libnvidia-container) mounts for utility,compute — written out here
-# from its documented tables, not derived from nvct's own plan.
-LEGACY_UTILITY_COMPUTE = (
-    "libnvidia-ml",
-    "libnvidia-cfg",
-    "libcuda",
-    "libcudadebugger",
-    "libnvidia-opencl",
-    "libnvidia-gpucomp",
-    "libnvidia-ptxjitcompiler",
-    "libnvidia-allocator",
-    "libnvidia-pkcs11",
-    "libnvidia-pkcs11-openssl3",
-    "libnvidia-nvvm",
-)
-LEGACY_BINARIES = (
-    "nvidia-smi",
-    "nvidia-debugdump",
-    "nvidia-persistenced",
-    "nvidia-cuda-mps-control",
-    "nvidia-cuda-mps-server",
-)
 
 
 def test_container_holds_what_nvidia_legacy_injects(

@@ -12,29 +12,11 @@ from nvct.errors import RequestError, RequirementError
 from nvct.plan import RootfsLayout, build_plan
 from nvct.request import parse_request
 from tests.conftest import sim_config, sim_inventory
+from tests.nvidia_legacy import BINARIES, UTILITY_COMPUTE_LIBS
 
 pytestmark = pytest.mark.root
 
-LEGACY_DEFAULT_LIBS = {
-    "libnvidia-ml",
-    "libnvidia-cfg",
-    "libcuda",
-    "libcudadebugger",
-    "libnvidia-opencl",
-    "libnvidia-gpucomp",
-    "libnvidia-ptxjitcompiler",
-    "libnvidia-allocator",
-    "libnvidia-pkcs11",
-    "libnvidia-pkcs11-openssl3",
-    "libnvidia-nvvm",
-}
-BINARIES = {
-    "nvidia-smi",
-    "nvidia-debugdump",
-    "nvidia-persistenced",
-    "nvidia-cuda-mps-control",
-    "nvidia-cuda-mps-server",
-}
+LEGACY_DEFAULT_LIBS = UTILITY_COMPUTE_LIBS
 GRAPHICS_LIBS = {
     "libGLX_nvidia",
     "libEGL_nvidia",
