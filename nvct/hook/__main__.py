@@ -117,6 +117,9 @@ def _apply(
 
 def _plan_here(spec: dict[str, Any], root: str, log: EventLog) -> dict[str, Any] | None:
     """The work order when no shim planned this container (``docker --gpus``)."""
+    from nvct._site import ensure_site_packages
+
+    ensure_site_packages()
     from nvct.arch import host_arch
     from nvct.config import load_config
     from nvct.hook.rootfs import Rootfs

@@ -83,6 +83,9 @@ def _read(path: str, required: bool) -> bytes:
 
 def _plan(spec: dict[str, Any], config_file: str | None, debian: bool) -> dict[str, Any]:
     """The full planning pass; returns the cache entry for these inputs."""
+    from nvct._site import ensure_site_packages
+
+    ensure_site_packages()
     from nvct.arch import host_arch
     from nvct.config import load_config
     from nvct.hook import workorder

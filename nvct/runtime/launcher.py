@@ -20,8 +20,15 @@ def render(python_command: str) -> str:
 
 
 def default_command() -> str:
-    """This interpreter in isolated mode running the shim module."""
-    return f"{shlex.quote(sys.executable)} -I -m nvct.runtime"
+    """This interpreter, isolated and without site (``-I -S``), told where nvct lives."""
+    import nvct
+
+    home = os.path.dirname(os.path.dirname(os.path.abspath(nvct.__file__)))
+    code = (
+        f"import sys; sys.path.insert(0, {home!r}); "
+        "from nvct.runtime.__main__ import main; sys.exit(main())"
+    )
+    return f"{shlex.quote(sys.executable)} -I -S -c {shlex.quote(code)}"
 
 
 def install(output: Path, python_command: str) -> None:

@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import posixpath
-import sys
 
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
 if TYPE_CHECKING:
@@ -37,7 +36,7 @@ def hook_entry(python: str, hook_path: str, env: list[str]) -> dict[str, Any]:
     import nvct  # the package this shim runs from
 
     home = posixpath.dirname(posixpath.dirname(posixpath.abspath(nvct.__file__)))
-    flags = "-IS" if sys.flags.no_site else "-I"
+    flags = "-IS"  # no site: the hook's path with a work order is stdlib-only (see nvct._site)
     code = (
         f"import sys; sys.path.insert(0, {home!r}); "
         f"from {HOOK_MARK}.__main__ import main; sys.exit(main())"

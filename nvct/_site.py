@@ -1,0 +1,22 @@
+"""Site-packages on demand for processes started with ``python -I -S`` (the hot paths).
+
+``-S`` saves ~2 ms per container start. The stdlib-only fast paths never need third-party
+libraries; a planning pass (cache miss) does, so it calls ``ensure_site_packages`` first.
+The packages' private tree carries the libraries itself, so nothing is added there.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def ensure_site_packages() -> None:
+    """Add site-packages if this interpreter skipped them and pynvml cannot be found."""
+    if not sys.flags.no_site:
+        return
+    import importlib.util
+
+    if importlib.util.find_spec("pynvml") is None:
+        import site
+
+        site.main()
