@@ -58,10 +58,22 @@ def enter_mount_namespace(pid: int) -> None:
         os.close(fd)
 
 
+def in_container(path: str, call: Any, *args: Any) -> Any:
+    """``call(*args)``; a lookup under ``path`` that fails (the image's paths changed while the
+    hook ran, or a component is unusable) becomes one line naming the path, not a crash."""
+    try:
+        return call(*args)
+    except OSError as err:
+        raise ApplyError(
+            f"cannot resolve {path} in the container: {err.strerror or err}",
+            hint="the image's paths changed while the container started, or are unusable",
+        ) from err
+
+
 def create_device_nodes(rootfs: Rootfs, nodes: list[list[Any]]) -> int:
     """mknod ``[path, major, minor, mode]`` nodes in the container (a hook run without the shim)."""
     for path, major, minor, mode in nodes:
-        parent = rootfs.makedirs(posixpath.dirname(path))
+        parent = in_container(path, rootfs.makedirs, posixpath.dirname(path))
         name = posixpath.basename(path)
         try:
             os.mknod(name, stat.S_IFCHR | mode, os.makedev(major, minor), dir_fd=parent)
@@ -218,11 +230,11 @@ def apply_order(order: dict[str, Any], rootfs: Rootfs) -> ApplyStats:
     stats = ApplyStats()
     start = time.perf_counter()
     for source, target, options in order["mounts"]:
-        bind_mount(rootfs, source, target, options)
+        in_container(target, bind_mount, rootfs, source, target, options)
         stats.mounts += 1
     start = _lap(stats, "mounts", start)
     for path, target in order["symlinks"]:
-        if create_symlink(rootfs, path, target):
+        if in_container(path, create_symlink, rootfs, path, target):
             stats.symlinks += 1
         else:
             stats.skipped_symlinks += 1

@@ -18,6 +18,7 @@ from nvct import linux
 from nvct.errors import ApplyError
 
 _MAX_LINKS = 40
+_EAGAIN_RETRIES = 32
 _FORCE_WALK = os.environ.get("NVCT_TEST_NO_OPENAT2") == "1"
 
 
@@ -46,13 +47,19 @@ class Rootfs:
     def open(self, path: str, flags: int = os.O_PATH) -> int:
         """A descriptor for ``path`` resolved inside the rootfs (symlinks confined)."""
         if not _FORCE_WALK:
-            try:
-                return linux.openat2(
-                    self.fd, path, flags, linux.RESOLVE_IN_ROOT | linux.RESOLVE_NO_MAGICLINKS
-                )
-            except OSError as err:
-                if err.errno != errno.ENOSYS:
-                    raise
+            for _ in range(_EAGAIN_RETRIES):
+                try:
+                    return linux.openat2(
+                        self.fd, path, flags, linux.RESOLVE_IN_ROOT | linux.RESOLVE_NO_MAGICLINKS
+                    )
+                except OSError as err:
+                    # EAGAIN: a rename raced the in-root ".." checks; the kernel asks to retry.
+                    if err.errno == errno.ENOSYS:
+                        break
+                    if err.errno != errno.EAGAIN:
+                        raise
+            else:
+                raise OSError(errno.EAGAIN, "paths keep changing under the lookup", path)
         return self._walk(path, flags)
 
     def exists(self, path: str) -> bool:
