@@ -16,12 +16,12 @@ strings: this module is imported on every GPU container start, and pathlib costs
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 
 from nvct._version import __version__
+from nvct.atomic import write_atomic
 from nvct.components import IPC_FABRICMANAGER, IPC_MPS_DIR, IPC_PERSISTENCED
 
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
@@ -117,20 +117,11 @@ def _read_json(path: str) -> Any:
 
 
 def _atomic_write(directory: str | os.PathLike[str], name: str, payload: bytes) -> None:
-    directory = os.fspath(directory)
-    tmp = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
     try:
         os.makedirs(directory, mode=0o755, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-        try:
-            os.write(fd, payload)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, os.path.join(directory, name))
+        write_atomic(os.path.join(directory, name), payload)
     except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        return
 
 
 def _stat_id(path: str, *, inode: bool = True) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 
+from nvct.atomic import write_atomic
 from nvct.errors import SpecError
 
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
@@ -79,26 +80,62 @@ def load_spec(bundle: str | os.PathLike[str]) -> dict[str, Any]:
         raise SpecError(f"{path} is not valid JSON ({err})") from err
     if not isinstance(spec, dict):
         raise SpecError(f"{path} is not a JSON object")
+    check_spec_shape(spec, str(path))
     return spec
+
+
+def check_spec_shape(spec: dict[str, Any], source: str) -> None:
+    """Check the types of the fields nvct reads, so a malformed spec is refused in one line
+    (the image's author shapes ``process.env`` and friends).
+
+    Raises:
+        SpecError: a field nvct reads has the wrong JSON type.
+    """
+
+    def fail(field: str, kind: str) -> SpecError:
+        return SpecError(f"{source}: {field} is not {kind}", hint="see the OCI runtime spec")
+
+    process = spec.get("process")
+    if process is not None:
+        if not isinstance(process, dict):
+            raise fail("process", "an object")
+        env = process.get("env")
+        if env is not None and (
+            not isinstance(env, list) or not all(isinstance(e, str) for e in env)
+        ):
+            raise fail("process.env", "a list of strings")
+        caps = process.get("capabilities")
+        if caps is not None:
+            if not isinstance(caps, dict):
+                raise fail("process.capabilities", "an object")
+            bounding = caps.get("bounding")
+            if bounding is not None and not isinstance(bounding, list):
+                raise fail("process.capabilities.bounding", "a list")
+    mounts = spec.get("mounts")
+    if mounts is not None and (
+        not isinstance(mounts, list) or not all(isinstance(m, dict) for m in mounts)
+    ):
+        raise fail("mounts", "a list of objects")
+    for key in ("root", "linux", "hooks"):
+        if spec.get(key) is not None and not isinstance(spec[key], dict):
+            raise fail(key, "an object")
+    linux = spec.get("linux") or {}
+    for key in ("devices",):
+        if linux.get(key) is not None and not isinstance(linux[key], list):
+            raise fail(f"linux.{key}", "a list")
+    resources = linux.get("resources")
+    if resources is not None and not isinstance(resources, dict):
+        raise fail("linux.resources", "an object")
 
 
 def write_spec(bundle: str | os.PathLike[str], spec: dict[str, Any]) -> None:
     """Replace ``<bundle>/config.json`` atomically, keeping its permissions."""
     path = os.path.join(bundle, "config.json")
-    tmp = os.path.join(bundle, f".config.json.nvct-{os.getpid()}")
-    data = json.dumps(spec, separators=(",", ":")).encode()
     try:
-        mode = os.stat(path).st_mode & 0o777
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+        write_atomic(
+            path, json.dumps(spec, separators=(",", ":")).encode(), os.stat(path).st_mode & 0o777
+        )
     except OSError as err:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
         raise SpecError(f"cannot write {path}: {err.strerror}") from err
 
 

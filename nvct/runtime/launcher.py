@@ -12,6 +12,8 @@ import shlex
 import sys
 from pathlib import Path
 
+from nvct.atomic import write_atomic
+
 
 def render(python_command: str) -> str:
     """The launcher script with ``python_command`` as the way to start the Python shim."""
@@ -33,10 +35,7 @@ def default_command() -> str:
 
 def install(output: Path, python_command: str) -> None:
     """Write the launcher atomically with mode 0755."""
-    tmp = output.with_name(f".{output.name}.tmp{os.getpid()}")
-    tmp.write_text(render(python_command))
-    tmp.chmod(0o755)
-    tmp.replace(output)
+    write_atomic(str(output), render(python_command).encode(), 0o755)
 
 
 def main(argv: list[str] | None = None) -> int:

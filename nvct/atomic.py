@@ -1,0 +1,40 @@
+"""Replace a file so that readers see the whole old or the whole new content, never a mix.
+
+A temp file in the same directory (O_EXCL, O_NOFOLLOW), fsync, rename over the target.
+Stdlib only: the shim and the hook use it on every GPU container start. (Engine configs, which
+also keep backups and ownership, use ``nvct.engines.files`` on top of the same idea.)
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
+    """Atomically replace ``path`` with ``data`` (created with ``mode``).
+
+    Raises:
+        OSError: the directory is not writable, or the disk is full; ``path`` is unchanged.
+    """
+    directory, name = os.path.split(path)
+    tmp = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(tmp, flags, mode)
+    except FileExistsError:  # a leftover of a killed process with the same pid
+        os.unlink(tmp)
+        fd = os.open(tmp, flags, mode)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fchmod(fd, mode)  # umask must not narrow it
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        raise
