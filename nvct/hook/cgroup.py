@@ -49,7 +49,7 @@ def _v1_mountpoint(pid: int, proc_root: str) -> str | None:
     return None
 
 
-def grant_devices(pid: int, nodes: list[list[Any]]) -> None:
+def grant_devices(pid: int, nodes: list[list[Any]], proc_root: str = "/proc") -> None:
     """Allow read/write/mknod of ``[path, major, minor, mode]`` nodes in the cgroup of ``pid``.
 
     Raises:
@@ -57,7 +57,7 @@ def grant_devices(pid: int, nodes: list[list[Any]]) -> None:
     """
     if not nodes:
         return
-    directory = devices_cgroup_dir(pid)
+    directory = devices_cgroup_dir(pid, proc_root)
     if directory is None:
         raise ApplyError(
             "this host uses cgroup v2, where the hook alone cannot grant GPU device access",

@@ -1,0 +1,69 @@
+"""Device-cgroup grants of a hook run without the shim, against fake procfs trees."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nvct.errors import ApplyError
+from nvct.hook import cgroup
+from nvct.hook.cgroup import devices_cgroup_dir, grant_devices
+
+NODES = [["/dev/nvidia1", 195, 1, 0o666], ["/dev/nvidiactl", 195, 255, 0o666]]
+
+
+def fake_proc(tmp: Path, cgroup: str, mountinfo: str) -> Path:
+    proc = tmp / "proc"
+    (proc / "42").mkdir(parents=True)
+    (proc / "self").mkdir()
+    (proc / "42" / "cgroup").write_text(cgroup)
+    (proc / "self" / "mountinfo").write_text(mountinfo)
+    return proc
+
+
+V1_MOUNTS = (
+    "25 24 0:22 / {root}/devices rw,relatime shared:9 - cgroup cgroup rw,devices\n"
+    "26 24 0:23 / {root}/memory rw,relatime shared:10 - cgroup cgroup rw,memory\n"
+)
+
+
+def test_v1_writes_one_allow_rule_per_node(tmp_path: Path, monkeypatch) -> None:
+    cg = tmp_path / "cg"
+    proc = fake_proc(
+        tmp_path, "5:devices:/docker/abc\n4:memory:/docker/abc\n0::/\n", V1_MOUNTS.format(root=cg)
+    )
+    target = cg / "devices" / "docker" / "abc"
+    target.mkdir(parents=True)
+    assert devices_cgroup_dir(42, str(proc)) == str(target)
+    # devices.allow takes one rule per open+write, as the kernel file does; keep every one.
+    rules: list[str] = []
+    real_open = open
+
+    def appending_open(path, mode="r", **kw):
+        if str(path).endswith("devices.allow"):
+            handle = real_open(path, "a", **kw)
+            rules.append("")
+            return handle
+        return real_open(path, mode, **kw)
+
+    monkeypatch.setattr(cgroup, "open", appending_open, raising=False)
+    grant_devices(42, NODES, str(proc))
+    assert (target / "devices.allow").read_text() == "c 195:1 rwm\nc 195:255 rwm\n"
+    assert len(rules) == 2
+
+
+def test_v2_only_is_a_clear_refusal(tmp_path: Path) -> None:
+    proc = fake_proc(
+        tmp_path,
+        "0::/system.slice/docker-abc.scope\n",
+        "30 1 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n",
+    )
+    assert devices_cgroup_dir(42, str(proc)) is None
+    with pytest.raises(ApplyError, match="cgroup v2") as err:
+        grant_devices(42, NODES, str(proc))
+    assert "--runtime=nvidia" in err.value.one_line()
+
+
+def test_nothing_to_grant_reads_nothing(tmp_path: Path) -> None:
+    grant_devices(42, [], str(tmp_path / "missing"))
