@@ -172,6 +172,27 @@ def test_shim_missing_bundle_and_bad_config_json(nvct_config: Path, tmp_path: Pa
     assert_one_line(run_shim(bundle, nvct_config), "nvct-runtime", "config.json")
 
 
+SHAPES = {
+    "env-not-list": ({"process": {"env": 5}}, "process.env"),
+    "env-entry-null": ({"process": {"env": [None, "NVIDIA_VISIBLE_DEVICES=0"]}}, "process.env"),
+    "process-string": ({"process": "x"}, "process"),
+    "mounts-object": ({"mounts": {"a": 1}}, "mounts"),
+    "prestart-object": ({"hooks": {"prestart": {"path": "/x"}}}, "hooks.prestart"),
+}
+
+
+@pytest.mark.runc
+@pytest.mark.parametrize("case", SHAPES)
+def test_malformed_spec_shapes(case: str, nvct_config: Path, tmp_path: Path) -> None:
+    """config.json that is JSON but not an OCI spec: refused in one line by hook and shim."""
+    patch, cause = SHAPES[case]
+    bundle = bundle_with(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
+    spec = {**json.loads((bundle / "config.json").read_text()), **patch}
+    (bundle / "config.json").write_text(json.dumps(spec))
+    assert_one_line(run_hook(state_for(bundle), nvct_config), "nvct-hook", cause)
+    assert_one_line(run_shim(bundle, nvct_config), "nvct-runtime", cause)
+
+
 @pytest.mark.runc
 @pytest.mark.parametrize("case", CONFIG_CASES)
 def test_shim_bad_config_toml(case: str, sim_driver: Any, tmp_path: Path) -> None:

@@ -120,12 +120,17 @@ def check_spec_shape(spec: dict[str, Any], source: str) -> None:
         if spec.get(key) is not None and not isinstance(spec[key], dict):
             raise fail(key, "an object")
     linux = spec.get("linux") or {}
-    for key in ("devices",):
-        if linux.get(key) is not None and not isinstance(linux[key], list):
-            raise fail(f"linux.{key}", "a list")
+    if linux.get("devices") is not None and not isinstance(linux["devices"], list):
+        raise fail("linux.devices", "a list")
     resources = linux.get("resources")
     if resources is not None and not isinstance(resources, dict):
         raise fail("linux.resources", "an object")
+    rules = (resources or {}).get("devices")
+    if rules is not None and not isinstance(rules, list):
+        raise fail("linux.resources.devices", "a list")
+    for stage, hooks in (spec.get("hooks") or {}).items():
+        if hooks is not None and not isinstance(hooks, list):
+            raise fail(f"hooks.{stage}", "a list")
 
 
 def write_spec(bundle: str | os.PathLike[str], spec: dict[str, Any]) -> None:
