@@ -131,8 +131,10 @@ class Dockerd:
         start_timeout: float = 60.0,
         stop_timeout: float = 20.0,
         docker_cli: str | None = None,
+        storage_driver: str = "vfs",
     ) -> None:
         self.daemon_json: dict[str, Any] = dict(daemon_json or {})
+        self.storage_driver = storage_driver
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
         self.root = Path(tempfile.mkdtemp(prefix="nvd-", dir=base_dir))
@@ -183,7 +185,7 @@ class Dockerd:
             shutil.which("dockerd") or "dockerd",
             "--iptables=false",
             "--bridge=none",
-            "--storage-driver=vfs",
+            f"--storage-driver={self.storage_driver}",
             f"--data-root={self.data_root}",
             f"--exec-root={self.exec_root}",
             f"-H={self.host}",
