@@ -168,8 +168,21 @@ def test_shim_missing_bundle_and_bad_config_json(nvct_config: Path, tmp_path: Pa
     missing = tmp_path / "nope"
     assert_one_line(run_shim(missing, nvct_config), "nvct-runtime", str(missing))
     bundle = bundle_with(tmp_path, [])
-    (bundle / "config.json").write_text("this is not json")
+    # Broken JSON that names a GPU variable reaches nvct's planner, which refuses it.
+    (bundle / "config.json").write_text('{"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"')
     assert_one_line(run_shim(bundle, nvct_config), "nvct-runtime", "config.json")
+    # Garbage naming no GPU variable is passed straight through (nvct-runtime's launcher never
+    # starts Python for it); runc refuses it, also in one line.
+    (bundle / "config.json").write_text("this is not json")
+    assert_passthrough_refused(run_shim(bundle, nvct_config))
+
+
+def assert_passthrough_refused(result: subprocess.CompletedProcess[str]) -> None:
+    """A spec that asks for no GPU went to runc unchanged, and runc refused it in one line."""
+    assert result.returncode != 0
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, result.stderr[:2000]
+    assert lines[0].startswith(("nvct-runtime: error: ", 'time="')), lines[0]
 
 
 SHAPES = {
@@ -190,7 +203,10 @@ def test_malformed_spec_shapes(case: str, nvct_config: Path, tmp_path: Path) -> 
     spec = {**json.loads((bundle / "config.json").read_text()), **patch}
     (bundle / "config.json").write_text(json.dumps(spec))
     assert_one_line(run_hook(state_for(bundle), nvct_config), "nvct-hook", cause)
-    assert_one_line(run_shim(bundle, nvct_config), "nvct-runtime", cause)
+    if "NVIDIA_VISIBLE_DEVICES" in json.dumps(spec):
+        assert_one_line(run_shim(bundle, nvct_config), "nvct-runtime", cause)
+    else:  # the patch removed the GPU request: a passthrough, refused by runc itself
+        assert_passthrough_refused(run_shim(bundle, nvct_config))
 
 
 @pytest.mark.runc
