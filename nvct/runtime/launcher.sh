@@ -58,7 +58,8 @@ case $sub in
     create | run)
         # A container that names no NVIDIA variable, device mount or GPU hook asks for
         # nothing: skip Python. Anything else (or no grep) goes to nvct's shim.
-        if ! grep -q -E 'NVIDIA_VISIBLE_DEVICES|CUDA_VERSION|nvidia-container-devices|nvidia-container-runtime-hook|nvidia-container-toolkit' "$bundle/config.json" 2>/dev/null &&
+        if ! grep -q -F -e NVIDIA_VISIBLE_DEVICES -e CUDA_VERSION -e nvidia-container-devices \
+            -e nvidia-container-runtime-hook -e nvidia-container-toolkit "$bundle/config.json" 2>/dev/null &&
             [ -r "$bundle/config.json" ] && command -v grep >/dev/null 2>&1; then
             sub=passthrough
         else
