@@ -1,0 +1,95 @@
+"""The POSIX-shell nvct-runtime launcher: which calls reach Python, which go to runc."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from nvct.runtime.launcher import install
+
+
+@pytest.fixture
+def launcher(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for name in ("runc", "fakepy"):
+        tool = bindir / name
+        tool.write_text(f'#!/bin/sh\necho "{name.upper()} $* NVCT_CONFIG=${{NVCT_CONFIG:-}}"\n')
+        tool.chmod(0o755)
+    out = tmp_path / "nvct-runtime"
+    install(out, str(bindir / "fakepy"))
+    env = {"PATH": f"{bindir}:/usr/bin:/bin", "NVCT_CONFIG": str(tmp_path / "absent.toml")}
+    return out, env
+
+
+def bundle(tmp_path: Path, env: list[str]) -> Path:
+    b = tmp_path / "bundle"
+    b.mkdir(exist_ok=True)
+    (b / "config.json").write_text(json.dumps({"process": {"env": env}, "root": {"path": "r"}}))
+    return b
+
+
+def call(launcher: tuple[Path, dict[str, str]], *args: str, cwd: Path | None = None) -> str:
+    path, env = launcher
+    return subprocess.run(
+        [str(path), *args], capture_output=True, text=True, env=env, cwd=cwd, check=True
+    ).stdout.strip()
+
+
+@pytest.mark.parametrize("sub", ["state", "start", "delete", "kill", "features"])
+def test_passthrough_goes_straight_to_runc(launcher, sub: str) -> None:
+    out = call(launcher, "--root", "/run/x", "--log", "/tmp/l", "--log-format", "json", sub, "id")
+    assert out.startswith(f"RUNC --root /run/x --log /tmp/l --log-format json {sub} id")
+
+
+@pytest.mark.parametrize(
+    "form",
+    [["--bundle", "{b}"], ["--bundle={b}"], ["-b", "{b}"], ["-bundle", "{b}"], ["-b={b}"]],
+    ids=["long", "long=", "short", "go-style", "short="],
+)
+def test_create_with_a_gpu_request_goes_to_python(launcher, tmp_path, form) -> None:
+    b = bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
+    args = [a.format(b=b) for a in form]
+    assert call(launcher, "create", *args, "id").startswith("FAKEPY create")
+
+
+def test_create_without_gpu_request_skips_python(launcher, tmp_path) -> None:
+    b = bundle(tmp_path, ["PATH=/bin"])
+    assert call(launcher, "--root", "/r", "create", "--bundle", str(b), "id").startswith("RUNC")
+    # the bundle defaults to the working directory, and the last --bundle wins
+    assert call(launcher, "create", "id", cwd=b).startswith("RUNC")
+    gpu = tmp_path / "gpu"
+    gpu.mkdir()
+    (gpu / "config.json").write_text(json.dumps({"process": {"env": ["CUDA_VERSION=12.0"]}}))
+    assert call(launcher, "create", "-b", str(b), "-b", str(gpu), "id").startswith("FAKEPY")
+
+
+def test_own_flag_is_stripped_and_exported(launcher, tmp_path) -> None:
+    out = call(launcher, "--nvct-config", "/etc/x.toml", "--root", "/r", "state", "id")
+    assert out == "RUNC --root /r state id NVCT_CONFIG=/etc/x.toml"
+    out = call(launcher, "--nvct-config=/etc/y.toml", "state", "id")
+    assert out == "RUNC state id NVCT_CONFIG=/etc/y.toml"
+
+
+def test_configured_low_level_runtimes_are_left_to_python(launcher, tmp_path) -> None:
+    path, env = launcher
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("#[runtime] low-level is commented out\n")
+    env = {**env, "NVCT_CONFIG": str(cfg)}
+    assert call((path, env), "state", "id").startswith("RUNC")
+    cfg.write_text('[runtime]\nlow-level = ["crun"]\n')
+    assert call((path, env), "state", "id").startswith("FAKEPY state id")
+
+
+def test_missing_config_json_goes_to_python_for_the_error(launcher, tmp_path) -> None:
+    assert call(launcher, "create", "--bundle", str(tmp_path / "nope"), "id").startswith("FAKEPY")
+
+
+def test_launcher_is_an_executable_posix_sh_script(launcher) -> None:
+    path, _ = launcher
+    subprocess.run(["sh", "-n", str(path)], check=True)
+    assert os.access(path, os.X_OK)
