@@ -147,3 +147,41 @@ def test_passthrough_subcommands(container_id: str, nvct_config: Path) -> None:
     assert ours.stderr.replace(shim, "runc") == theirs.stderr or "does not exist" in ours.stderr
     version = subprocess.run([shim, "--version"], capture_output=True, text=True, check=True)
     assert version.stdout.startswith("runc version")
+
+
+def test_work_order_cache_reused_and_invalidated(
+    runc_bundle_factory: BundleFactory, sim_driver: Any, tmp_path: Path
+) -> None:
+    """Identical containers reuse the shim's cached work order; a driver change re-plans."""
+    import json
+
+    config = write_nvct_config(tmp_path / "wo" / "config.toml", sim_driver)
+    shim = str(NVCT_BIN / "nvct-runtime")
+
+    def start(name: str, env: list[str]) -> subprocess.CompletedProcess[str]:
+        bundle = runc_bundle_factory(["/bin/sh", "-c", "nvidia-smi -L"], env)
+        return run_runc(bundle, f"wo-{name}-{os.getpid()}", runtime=shim, env=shim_env(config))
+
+    def cached_flags() -> list[bool]:
+        log = (config.parent / "nvct.log").read_text().splitlines()
+        return [e["cached"] for e in map(json.loads, log) if e["event"] == "spec_modified"]
+
+    assert smi_uuids(start("a", ["NVIDIA_VISIBLE_DEVICES=1"]).stdout) == [
+        sim_driver.spec.gpus[1].uuid
+    ]
+    assert smi_uuids(start("b", ["NVIDIA_VISIBLE_DEVICES=1"]).stdout) == [
+        sim_driver.spec.gpus[1].uuid
+    ]
+    assert smi_uuids(start("c", ["NVIDIA_VISIBLE_DEVICES=2"]).stdout) == [
+        sim_driver.spec.gpus[2].uuid
+    ]
+    assert cached_flags() == [False, True, False]
+    # The cached order of a request must not outlive a driver change: bump ld.so.cache.
+    cache_file = sim_driver.driver_root / "etc" / "ld.so.cache"
+    st = cache_file.stat()
+    os.utime(cache_file, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    start("d", ["NVIDIA_VISIBLE_DEVICES=1"])
+    assert cached_flags()[-1] is False
+    # A refused request is never cached as a success.
+    refused = start("e", ["NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_REQUIRE_CUDA=cuda>=99"])
+    assert refused.returncode != 0 and "cuda>=99" in refused.stderr

@@ -12,6 +12,7 @@ is a new key, hence a full planning pass (which also re-checks requirements).
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 
 from nvct._version import __version__
@@ -26,7 +27,9 @@ if TYPE_CHECKING:
 def order_key(config_path: str, config_raw: bytes, debian: bool, spec: dict[str, Any]) -> str:
     """The cache key of a container's work order (the driver is checked by fingerprint)."""
     digest = hashlib.sha256()
-    for part in (__version__, config_path, str(debian), request_inputs(spec)):
+    # The cached hook entry names this interpreter and this nvct: another install, another key.
+    where = (sys.executable, os.path.dirname(os.path.abspath(__file__)))
+    for part in (__version__, *where, config_path, str(debian), request_inputs(spec)):
         digest.update(part.encode() + b"\0")
     digest.update(config_raw)
     return digest.hexdigest()[:40]
