@@ -153,12 +153,7 @@ def _configure(source: str, data: dict[str, Any], version: int, opts: EngineOpti
     if not source.strip():
         new = f"{CREATED}\nversion = {version}\n"
     if opts.set_as_default and default_name != name:
-        edited = te.set_key_line(new, containerd_keys, "default_runtime_name", name)
-        if edited is not None:
-            new = edited
-        else:
-            body = f"  default_runtime_name = {te.render_value(name)}\n"
-            blocks.insert(0, f"{te.header(containerd_keys)}\n{body}")
+        new = te.set_key_or_queue_table(new, blocks, containerd_keys, "default_runtime_name", name)
     if blocks:
         new = te.append_block(new, "".join(blocks))
     if new == source:

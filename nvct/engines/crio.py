@@ -63,12 +63,7 @@ def edit(text: str | None, opts: EngineOptions) -> Edit:
     else:
         blocks.append(te.render_table(keys, wanted))
     if opts.set_as_default and te.lookup(data, (*RUNTIME_TABLE, "default_runtime")) != name:
-        edited = te.set_key_line(new, RUNTIME_TABLE, "default_runtime", name)
-        if edited is not None:
-            new = edited
-        else:
-            body = f"  default_runtime = {te.render_value(name)}\n"
-            blocks.insert(0, f"{te.header(RUNTIME_TABLE)}\n{body}")
+        new = te.set_key_or_queue_table(new, blocks, RUNTIME_TABLE, "default_runtime", name)
     if blocks:
         new = te.append_block(new, "".join(blocks))
     if new == source:

@@ -171,3 +171,16 @@ def unset_key_lines(text: str, key: str) -> str:
         text,
     )
     return re.sub(rf"(?m)^[ \t]*{k}[ \t]*=.*{mark}\n", "", text)
+
+
+def set_key_or_queue_table(
+    text: str, blocks: list[str], table: tuple[str, ...], key: str, value: object
+) -> str:
+    """Set ``key`` in ``table`` in place when the table is written out in ``text``; otherwise
+    queue a new ``[table]`` block carrying it (first in ``blocks``) and return ``text`` as is."""
+    edited = set_key_line(text, table, key, value)
+    if edited is not None:
+        return edited
+    blocks.insert(0, f"{header(table)}\n  {key} = {render_value(value)}\n")
+    return text
+
