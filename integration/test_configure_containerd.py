@@ -10,17 +10,7 @@ import pytest
 
 from integration.harness.skips import need_binary, require
 from nvct.engines.containerd import dump_config, effective_handler
-
-DEBIAN_DEFAULT = """version = 2
-
-[plugins]
-  [plugins."io.containerd.grpc.v1.cri"]
-    [plugins."io.containerd.grpc.v1.cri".cni]
-      bin_dir = "/usr/lib/cni"
-      conf_dir = "/etc/cni/net.d"
-  [plugins."io.containerd.internal.v1.opt"]
-    path = "/var/lib/containerd/opt"
-"""
+from tests.test_configure_containerd import DEBIAN_DEFAULT
 
 SYSTEMD = """# hand-written
 version = 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 from nvct.arch import Arch, host_arch
@@ -55,35 +56,14 @@ def discover_inventory(
 
 
 def _gpu(gpu: NvmlGpu, dev_root: Path, proc_root: Path) -> Gpu:
+    """NVML's facts plus the device nodes that grant access to the GPU and its MIG devices."""
     migs = []
     for mig in gpu.migs:
         caps = (
             mig_cap_node(dev_root, proc_root, gpu.minor, mig.gpu_instance, None),
             mig_cap_node(dev_root, proc_root, gpu.minor, mig.gpu_instance, mig.compute_instance),
         )
-        migs.append(
-            MigDevice(
-                index=mig.index,
-                uuid=mig.uuid,
-                gpu_instance=mig.gpu_instance,
-                compute_instance=mig.compute_instance,
-                profile=mig.profile,
-                memory_mib=mig.memory_mib,
-                caps=tuple(c for c in caps if c is not None),
-            )
-        )
-    return Gpu(
-        index=gpu.index,
-        minor=gpu.minor,
-        uuid=gpu.uuid,
-        pci_bus_id=gpu.pci_bus_id,
-        name=gpu.name,
-        brand=gpu.brand,
-        architecture=gpu.architecture,
-        compute_capability=gpu.compute_capability,
-        memory_mib=gpu.memory_mib,
-        persistence_mode=gpu.persistence_mode,
-        mig_enabled=gpu.mig_enabled,
-        migs=tuple(migs),
-        node=device_node(dev_root, f"/dev/nvidia{gpu.minor}"),
-    )
+        migs.append(MigDevice(**asdict(mig), caps=tuple(c for c in caps if c is not None)))
+    facts = {k: v for k, v in asdict(gpu).items() if k != "migs"}
+    node = device_node(dev_root, f"/dev/nvidia{gpu.minor}")
+    return Gpu(**facts, migs=tuple(migs), node=node)
