@@ -7,8 +7,9 @@ Measures, interleaved round by round so a noisy machine affects every variant al
 - through nvct-runtime asking for no GPU, 1 GPU, and all 8 GPUs of an 8-GPU simulated driver;
 - ``--gpus device=0`` on plain runc (nvct's nvidia-container-runtime-hook);
 
-and micro-benchmarks: ``nvct-runtime state <missing>`` vs ``runc state <missing>``, the hook's
-time per phase (from its JSON log), ``nvct-cli list`` and ``nvct-cli cdi generate``.
+and micro-benchmarks: ``nvct-runtime state <missing>`` vs ``runc state <missing>``, the time
+per phase of the shim's create and of the --gpus hook (from their JSON log), ``nvct-cli list``
+and ``nvct-cli cdi generate``.
 Prints a table (median, p10, p90 in ms), checks the targets as ratios within this run, and
 writes everything as JSON (``--output``).
 """
@@ -29,6 +30,7 @@ from typing import Any
 from integration.harness.dockerd import Dockerd
 from integration.harness.images import GLIBC_TAG, docker_import, glibc_rootfs
 from integration.simdriver import cached_driver, preset
+from nvct.runtime.launcher import default_command, install
 
 BIN = Path(sys.executable).parent
 
@@ -90,13 +92,12 @@ def main() -> int:
         f'#!/bin/sh\nNVCT_CONFIG={cfg1} exec {BIN / "nvidia-container-runtime-hook"} "$@"\n'
     )
     wrapper.chmod(0o755)
-    runtime = str(BIN / "nvct-runtime")
-    daemon = {
-        "runtimes": {
-            "nvidia": {"path": runtime, "runtimeArgs": ["--nvct-config", str(cfg1)]},
-            "nvidia8": {"path": runtime, "runtimeArgs": ["--nvct-config", str(cfg8)]},
-        }
-    }
+    # One launcher per config, as an installed nvct-runtime is registered: a path and no
+    # runtimeArgs (dockerd would wrap those in one more shell script, run on every call).
+    runtime, runtime8 = hookdir / "nvct-runtime", hookdir / "nvct-runtime-8"
+    for launcher, cfg in ((runtime, cfg1), (runtime8, cfg8)):
+        install(launcher, default_command(), str(cfg))
+    daemon = {"runtimes": {"nvidia": {"path": str(runtime)}, "nvidia8": {"path": str(runtime8)}}}
     old_path = os.environ["PATH"]
     os.environ["PATH"] = f"{hookdir}:{old_path}"
     dockerd = Dockerd(daemon, storage_driver=args.storage_driver)
@@ -133,7 +134,10 @@ def main() -> int:
         }
         for argv in variants.values():  # warm caches (inventory, validated config, page cache)
             for _ in range(2):
-                subprocess.run(argv, env=env, check=True, capture_output=True)
+                done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+                if done.returncode != 0:
+                    print(f"bench: {' '.join(argv)} failed:\n{done.stderr}", file=sys.stderr)
+                    return 1
         samples: dict[str, list[float]] = {name: [] for name in variants}
         for _ in range(args.rounds):
             for name, argv in variants.items():
@@ -146,7 +150,7 @@ def main() -> int:
         for _ in range(args.micro_rounds):
             micro["runc state <missing>"].append(timed(["runc", "state", "nvct-bench-missing"]))
             micro["nvct-runtime state <missing>"].append(
-                timed([runtime, "--nvct-config", str(cfg1), "state", "nvct-bench-missing"])
+                timed([str(runtime), "state", "nvct-bench-missing"])
             )
         cli = [str(BIN / "nvct-cli"), "--config", str(cfg1)]
         micro["nvct-cli list"] = [timed([*cli, "list"]) for _ in range(args.micro_rounds // 3)]
@@ -160,12 +164,15 @@ def main() -> int:
                 for _ in range(args.micro_rounds // 3)
             ]
         phases: dict[str, list[float]] = {}
+        # The shim's own work per GPU container (1 GPU), and the hook's for --gpus on runc.
+        who = {"container_prepared": "shim create", "container_configured": "--gpus hook"}
         for line in (cfg1.parent / "nvct.log").read_text().splitlines():
             event = json.loads(line)
-            if event.get("event") == "container_configured":
+            if event.get("event") in who and event.get("cached", True):
+                name = who[event["event"]]
                 for phase, ms in event["phases_ms"].items():
-                    phases.setdefault(f"hook phase: {phase}", []).append(ms)
-                phases.setdefault("hook total (in-process)", []).append(event["total_ms"])
+                    phases.setdefault(f"{name} phase: {phase}", []).append(ms)
+                phases.setdefault(f"{name} total (in-process)", []).append(event["total_ms"])
     finally:
         dockerd.stop()
 

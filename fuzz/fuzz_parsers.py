@@ -15,12 +15,12 @@ import atheris
 with atheris.instrument_imports():
     from nvct.config import Config, parse_config
     from nvct.errors import NvctError
-    from nvct.hook.workorder import decode
     from nvct.ldcache import parse_ldcache
     from nvct.oci import check_spec_shape, parse_state
     from nvct.request import request_from_spec
     from nvct.requirements import Facts, evaluate, parse_requirement
     from nvct.runtime.args import parse_runc_args, strip_own_flags
+    from nvct.runtime.fastpath import cache_dir_of
 
 FACTS = Facts("12.4", "550.54.15", "9.0", "Nvidia")
 
@@ -48,7 +48,7 @@ TARGETS = [
     lambda data: _env(data.decode("utf-8", "replace")),
     lambda data: evaluate(parse_requirement(data.decode("utf-8", "replace"), source="R"), FACTS),
     lambda data: parse_runc_args(strip_own_flags(data.decode("utf-8", "replace").split("\0"))[1]),
-    lambda data: decode(data.decode("utf-8", "replace")),
+    cache_dir_of,
 ]
 
 

@@ -197,18 +197,20 @@ def test_docker_gpus_flag_on_plain_runc(gpus_dockerd: Dockerd, sim_driver: Any) 
     assert "Operation not permitted" in result.stderr
 
 
-def test_hook_log_records_phases(nvidia_dockerd: Dockerd, nvct_config: Path) -> None:
+def test_shim_log_records_phases_and_no_hook_runs(
+    nvidia_dockerd: Dockerd, nvct_config: Path
+) -> None:
     import json
 
+    log = nvct_config.parent / "nvct.log"
+    before = len(log.read_text().splitlines()) if log.exists() else 0
     run(nvidia_dockerd, "true", "NVIDIA_VISIBLE_DEVICES=2")
-    lines = [
-        json.loads(line) for line in (nvct_config.parent / "nvct.log").read_text().splitlines()
-    ]
-    hook = [e for e in lines if e["event"] == "container_configured"][-1]
-    assert hook["devices"][-1] == "/dev/nvidia2" and hook["mounts"] > 10
-    assert hook["planned_by"] == "nvct-runtime"
-    assert set(hook["phases_ms"]) == {"prepare", "mounts", "symlinks", "ldconfig"}
-    assert len(hook["container_id"]) == 64
+    lines = [json.loads(line) for line in log.read_text().splitlines()[before:]]
+    shim = [e for e in lines if e["event"] == "container_prepared"][-1]
+    assert shim["devices"][-1] == "/dev/nvidia2" and shim["mounts"] > 10
+    assert set(shim["phases_ms"]) == {"plan", "symlinks", "spec", "ldconfig"}
+    assert len(shim["container_id"]) == 64
+    assert not [e for e in lines if e["component"] == "nvct-hook"]
 
 
 def test_container_holds_what_nvidia_legacy_injects(

@@ -164,7 +164,7 @@ def test_work_order_cache_reused_and_invalidated(
 
     def cached_flags() -> list[bool]:
         log = (config.parent / "nvct.log").read_text().splitlines()
-        return [e["cached"] for e in map(json.loads, log) if e["event"] == "spec_modified"]
+        return [e["cached"] for e in map(json.loads, log) if e["event"] == "container_prepared"]
 
     assert smi_uuids(start("a", ["NVIDIA_VISIBLE_DEVICES=1"]).stdout) == [
         sim_driver.spec.gpus[1].uuid

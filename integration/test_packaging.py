@@ -469,7 +469,7 @@ def test_installed_runtime_runs_a_docker_container(
         events = [
             json.loads(line) for line in (config.parent / "nvct.log").read_text().splitlines()
         ]
-        assert "spec_modified" in {e.get("event") for e in events}
+        assert "container_prepared" in {e.get("event") for e in events}
     finally:
         dockerd.stop()
 

@@ -10,8 +10,11 @@ from __future__ import annotations
 import os
 
 
-def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
+def write_atomic(path: str, data: bytes, mode: int = 0o644, *, durable: bool = True) -> None:
     """Atomically replace ``path`` with ``data`` (created with ``mode``).
+
+    ``durable=False`` skips the fsync, for files that do not outlive a crash anyway: readers
+    still see the whole old or the whole new content.
 
     Raises:
         OSError: the directory is not writable, or the disk is full; ``path`` is unchanged.
@@ -30,7 +33,8 @@ def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
             while view:
                 view = view[os.write(fd, view) :]
             os.fchmod(fd, mode)  # umask must not narrow it
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)

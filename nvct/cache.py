@@ -16,13 +16,13 @@ strings: this module is imported on every GPU container start, and pathlib costs
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 
+from nvct import fastjson
 from nvct._version import __version__
 from nvct.atomic import write_atomic
 from nvct.components import IPC_FABRICMANAGER, IPC_MPS_DIR, IPC_PERSISTENCED
+from nvct.digest import sha256
 
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ def inventory_fingerprint(
     except OSError:
         parts.append("-")
     parts.extend(_mig_instances(os.path.join(proc, "driver/nvidia/capabilities")))
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
+    return sha256("\0".join(parts).encode()).hexdigest()[:32]
 
 
 def read_inventory(cache_dir: str | os.PathLike[str], key: str) -> Inventory | None:
@@ -68,7 +68,7 @@ def read_inventory(cache_dir: str | os.PathLike[str], key: str) -> Inventory | N
 
 def write_inventory(cache_dir: str | os.PathLike[str], key: str, inventory: Inventory) -> None:
     """Store an inventory; errors are ignored (the cache is an optimisation)."""
-    payload = json.dumps({"key": key, "inventory": inventory.to_dict()}).encode()
+    payload = fastjson.dumps({"key": key, "inventory": inventory.to_dict()}).encode()
     _atomic_write(cache_dir, f"inventory-{key}.json", payload)
     # Older fingerprints of the same roots are dead weight; drop all but this one.
     try:
@@ -91,7 +91,7 @@ def read_order(cache_dir: str | os.PathLike[str], key: str) -> dict[str, Any] | 
 
 def write_order(cache_dir: str | os.PathLike[str], key: str, order: dict[str, Any]) -> None:
     """Remember a work order; errors are ignored."""
-    _atomic_write(cache_dir, f"order-{key}.json", json.dumps({**order, "key": key}).encode())
+    _atomic_write(cache_dir, f"order-{key}.json", fastjson.dumps({**order, "key": key}).encode())
 
 
 def config_validated(cache_dir: str | os.PathLike[str], raw: bytes) -> bool:
@@ -105,13 +105,13 @@ def remember_config(cache_dir: str | os.PathLike[str], raw: bytes) -> None:
 
 
 def _digest(raw: bytes) -> str:
-    return hashlib.sha256(__version__.encode() + b"\0" + raw).hexdigest()[:32]
+    return sha256(__version__.encode() + b"\0" + raw).hexdigest()[:32]
 
 
 def _read_json(path: str) -> Any:
     try:
         with open(path, "rb") as f:
-            return json.loads(f.read())
+            return fastjson.loads(f.read())
     except (OSError, ValueError):
         return None
 

@@ -1,17 +1,57 @@
-"""Thin ctypes bindings for the Linux calls Python's os module lacks (3.10/3.11).
+"""Bindings for the Linux calls Python's os module lacks (3.10/3.11).
 
-openat2(2) for in-root path resolution, mount(2), setns(2). Errors raise OSError with errno.
+openat2(2) for in-root path resolution, mount(2), umount2(2), setns(2), unshare(2). Errors
+raise OSError with errno.
+
+They are built on ``_ctypes``, the C core of ctypes, rather than on ``ctypes``: the shim
+calls them on every GPU container start, and ``import ctypes`` (its ~80 type classes,
+``struct``, platform probing) costs ~5 ms there, a quarter of the shim's own time. The three
+C types needed are declared here exactly as ctypes declares them.
 """
 
 from __future__ import annotations
 
-import ctypes
+import _ctypes
 import os
-import struct
+import sys
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_syscall = _libc.syscall
-_syscall.restype = ctypes.c_long
+
+# Declared as ctypes declares c_int, c_long, c_ulong and c_char_p (typeshed types the base
+# as generic, which it is not at run time).
+class _Int(_ctypes._SimpleCData):  # type: ignore[type-arg]
+    _type_ = "i"
+
+
+class _Long(_ctypes._SimpleCData):  # type: ignore[type-arg]
+    _type_ = "l"
+
+
+class _ULong(_ctypes._SimpleCData):  # type: ignore[type-arg]
+    _type_ = "L"
+
+
+class _CharP(_ctypes._SimpleCData):  # type: ignore[type-arg]  # char *: bytes, or None for NULL
+    _type_ = "z"
+
+
+class _LibcFunction(_ctypes.CFuncPtr):
+    _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
+    _restype_ = _Int
+
+
+def _function(name: str, *argtypes: type) -> _LibcFunction:
+    func = _LibcFunction(_ctypes.dlsym(_LIBC, name))
+    func.argtypes = argtypes
+    return func
+
+
+_LIBC = _ctypes.dlopen(None, _ctypes.RTLD_LOCAL)  # type: ignore[arg-type]  # the program itself
+# long syscall(long number, ...): openat2 has no libc wrapper before glibc 2.36.
+_syscall_openat2 = _function("syscall", _Long, _Long, _CharP, _CharP, _Long)
+_mount = _function("mount", _CharP, _CharP, _CharP, _ULong, _CharP)
+_umount2 = _function("umount2", _CharP, _Int)
+_setns = _function("setns", _Int, _Int)
+_unshare = _function("unshare", _Int)
 
 SYS_OPENAT2 = 437  # same number on x86_64, aarch64 and ppc64le (post-4.20 syscall table)
 
@@ -30,9 +70,19 @@ MS_BIND = 0x1000
 MS_REC = 0x4000
 MS_PRIVATE = 1 << 18
 
+MNT_DETACH = 0x2
+UMOUNT_NOFOLLOW = 0x8
+
 CLONE_NEWNS = 0x00020000
 
 _openat2_missing = False
+
+
+def _check(rc: int, what: str) -> int:
+    if rc < 0:
+        err = _ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+    return rc
 
 
 def openat2(dirfd: int, path: str, flags: int, resolve: int, mode: int = 0) -> int:
@@ -40,17 +90,11 @@ def openat2(dirfd: int, path: str, flags: int, resolve: int, mode: int = 0) -> i
     global _openat2_missing  # noqa: PLW0603 - remember ENOSYS for the process lifetime
     if _openat2_missing:
         raise OSError(38, "openat2 not supported")
-    how = struct.pack("QQQ", flags | os.O_CLOEXEC, mode, resolve)
-    buf = ctypes.create_string_buffer(how, len(how))
-    fd = _syscall(
-        ctypes.c_long(SYS_OPENAT2),
-        ctypes.c_int(dirfd),
-        ctypes.c_char_p(os.fsencode(path)),
-        buf,
-        ctypes.c_size_t(len(how)),
-    )
+    # struct open_how {u64 flags; u64 mode; u64 resolve}; the kernel only reads it.
+    how = b"".join(v.to_bytes(8, sys.byteorder) for v in (flags | os.O_CLOEXEC, mode, resolve))
+    fd = _syscall_openat2(SYS_OPENAT2, dirfd, os.fsencode(path), how, len(how))
     if fd < 0:
-        err = ctypes.get_errno()
+        err = _ctypes.get_errno()
         if err == 38:
             _openat2_missing = True
         raise OSError(err, f"{os.strerror(err)}: {path}")
@@ -59,20 +103,26 @@ def openat2(dirfd: int, path: str, flags: int, resolve: int, mode: int = 0) -> i
 
 def mount(source: str | None, target: str, fstype: str | None, flags: int) -> None:
     """mount(2) with no data argument."""
-    rc = _libc.mount(
+    rc = _mount(
         None if source is None else os.fsencode(source),
         os.fsencode(target),
         None if fstype is None else os.fsencode(fstype),
-        ctypes.c_ulong(flags),
+        flags,
         None,
     )
-    if rc != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"mount {source} on {target}: {os.strerror(err)}")
+    _check(rc, f"mount {source} on {target}")
+
+
+def umount2(target: str, flags: int) -> None:
+    """umount2(2)."""
+    _check(_umount2(os.fsencode(target), flags), f"umount {target}")
 
 
 def setns(fd: int, nstype: int) -> None:
     """setns(2): join the namespace ``fd`` refers to."""
-    if _libc.setns(ctypes.c_int(fd), ctypes.c_int(nstype)) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"setns: {os.strerror(err)}")
+    _check(_setns(fd, nstype), "setns")
+
+
+def unshare(flags: int) -> None:
+    """unshare(2): leave the caller's namespaces of the ``flags`` kinds for new copies."""
+    _check(_unshare(flags), "unshare")

@@ -1,18 +1,19 @@
 """Structured logs: one JSON object per line, appended to the configured file.
 
 The shim and the hook run on every container start, so their logger is this small
-writer (json + os only): events are buffered and written with a single ``write(2)`` on an
-O_APPEND descriptor, so concurrent hooks never interleave inside a line. The CLI uses
-structlog (``configure_structlog``) with the same event shape: ``ts``, ``level``,
-``event``, ``component`` and key-value context.
+writer (stdlib only, JSON by ``nvct.fastjson``): events are buffered and written with a
+single ``write(2)`` on an O_APPEND descriptor, so concurrent hooks never interleave inside a
+line. The CLI uses structlog (``configure_structlog``) with the same event shape: ``ts``,
+``level``, ``event``, ``component`` and key-value context.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
+
+from nvct import fastjson
 
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ class EventLog:
             **self.context,
             **fields,
         }
-        self.lines.append(json.dumps(record, default=str, separators=(",", ":")))
+        self.lines.append(fastjson.dumps(record, default=str))
 
     def info(self, event: str, **fields: Any) -> None:
         """Log at info level."""

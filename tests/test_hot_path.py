@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
+
+SHIPPED_CONFIG = Path(__file__).resolve().parent.parent / "config" / "config.toml"
 
 HEAVY = ("jsonschema", "elftools", "pynvml", "click", "structlog", "asyncio", "tomlkit")
 # The per-container paths also keep Python's own slower modules out (~15 ms together).
 LEAN = (*HEAVY, "dataclasses", "typing", "pathlib", "inspect")
+# A GPU container's create is nvct's only Python process per start: not even json (re, enum),
+# tomllib, hashlib (OpenSSL), ctypes or collections (~30 ms together on this VM class).
+LEANEST = (*LEAN, "json", "re", "enum", "tomllib", "hashlib", "ctypes", "collections")
 
 # What each entry point imports on its hot path (warm caches).
 HOT_MODULES = {
@@ -16,19 +22,20 @@ HOT_MODULES = {
         ["nvct.runtime.__main__", "nvct.runtime.args", "nvct.runtime.lowlevel"],
     ),
     "runtime create, cached work order": (
-        LEAN,
-        ["nvct.runtime.create", "nvct.runtime.fastpath", "nvct.runtime.spec_edits"],
-    ),
-    "hook prestart with the shim's work order": (
-        LEAN,
+        LEANEST,
         [
-            "nvct.hook.__main__",
-            "nvct.hook.workorder",
+            "nvct.runtime.__main__",
+            "nvct.runtime.args",
+            "nvct.runtime.lowlevel",
+            "nvct.runtime.create",
+            "nvct.runtime.fastpath",
+            "nvct.runtime.spec_edits",
             "nvct.hook.apply",
-            "nvct.hook.cgroup",
+            "nvct.hook.ldconfig",
             "nvct.hook.rootfs",
             "nvct.oci",
             "nvct.log",
+            "nvct.cache",
         ],
     ),
     "hook prestart planning itself (--gpus)": (
@@ -81,3 +88,26 @@ def test_discovery_is_what_pulls_the_heavy_libraries() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True"
+
+
+def test_cached_create_calls_stay_lean() -> None:
+    """What the cached create calls (not only imports) loads none of LEANEST either: reading
+    cache-dir from the shipped config and a plain one, JSON both ways, a cache key."""
+    preloaded = _preloaded()
+    checked = tuple(m for m in LEANEST if m not in preloaded)
+    code = (
+        "import sys\n"
+        "from nvct import fastjson\n"
+        "from nvct.runtime.fastpath import cache_dir_of, order_key\n"
+        f"shipped = open({str(SHIPPED_CONFIG)!r}, 'rb').read()\n"
+        "assert cache_dir_of(shipped) == '/var/cache/nvct'\n"
+        "assert cache_dir_of(b'cache-dir = \"/c\"  # here\\n[log]\\n') == '/c'\n"
+        'spec = fastjson.loads(b\' {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]}} \')\n'
+        "order_key('/etc/nvct/config.toml', shipped, True, spec)\n"
+        "assert fastjson.loads(fastjson.dumps(spec)) == spec\n"
+        f"print(','.join(h for h in {checked!r} if h in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert out == "", f"the cached create loads {out}"

@@ -12,14 +12,20 @@ import pytest
 from nvct.runtime.launcher import install
 
 
-@pytest.fixture
-def launcher(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+def fake_tools(tmp_path: Path) -> Path:
+    """A bin dir with ``runc`` and ``fakepy`` that echo their name, argv and NVCT_CONFIG."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
     for name in ("runc", "fakepy"):
         tool = bindir / name
         tool.write_text(f'#!/bin/sh\necho "{name.upper()} $* NVCT_CONFIG=${{NVCT_CONFIG:-}}"\n')
         tool.chmod(0o755)
+    return bindir
+
+
+@pytest.fixture
+def launcher(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    bindir = fake_tools(tmp_path)
     out = tmp_path / "nvct-runtime"
     install(out, str(bindir / "fakepy"))
     env = {"PATH": f"{bindir}:/usr/bin:/bin", "NVCT_CONFIG": str(tmp_path / "absent.toml")}
@@ -93,3 +99,26 @@ def test_launcher_is_an_executable_posix_sh_script(launcher) -> None:
     path, _ = launcher
     subprocess.run(["sh", "-n", str(path)], check=True)
     assert os.access(path, os.X_OK)
+
+
+def test_launcher_made_for_a_config_uses_and_exports_it(tmp_path) -> None:
+    """One launcher per config (no docker runtimeArgs): its config is the default, exported to
+    the Python shim; NVCT_CONFIG and --nvct-config still win."""
+    bindir = fake_tools(tmp_path)
+    cfg = tmp_path / "my config.toml"
+    cfg.write_text('[runtime]\nlow-level = ["crun"]\n')  # only Python can read this list
+    out = tmp_path / "nvct-runtime-mine"
+    install(out, str(bindir / "fakepy"), str(cfg))
+    env = {"PATH": f"{bindir}:/usr/bin:/bin"}
+    assert call((out, env), "state", "id") == f"FAKEPY state id NVCT_CONFIG={cfg}"
+    other = tmp_path / "other.toml"
+    other.write_text("")
+    assert call((out, {**env, "NVCT_CONFIG": str(other)}), "state", "id") == (
+        f"RUNC state id NVCT_CONFIG={other}"
+    )
+    assert call((out, env), "--nvct-config", str(other), "state", "id") == (
+        f"RUNC state id NVCT_CONFIG={other}"
+    )
+    default = tmp_path / "nvct-runtime"
+    install(default, str(bindir / "fakepy"))
+    assert call((default, env), "state", "id") == "RUNC state id NVCT_CONFIG="

@@ -72,7 +72,7 @@ def build_options(
     if undo:
         return opts
     if engine == "podman":
-        from nvct.runtime.spec_edits import hook_entry
+        from nvct.hook.entry import hook_entry
 
         env = [HOOK_PATH_ENV]
         if nvct_config:

@@ -183,4 +183,3 @@ def set_key_or_queue_table(
         return edited
     blocks.insert(0, f"{header(table)}\n  {key} = {render_value(value)}\n")
     return text
-

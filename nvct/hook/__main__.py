@@ -1,19 +1,15 @@
 """``nvct-hook prestart``: the OCI prestart hook (also installed as nvidia-container-runtime-hook).
 
-Two ways in, one way out:
-- from nvct-runtime (``--runtime=nvidia``): the shim already built the plan and passed it as a
-  work order in this hook's environment (``NVCT_PLAN``); nothing but the stdlib and the apply
-  code is imported, the hot path of every GPU container start;
-- alone (``docker run --gpus`` on plain runc): the hook reads the config, the inventory
-  (cached) and builds the plan itself, then creates the device nodes and grants them in the
-  device cgroup, which the shim would otherwise have put in the spec.
-Either way the work order is applied inside the container's mount namespace. Any failure
-exits 1 with one line on stderr, which the runtime reports, and the container does not start.
+It serves containers that nvct-runtime did not prepare: ``docker run --gpus`` on plain runc,
+podman's hooks.d. It reads the config, the inventory (cached) and builds the plan itself,
+creates the device nodes and grants them in the device cgroup (which the shim would
+otherwise have put in the spec), then applies the work order inside the container's mount
+namespace. Any failure exits 1 with one line on stderr, which the runtime reports, and the
+container does not start.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 
@@ -56,7 +52,6 @@ def prestart() -> int:
 
 
 def _prestart(log: EventLog) -> int:
-    from nvct.hook.workorder import ENV_VAR, decode
     from nvct.oci import load_spec, parse_state, rootfs_path
 
     t0 = time.perf_counter()
@@ -64,15 +59,10 @@ def _prestart(log: EventLog) -> int:
     log.bind(container_id=state.container_id, bundle=str(state.bundle))
     spec = load_spec(state.bundle)
     root = str(rootfs_path(spec, state.bundle))
-    if ENV_VAR in os.environ:
-        order = decode(os.environ[ENV_VAR])
-        log.configure(*order["log"])
-        source = "nvct-runtime"
-    else:
-        found = _plan_here(spec, root, log)
-        if found is None:
-            return 0
-        order, source = found, "hook"
+    order = _plan_here(spec, root, log)
+    if order is None:
+        return 0
+    planned = time.perf_counter()
     in_spec = {
         (d.get("path"), d.get("major"), d.get("minor"))
         for d in (spec.get("linux") or {}).get("devices") or ()
@@ -82,7 +72,6 @@ def _prestart(log: EventLog) -> int:
     stats, created, applied_at = _apply(state, root, order, missing)
     log.info(
         "container_configured",
-        planned_by=source,
         devices=[d[0] for d in order["devices"]],
         gpus=order.get("gpus", []),
         capabilities=order.get("capabilities", []),
@@ -91,7 +80,8 @@ def _prestart(log: EventLog) -> int:
         symlinks=stats.symlinks,
         symlinks_kept_from_image=stats.skipped_symlinks,
         phases_ms={
-            "prepare": round((applied_at[0] - t0) * 1000, 2),
+            "plan": round((planned - t0) * 1000, 2),
+            "prepare": round((applied_at[0] - planned) * 1000, 2),
             **stats.phases_ms,
         },
         total_ms=round((time.perf_counter() - t0) * 1000, 2),

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import os
 import posixpath
-import resource
 import stat
 import time
 
 from nvct import linux
 from nvct.errors import ApplyError
+from nvct.hook.ldconfig import run_ldconfig
 from nvct.hook.rootfs import Rootfs, fd_path
 
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
@@ -100,7 +100,7 @@ def bind_mount(rootfs: Rootfs, source: str, target: str, options: list[str]) -> 
             f"driver file {source} is missing: {err.strerror}",
             hint="run `nvct-cli list --no-cache` to refresh the inventory",
         ) from err
-    _ensure_target(rootfs, target, stat.S_ISDIR(src.st_mode))
+    rootfs.make_mount_point(target, is_dir=stat.S_ISDIR(src.st_mode))
     fd = rootfs.open(target)
     try:
         kind = stat.S_IFMT(os.fstat(fd).st_mode)
@@ -136,35 +136,36 @@ def bind_mount(rootfs: Rootfs, source: str, target: str, options: list[str]) -> 
         os.close(fd)
 
 
-def _ensure_target(rootfs: Rootfs, target: str, is_dir: bool) -> None:
-    parent = rootfs.makedirs(posixpath.dirname(target))
-    name = posixpath.basename(target)
-    try:
-        if is_dir:
-            os.mkdir(name, 0o755, dir_fd=parent)
-        else:
-            fd = os.open(
-                name,
-                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                0o644,
-                dir_fd=parent,
-            )
-            os.close(fd)
-    except FileExistsError:
-        pass  # mount over what the image has (resolved inside the rootfs)
-    except OSError as err:
-        raise ApplyError(f"cannot create {target} in the container: {err.strerror}") from err
-    finally:
-        os.close(parent)
-
-
 def create_symlink(rootfs: Rootfs, path: str, target: str) -> bool:
     """Create symlink ``path`` -> ``target``; an existing symlink is replaced, other files kept.
 
     Returns False when an image file of that name was kept.
     """
-    parent = rootfs.makedirs(posixpath.dirname(path))
-    name = posixpath.basename(path)
+    return create_symlinks(rootfs, [[path, target]]) == (1, 0)
+
+
+def create_symlinks(rootfs: Rootfs, links: list[list[str]]) -> tuple[int, int]:
+    """Create a work order's ``[path, target]`` symlinks; returns (created, kept from image).
+
+    Each directory is resolved (and made) once for all the links it holds.
+    """
+    by_dir: dict[str, list[tuple[str, str, str]]] = {}
+    for path, target in links:
+        by_dir.setdefault(posixpath.dirname(path), []).append(
+            (path, posixpath.basename(path), target)
+        )
+    made = 0
+    for directory, entries in by_dir.items():
+        parent = in_container(directory, rootfs.makedirs, directory)
+        try:
+            for path, name, target in entries:
+                made += _symlink_at(parent, name, target, path)
+        finally:
+            os.close(parent)
+    return made, len(links) - made
+
+
+def _symlink_at(parent: int, name: str, target: str, path: str) -> bool:
     try:
         try:
             os.symlink(target, name, dir_fd=parent)
@@ -177,52 +178,7 @@ def create_symlink(rootfs: Rootfs, path: str, target: str) -> bool:
                 os.symlink(target, name, dir_fd=parent)
     except OSError as err:
         raise ApplyError(f"cannot create symlink {path}: {err.strerror}") from err
-    finally:
-        os.close(parent)
     return True
-
-
-def run_ldconfig(rootfs: Rootfs, ldconfig: str, dirs: tuple[str, ...]) -> None:
-    """Run the host's ldconfig chrooted in the rootfs so its ld.so.cache lists new libraries.
-
-    The binary is opened on the host side and executed by descriptor: nothing from the image
-    is ever executed, and a static ldconfig needs nothing from the image to run.
-    """
-    try:
-        exe = os.open(ldconfig, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError as err:
-        raise ApplyError(
-            f"cannot open ldconfig {ldconfig}: {err.strerror}",
-            hint="set ldconfig in nvct's config.toml to the host's ldconfig",
-        ) from err
-    argv = ["ldconfig", "-X", "-f", "/etc/ld.so.conf", "-C", "/etc/ld.so.cache", *dirs]
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: confine, then exec by descriptor
-        try:
-            os.close(read_end)
-            os.dup2(write_end, 1)
-            os.dup2(write_end, 2)
-            os.fchdir(rootfs.fd)
-            os.chroot(".")
-            os.chdir("/")
-            resource.setrlimit(resource.RLIMIT_CPU, (10, 10))
-            resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 20, 64 << 20))
-            os.execve(exe, argv, {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
-        except BaseException as err:
-            os.write(2, f"exec failed: {err}\n".encode())
-        os._exit(127)
-    os.close(write_end)
-    os.close(exe)
-    output = b""
-    while chunk := os.read(read_end, 65536):
-        output += chunk[: 4096 - len(output)] if len(output) < 4096 else b""
-    os.close(read_end)
-    _, status = os.waitpid(pid, 0)
-    code = os.waitstatus_to_exitcode(status)
-    if code != 0:
-        text = output.decode(errors="replace").strip().replace("\n", "; ")[:300]
-        raise ApplyError(f"ldconfig in the container failed (exit {code}): {text}")
 
 
 def apply_order(order: dict[str, Any], rootfs: Rootfs) -> ApplyStats:
@@ -233,11 +189,7 @@ def apply_order(order: dict[str, Any], rootfs: Rootfs) -> ApplyStats:
         in_container(target, bind_mount, rootfs, source, target, options)
         stats.mounts += 1
     start = _lap(stats, "mounts", start)
-    for path, target in order["symlinks"]:
-        if in_container(path, create_symlink, rootfs, path, target):
-            stats.symlinks += 1
-        else:
-            stats.skipped_symlinks += 1
+    stats.symlinks, stats.skipped_symlinks = create_symlinks(rootfs, order["symlinks"])
     start = _lap(stats, "symlinks", start)
     if order["ldconfig_dirs"]:
         run_ldconfig(rootfs, order["ldconfig"], tuple(order["ldconfig_dirs"]))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import os
+import posixpath
 import stat
 
 from nvct import linux
@@ -101,6 +102,24 @@ class Rootfs:
             os.close(parent)
             raise
         return parent
+
+    def make_mount_point(self, path: str, *, is_dir: bool) -> None:
+        """Create an empty file (or directory) at ``path`` to mount on, unless something is
+        there already (then the mount covers what the image has, resolved in the rootfs)."""
+        parent = self.makedirs(posixpath.dirname(path))
+        name = posixpath.basename(path)
+        try:
+            if is_dir:
+                os.mkdir(name, 0o755, dir_fd=parent)
+            else:
+                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+                os.close(os.open(name, flags, 0o644, dir_fd=parent))
+        except FileExistsError:
+            pass
+        except OSError as err:
+            raise ApplyError(f"cannot create {path} in the container: {err.strerror}") from err
+        finally:
+            os.close(parent)
 
     def _create_link_target(self, parent: int, name: str, base: str, depth: int) -> None:
         """``name`` exists but does not resolve: if it is a dangling symlink, create its

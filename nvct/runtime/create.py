@@ -1,15 +1,27 @@
-"""The shim's ``create``: plan the container's GPUs and edit its bundle before runc sees it.
+"""The shim's ``create``: plan the container's GPUs and prepare its bundle before runc runs.
+
+Everything a GPU container needs is either written into its spec, for the runtime to do, or
+done to its rootfs here, before the runtime starts; no hook runs during the container's
+start, so a GPU container costs one Python process (this one):
+
+- ``linux.devices`` and device-cgroup allow rules for the device nodes;
+- read-only bind ``mounts`` for the driver's libraries, binaries, IPC sockets and firmware
+  (the runtime resolves each destination inside the rootfs, as it does for any volume);
+- in the rootfs: the SONAME symlinks, and ``/etc/ld.so.cache`` rebuilt by the host's ldconfig,
+  run chrooted in a private mount namespace where the driver libraries are bind-mounted for
+  it alone (``nvct.hook.ldconfig``).
 
 The first container of a kind is planned in full (config validation, inventory, request,
-requirements, plan); the resulting spec edits are cached under a key of every input (see
+requirements, plan); the resulting work order is cached under a key of every input (see
 ``nvct.runtime.fastpath``) and revalidated against the driver's fingerprint, so later
-identical containers are edited with the stdlib alone.
+identical containers are prepared with the stdlib alone.
 """
 
 from __future__ import annotations
 
 import os
-import sys
+import posixpath
+import time
 
 from nvct import cache
 from nvct.defaults import config_path
@@ -25,15 +37,16 @@ TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings h
 if TYPE_CHECKING:
     from typing import Any
 
-HOOK_PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    from nvct.hook.ldconfig import Ldconfig
 
 
 def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tuple[str, ...]:
-    """Edit ``<bundle>/config.json`` for the GPUs it asks for; return the low-level runtimes.
+    """Prepare ``<bundle>`` for the GPUs its config.json asks for; return the low-level runtimes.
 
     Raises:
         NvctError: the container must not start (unknown device, failed requirement, ...).
     """
+    t0 = time.perf_counter()
     bundle = args.bundle or os.getcwd()
     log.bind(container_id=args.container_id, bundle=bundle)
     spec = load_spec(bundle)
@@ -41,29 +54,79 @@ def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tu
     raw = _read(path, required)
     with Rootfs(rootfs_path(spec, bundle)) as rootfs:
         debian = rootfs.exists("/etc/debian_version")
-    cache_dir = cache_dir_of(raw)
-    key = order_key(path, raw, debian, spec) if cache_dir else ""
-    entry = cache.read_order(cache_dir, key) if cache_dir and key else None
-    if entry is not None and cache.inventory_fingerprint(*entry["roots"]) != entry["fingerprint"]:
-        entry = None  # the driver changed since: plan again
-    cached = entry is not None
-    if entry is None:
-        entry = _plan(spec, config_file, debian)
-        if cache_dir and key:
-            cache.write_order(cache_dir, key, entry)
-    log.configure(*entry["log"])
-    if entry["hook"] is None:
-        # A --gpus hook on a container that asks for nothing would only fail later.
-        if remove_gpu_hooks(spec):
-            write_spec(bundle, spec)
-        log.debug("passthrough_create", decisions=entry.get("decisions", []), cached=cached)
-        return tuple(entry["runtimes"])
-    edit_spec(spec, entry["devices"], entry["hook"])
-    write_spec(bundle, spec)
+        entry, cached = _entry(spec, path, raw, config_file, debian)
+        log.configure(*entry["log"])
+        order = entry["order"]
+        if order is None:
+            # A --gpus hook on a container that asks for nothing would only fail later.
+            if remove_gpu_hooks(spec):
+                write_spec(bundle, spec)
+            log.debug("passthrough_create", decisions=entry.get("decisions", []), cached=cached)
+            return tuple(entry["runtimes"])
+        planned = time.perf_counter()
+        ldconfig = stage_rootfs(rootfs, order)
+        staged = time.perf_counter()
+        # The spec is edited while ldconfig runs; the container starts only if both succeed.
+        edit_spec(spec, order["devices"], order["mounts"])
+        write_spec(bundle, spec)
+        edited = time.perf_counter()
+        if ldconfig is not None:
+            ldconfig.wait()
+    done = time.perf_counter()
     log.info(
-        "spec_modified", devices=[d[0] for d in entry["devices"]], gpus=entry["gpus"], cached=cached
+        "container_prepared",
+        devices=[d[0] for d in order["devices"]],
+        gpus=entry["gpus"],
+        mounts=len(order["mounts"]),
+        symlinks=len(order["symlinks"]),
+        cached=cached,
+        phases_ms={
+            "plan": _ms(planned - t0),
+            "symlinks": _ms(staged - planned),  # and ldconfig's start
+            "spec": _ms(edited - staged),
+            "ldconfig": _ms(done - edited),  # what is left of it to wait for
+        },
+        total_ms=_ms(done - t0),
     )
     return tuple(entry["runtimes"])
+
+
+def _entry(
+    spec: dict[str, Any], path: str, raw: bytes, config_file: str | None, debian: bool
+) -> tuple[dict[str, Any], bool]:
+    """The cache entry for this container (cached when it is), planning it on a miss."""
+    cache_dir = cache_dir_of(raw)
+    key = order_key(path, raw, debian, spec) if cache_dir else ""
+    if cache_dir and key:
+        entry = cache.read_order(cache_dir, key)
+        if (
+            entry is not None
+            and cache.inventory_fingerprint(*entry["roots"]) == entry["fingerprint"]
+        ):
+            return entry, True
+    entry = _plan(spec, config_file, debian)  # a miss, or the driver changed since
+    if cache_dir and key:
+        cache.write_order(cache_dir, key, entry)
+    return entry, False
+
+
+def stage_rootfs(rootfs: Rootfs, order: dict[str, Any]) -> Ldconfig | None:
+    """The rootfs half of a work order, done before the runtime mounts anything: the SONAME
+    symlinks, then ldconfig over the order's libraries, started and returned for the caller
+    to wait on (None when the order has no library)."""
+    from nvct.hook.apply import create_symlinks
+    from nvct.hook.ldconfig import start_ldconfig
+
+    create_symlinks(rootfs, order["symlinks"])
+    dirs = order["ldconfig_dirs"]
+    if not dirs:
+        return None
+    libs = [(s, t) for s, t, _ in order["mounts"] if posixpath.dirname(t) in dirs]
+    return start_ldconfig(rootfs, order["ldconfig"], dirs, binds=libs)
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000, 2)
 
 
 def _read(path: str, required: bool) -> bytes:
@@ -92,7 +155,6 @@ def _plan(spec: dict[str, Any], config_file: str | None, debian: bool) -> dict[s
     from nvct.host import load_inventory
     from nvct.plan import RootfsLayout, build_plan
     from nvct.request import request_from_spec
-    from nvct.runtime.spec_edits import hook_entry
 
     config = load_config(config_file)
     roots = [str(config.driver_root), str(config.dev_root), str(config.proc_root)]
@@ -101,20 +163,15 @@ def _plan(spec: dict[str, Any], config_file: str | None, debian: bool) -> dict[s
         "fingerprint": cache.inventory_fingerprint(*roots),
         "runtimes": list(config.low_level_runtimes),
         "log": [config.log_file, config.log_level],
-        "hook": None,
+        "order": None,
     }
     request = request_from_spec(spec, config)
     if not request.wants_gpu:
         return {**entry, "decisions": list(request.decisions)}
     inventory = load_inventory(config)
     plan = build_plan(request, inventory, config, host_arch(), RootfsLayout(debian=debian))
-    order = workorder.from_plan(plan, config)
-    env = [HOOK_PATH_ENV, f"{workorder.ENV_VAR}={workorder.encode(order)}"]
-    if config.source != "(defaults)":
-        env.append(f"NVCT_CONFIG={config.source}")
     return {
         **entry,
-        "hook": hook_entry(sys.executable, config.hook_path, env),
-        "devices": order["devices"],
+        "order": workorder.from_plan(plan, config),
         "gpus": [s.label for s in plan.selected],
     }

@@ -1,8 +1,10 @@
 """Edits the shim makes to a container's OCI spec (``config.json``) for a plan.
 
-- one prestart hook running nvct's hook with an explicit environment, replacing NVIDIA's
-  (``nvidia-container-runtime-hook`` / ``nvidia-container-toolkit``, which dockerd adds for
-  ``--gpus``) and any earlier nvct hook, so it never runs twice;
+- NVIDIA's prestart hooks (``nvidia-container-runtime-hook`` / ``nvidia-container-toolkit``,
+  which dockerd adds for ``--gpus``) and nvct's own are removed: the shim has done their work,
+  and it must not be done twice;
+- the plan's bind mounts in ``mounts``, for the runtime to make (it resolves each destination
+  inside the rootfs, as for any volume);
 - the plan's device nodes in ``linux.devices`` and matching allow rules in
   ``linux.resources.devices``: runc (and systemd with the systemd cgroup driver) then own
   device access on cgroup v1 and v2, and a ``systemctl daemon-reload`` cannot revoke it.
@@ -12,6 +14,8 @@ from __future__ import annotations
 
 import posixpath
 
+from nvct.hook.entry import HOOK_MARK
+
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
 if TYPE_CHECKING:
     from typing import Any
@@ -20,28 +24,6 @@ if TYPE_CHECKING:
 REPLACED_HOOKS = frozenset(
     {"nvidia-container-runtime-hook", "nvidia-container-toolkit", "nvct-hook"}
 )
-HOOK_MARK = "nvct.hook"
-
-
-def hook_entry(python: str, hook_path: str, env: list[str]) -> dict[str, Any]:
-    """The prestart hook nvct adds: ``hook_path prestart``, or nvct's hook run by ``python``.
-
-    The default form works wherever this nvct came from (a venv, an editable checkout, the
-    packages' private tree): the interpreter runs isolated (``-I``: no PYTHON* variables, no
-    working directory on sys.path — runc runs hooks in the bundle, which the image's author
-    may control) and is told explicitly where nvct lives.
-    """
-    if hook_path:
-        return {"path": hook_path, "args": [posixpath.basename(hook_path), "prestart"], "env": env}
-    import nvct  # the package this shim runs from
-
-    home = posixpath.dirname(posixpath.dirname(posixpath.abspath(nvct.__file__)))
-    flags = "-IS"  # no site: the hook's path with a work order is stdlib-only (see nvct._site)
-    code = (
-        f"import sys; sys.path.insert(0, {home!r}); "
-        f"from {HOOK_MARK}.__main__ import main; sys.exit(main())"
-    )
-    return {"path": python, "args": [python, flags, "-c", code, "prestart"], "env": env}
 
 
 def _is_gpu_hook(hook: Any) -> bool:
@@ -52,15 +34,13 @@ def _is_gpu_hook(hook: Any) -> bool:
     return posixpath.basename(path) in REPLACED_HOOKS or any(HOOK_MARK in str(a) for a in args)
 
 
-def edit_spec(spec: dict[str, Any], nodes: list[list[Any]], hook: dict[str, Any]) -> None:
+def edit_spec(spec: dict[str, Any], nodes: list[list[Any]], mounts: list[list[Any]]) -> None:
     """Apply the shim's edits to ``spec`` in place (idempotent).
 
-    ``nodes`` are the work order's ``[path, major, minor, mode]`` entries.
+    ``nodes`` are the work order's ``[path, major, minor, mode]`` entries and ``mounts`` its
+    ``[host path, container path, options]`` bind mounts.
     """
-    hooks = spec.setdefault("hooks", {})
-    prestart = [h for h in hooks.get("prestart") or () if not _is_gpu_hook(h)]
-    prestart.append(hook)
-    hooks["prestart"] = prestart
+    remove_gpu_hooks(spec)
 
     linux = spec.setdefault("linux", {})
     devices = linux.setdefault("devices", [])
@@ -91,6 +71,15 @@ def edit_spec(spec: dict[str, Any], nodes: list[list[Any]], hook: dict[str, Any]
                 {"allow": True, "type": "c", "major": major, "minor": minor, "access": "rwm"}
             )
             allowed.add(("c", major, minor))
+
+    spec_mounts = spec.setdefault("mounts", [])
+    have = {(m.get("source"), m.get("destination")) for m in spec_mounts}
+    for source, target, options in mounts:
+        if (source, target) not in have:
+            spec_mounts.append(
+                {"destination": target, "type": "bind", "source": source, "options": options}
+            )
+            have.add((source, target))
 
 
 def remove_gpu_hooks(spec: dict[str, Any]) -> bool:
