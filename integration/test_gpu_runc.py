@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -185,3 +186,57 @@ def test_work_order_cache_reused_and_invalidated(
     # A refused request is never cached as a success.
     refused = start("e", ["NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_REQUIRE_CUDA=cuda>=99"])
     assert refused.returncode != 0 and "cuda>=99" in refused.stderr
+
+
+def test_create_then_start_has_the_driver_in_its_ld_cache(
+    runc_bundle_factory: BundleFactory, container_id: str, nvct_config: Path, sim_driver: Any
+) -> None:
+    """``create`` then ``start`` (what containerd calls; no hook runs in between): the
+    container's ld.so.cache, rebuilt before runc ran, lists the driver's libraries."""
+    shim = str(NVCT_BIN / "nvct-runtime")
+    bundle = runc_bundle_factory(
+        ["/bin/sh", "-c", "nvidia-smi -L; grep -q libnvidia-ml.so.1 /etc/ld.so.cache && echo I"],
+        ["NVIDIA_VISIBLE_DEVICES=3"],
+    )
+    out, err = bundle / "out", bundle / "err"
+    env = shim_env(nvct_config)
+    try:
+        # Files, not pipes: the created container holds its stdio until it runs.
+        with out.open("w") as stdout, err.open("w") as stderr:
+            created = subprocess.run(
+                [shim, "create", "--bundle", str(bundle), container_id],
+                stdout=stdout, stderr=stderr, env=env, timeout=60, check=False,
+            )  # fmt: skip
+        assert created.returncode == 0, err.read_text()
+        assert container_id in runc_list().split()
+        subprocess.run([shim, "start", container_id], env=env, check=True, timeout=30)
+        for _ in range(100):  # the process runs detached: wait for its output
+            if out.read_text().endswith("I\n"):
+                break
+            time.sleep(0.05)
+        assert smi_uuids(out.read_text()) == [sim_driver.spec.gpus[3].uuid], err.read_text()
+        assert out.read_text().endswith("I\n")  # its ld.so.cache lists the driver
+    finally:
+        subprocess.run(["runc", "delete", "--force", container_id], check=False)
+
+
+def test_failed_ldconfig_leaves_no_container(
+    runc_bundle_factory: BundleFactory, container_id: str, sim_driver: Any, tmp_path: Path
+) -> None:
+    """ldconfig fails: runc is never run, so no container exists, and the caller gets one
+    line saying why."""
+    config = write_nvct_config(tmp_path / "bad" / "config.toml", sim_driver)
+    config.write_text('ldconfig = "/bin/false"\n' + config.read_text())
+    bundle = runc_bundle_factory(["/bin/true"], ["NVIDIA_VISIBLE_DEVICES=0"])
+    shim = str(NVCT_BIN / "nvct-runtime")
+    result = subprocess.run(
+        [shim, "create", "--bundle", str(bundle), container_id],
+        capture_output=True, text=True, env=shim_env(config), timeout=60, check=False,
+    )  # fmt: skip
+    try:
+        assert result.returncode == 1
+        lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith("nvct-runtime: error: ldconfig"), lines
+        assert container_id not in runc_list().split()
+    finally:
+        subprocess.run(["runc", "delete", "--force", container_id], check=False)

@@ -1,4 +1,4 @@
-"""nvct's own programs: the runtime shim and the hook it installs, runc/crun, ldconfig."""
+"""nvct's own programs: the runtime shim and the hook, runc/crun, ldconfig."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def check_runtime(ctx: DoctorContext) -> CheckResult:
 
 
 def check_hook(ctx: DoctorContext) -> CheckResult:
-    """The prestart hook the shim writes into specs can run."""
+    """nvct's prestart hook (docker --gpus, podman's hooks.d) can run."""
     hook_path = ctx.config.hook_path
     if hook_path:
         if os.path.isfile(hook_path) and os.access(hook_path, os.X_OK):
@@ -56,7 +56,7 @@ def check_hook(ctx: DoctorContext) -> CheckResult:
         err = (done.stderr.strip().splitlines() or ["no output"])[-1]
         return failed(
             HOOK,
-            f"the shim would run the hook as {python} -I -m nvct.hook, which fails: {err}",
+            f"the hook would run as {python} -I -m nvct.hook, which fails: {err}",
             f"reinstall nvct for {python}, or set [runtime] hook-path to an nvct-hook",
         )
     return passed(HOOK, f"hook runs as {python} -I -m nvct.hook prestart")
@@ -77,7 +77,7 @@ def check_low_level(ctx: DoctorContext) -> CheckResult:
 
 
 def check_ldconfig(ctx: DoctorContext) -> CheckResult:
-    """The host ldconfig the hook runs inside containers exists."""
+    """The host ldconfig nvct runs over containers' roots exists."""
     path = Path(ctx.config.ldconfig)
     if path.is_file() and os.access(path, os.X_OK):
         return passed(LDCONFIG, f"ldconfig {path}")

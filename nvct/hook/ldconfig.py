@@ -15,7 +15,9 @@ seeing those mounts.
 from __future__ import annotations
 
 import os
+import posixpath
 import resource
+import stat
 
 from nvct import linux
 from nvct.errors import ApplyError
@@ -125,14 +127,37 @@ def _sandbox(rootfs: Rootfs, binds: Sequence[tuple[str, str]]) -> int:
     old, new = os.fstat(rootfs.fd), os.fstat(private.fd)
     if (old.st_dev, old.st_ino) != (new.st_dev, new.st_ino):
         raise ApplyError(f"{root} changed while ldconfig was being set up")
+    by_dir: dict[str, list[tuple[str, str]]] = {}
     for source, target in binds:
-        private.make_mount_point(target, is_dir=False)  # the runtime would create it too
-        fd = private.open(target)
+        by_dir.setdefault(posixpath.dirname(target), []).append((source, target))
+    for directory, files in by_dir.items():
+        parent = private.makedirs(directory)
         try:
-            linux.mount(source, fd_path(fd), None, linux.MS_BIND)
+            for source, target in files:
+                fd = _mount_point(private, parent, target)
+                try:
+                    linux.mount(source, fd_path(fd), None, linux.MS_BIND)
+                finally:
+                    os.close(fd)
         finally:
-            os.close(fd)
+            os.close(parent)
     return private.fd
+
+
+def _mount_point(rootfs: Rootfs, parent: int, target: str) -> int:
+    """An O_PATH descriptor of ``target`` in its (resolved) ``parent``, created empty if
+    missing, as the runtime will create it; an image's symlink there is resolved in-root."""
+    name = posixpath.basename(target)
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        os.close(os.open(name, flags, 0o644, dir_fd=parent))
+    except FileExistsError:
+        pass
+    fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    if stat.S_ISLNK(os.fstat(fd).st_mode):
+        os.close(fd)
+        return rootfs.open(target)
+    return fd
 
 
 def procfs_mounts_under(root: str) -> list[str]:
