@@ -6,6 +6,7 @@ Measures, interleaved round by round so a noisy machine affects every variant al
 - ``docker run --rm --network none`` with plain runc;
 - through nvct-runtime asking for no GPU, 1 GPU, and all 8 GPUs of an 8-GPU simulated driver;
 - ``--gpus device=0`` on plain runc (nvct's nvidia-container-runtime-hook);
+- the floor of any Python shim: the launcher starting ``python -I -S`` that only execs runc;
 
 and micro-benchmarks: ``nvct-runtime state <missing>`` vs ``runc state <missing>``, the time
 per phase of the shim's create and of the --gpus hook (from their JSON log), ``nvct-cli list``
@@ -97,7 +98,17 @@ def main() -> int:
     runtime, runtime8 = hookdir / "nvct-runtime", hookdir / "nvct-runtime-8"
     for launcher, cfg in ((runtime, cfg1), (runtime8, cfg8)):
         install(launcher, default_command(), str(cfg))
-    daemon = {"runtimes": {"nvidia": {"path": str(runtime)}, "nvidia8": {"path": str(runtime8)}}}
+    # The floor of any Python shim: the same launcher, whose Python only execs runc.
+    floor_runtime = hookdir / "python-floor"
+    exec_runc = "import os, sys; os.execvp('runc', ['runc', *sys.argv[1:]])"
+    install(floor_runtime, f'{sys.executable} -I -S -c "{exec_runc}"', str(cfg1))
+    daemon = {
+        "runtimes": {
+            "nvidia": {"path": str(runtime)},
+            "nvidia8": {"path": str(runtime8)},
+            "floor": {"path": str(floor_runtime)},
+        }
+    }
     old_path = os.environ["PATH"]
     os.environ["PATH"] = f"{hookdir}:{old_path}"
     dockerd = Dockerd(daemon, storage_driver=args.storage_driver)
@@ -131,6 +142,15 @@ def main() -> int:
                 "true",
             ],
             "--gpus device=0 on runc": [*base, "--gpus", "device=0", GLIBC_TAG, "true"],
+            "bare python -I -S, then runc": [
+                *base,
+                "--runtime",
+                "floor",
+                "-e",
+                "NVIDIA_VISIBLE_DEVICES=0",
+                GLIBC_TAG,
+                "true",
+            ],
         }
         for argv in variants.values():  # warm caches (inventory, validated config, page cache)
             for _ in range(2):
@@ -191,6 +211,7 @@ def main() -> int:
         / med["runc state <missing>"],
         "8 GPUs <= 1.1 x 1 GPU": paired("nvct, 8 GPUs (all)", "nvct, 1 GPU"),
     }
+    floor = paired("bare python -I -S, then runc", "runc")
     ratio_of_medians = {
         "1 GPU / runc": med["nvct, 1 GPU"] / med["runc"],
         "no GPU / runc": med["nvct, no GPU asked"] / med["runc"],
@@ -208,6 +229,7 @@ def main() -> int:
     print()
     for name, ratio in ratio_of_medians.items():
         print(f"(ratio of medians) {name:<20} {ratio:.3f}")
+    print(f"(paired) a bare Python interpreter in the launcher / runc {floor:.3f}")
     print("targets use the median of per-round (paired) ratios:")
     ok = True
     for name, ratio in targets.items():
@@ -220,6 +242,7 @@ def main() -> int:
             {
                 "results": results,
                 "ratios": {k: round(v, 4) for k, v in targets.items()},
+                "python_floor_ratio": round(floor, 4),
                 "rounds": args.rounds,
                 "date": time.strftime("%Y-%m-%d"),
                 "machine": {"cpus": os.cpu_count(), "kernel": os.uname().release},
