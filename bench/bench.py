@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -58,6 +59,16 @@ def quantiles(samples: list[float]) -> dict[str, float]:
     }
 
 
+def shim_command(python: str) -> str:
+    """The shim on ``python``, isolated, with nvct and this venv's libraries as its only
+    non-stdlib path (the packages' layout: the system python3 and a private tree)."""
+    import site
+
+    paths = [str(Path(__file__).resolve().parent.parent), *site.getsitepackages()]
+    code = f"import sys; sys.path[:0] = {paths!r}; from nvct.runtime.__main__ import main; "
+    return f"{shlex.quote(python)} -I -S -c {shlex.quote(code + 'sys.exit(main())')}"
+
+
 def timed(argv: list[str], env: dict[str, str] | None = None) -> float:
     start = time.perf_counter()
     subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=False)
@@ -69,6 +80,11 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--micro-rounds", type=int, default=60)
     parser.add_argument("--output", type=Path, default=Path("bench/results.json"))
+    parser.add_argument(
+        "--python",
+        help="interpreter the shim runs on, as the packages run it on the system's python3 "
+        "(nvct and its libraries from this checkout and venv); default: this venv's",
+    )
     parser.add_argument(
         "--storage-driver",
         default="vfs",
@@ -96,12 +112,13 @@ def main() -> int:
     # One launcher per config, as an installed nvct-runtime is registered: a path and no
     # runtimeArgs (dockerd would wrap those in one more shell script, run on every call).
     runtime, runtime8 = hookdir / "nvct-runtime", hookdir / "nvct-runtime-8"
+    shim = shim_command(args.python) if args.python else default_command()
     for launcher, cfg in ((runtime, cfg1), (runtime8, cfg8)):
-        install(launcher, default_command(), str(cfg))
+        install(launcher, shim, str(cfg))
     # The floor of any Python shim: the same launcher, whose Python only execs runc.
     floor_runtime = hookdir / "python-floor"
     exec_runc = "import os, sys; os.execvp('runc', ['runc', *sys.argv[1:]])"
-    install(floor_runtime, f'{sys.executable} -I -S -c "{exec_runc}"', str(cfg1))
+    install(floor_runtime, f'{args.python or sys.executable} -I -S -c "{exec_runc}"', str(cfg1))
     daemon = {
         "runtimes": {
             "nvidia": {"path": str(runtime)},
@@ -246,6 +263,7 @@ def main() -> int:
                 "rounds": args.rounds,
                 "date": time.strftime("%Y-%m-%d"),
                 "machine": {"cpus": os.cpu_count(), "kernel": os.uname().release},
+                "python": args.python or sys.executable,
             },
             indent=2,
         )

@@ -21,7 +21,7 @@ import stat
 
 from nvct import linux
 from nvct.errors import ApplyError
-from nvct.hook.rootfs import Rootfs, fd_path
+from nvct.hook.rootfs import Rootfs, fd_path, make_mount_point_at
 
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
 if TYPE_CHECKING:
@@ -147,13 +147,10 @@ def _sandbox(rootfs: Rootfs, binds: Sequence[tuple[str, str]]) -> int:
 def _mount_point(rootfs: Rootfs, parent: int, target: str) -> int:
     """An O_PATH descriptor of ``target`` in its (resolved) ``parent``, created empty if
     missing, as the runtime will create it; an image's symlink there is resolved in-root."""
-    name = posixpath.basename(target)
-    try:
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        os.close(os.open(name, flags, 0o644, dir_fd=parent))
-    except FileExistsError:
-        pass
-    fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    make_mount_point_at(parent, target, is_dir=False)
+    fd = os.open(
+        posixpath.basename(target), os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent
+    )
     if stat.S_ISLNK(os.fstat(fd).st_mode):
         os.close(fd)
         return rootfs.open(target)

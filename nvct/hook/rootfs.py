@@ -107,17 +107,8 @@ class Rootfs:
         """Create an empty file (or directory) at ``path`` to mount on, unless something is
         there already (then the mount covers what the image has, resolved in the rootfs)."""
         parent = self.makedirs(posixpath.dirname(path))
-        name = posixpath.basename(path)
         try:
-            if is_dir:
-                os.mkdir(name, 0o755, dir_fd=parent)
-            else:
-                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-                os.close(os.open(name, flags, 0o644, dir_fd=parent))
-        except FileExistsError:
-            pass
-        except OSError as err:
-            raise ApplyError(f"cannot create {path} in the container: {err.strerror}") from err
+            make_mount_point_at(parent, path, is_dir=is_dir)
         finally:
             os.close(parent)
 
@@ -181,6 +172,22 @@ def _parts(path: str, *, keep_dotdot: bool = False) -> list[str]:
         else:
             out.append(part)
     return out
+
+
+def make_mount_point_at(parent: int, path: str, *, is_dir: bool) -> None:
+    """``Rootfs.make_mount_point`` for a ``path`` whose directory is already resolved and
+    open as ``parent``."""
+    name = posixpath.basename(path)
+    try:
+        if is_dir:
+            os.mkdir(name, 0o755, dir_fd=parent)
+        else:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            os.close(os.open(name, flags, 0o644, dir_fd=parent))
+    except FileExistsError:
+        pass
+    except OSError as err:
+        raise ApplyError(f"cannot create {path} in the container: {err.strerror}") from err
 
 
 def fd_path(fd: int) -> str:
