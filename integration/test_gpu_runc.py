@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import shutil
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -240,3 +244,54 @@ def test_failed_ldconfig_leaves_no_container(
         assert container_id not in runc_list().split()
     finally:
         subprocess.run(["runc", "delete", "--force", container_id], check=False)
+
+
+@contextlib.contextmanager
+def overlay_rootfs(image: Path, scratch: Path) -> Iterator[Path]:
+    """``image`` as the one lower layer of an overlay at ``scratch/merged``, as an engine's
+    overlay snapshotter mounts a container's rootfs (``scratch/upper`` is kept)."""
+    upper, work, merged = scratch / "upper", scratch / "work", scratch / "merged"
+    for d in (upper, work, merged):
+        d.mkdir(parents=True, exist_ok=True)
+    options = f"lowerdir={image},upperdir={upper},workdir={work}"
+    subprocess.run(["mount", "-t", "overlay", "overlay", "-o", options, str(merged)], check=True)
+    try:
+        yield merged
+    finally:
+        subprocess.run(["umount", "-l", str(merged)], check=False)
+
+
+def test_ld_cache_reused_for_fresh_overlays_of_one_image(
+    runc_bundle_factory: BundleFactory,
+    glibc_rootfs_dir: Path,
+    container_id: str,
+    sim_driver: Any,
+    tmp_path: Path,
+) -> None:
+    """The second fresh container of an image gets the ld.so.cache ldconfig made for the
+    first (no ldconfig run); a container whose upper layer is not empty (restarted) gets
+    ldconfig again. Each one finds the driver through its cache."""
+    config = write_nvct_config(tmp_path / "ov" / "config.toml", sim_driver)
+    image = tmp_path / "image"
+    shutil.copytree(glibc_rootfs_dir, image, symlinks=True)
+    script = "nvidia-smi -L; grep -q libnvidia-ml.so.1 /etc/ld.so.cache && echo CACHED"
+    for i, scratch in enumerate(("first", "second", "second")):  # the last: a restart
+        with overlay_rootfs(image, tmp_path / scratch) as merged:
+            bundle = runc_bundle_factory(
+                ["/bin/sh", "-c", script], ["NVIDIA_VISIBLE_DEVICES=1"], rootfs=merged
+            )
+            result = run_runc(
+                bundle,
+                f"{container_id}-{i}",
+                runtime=str(NVCT_BIN / "nvct-runtime"),
+                env=shim_env(config),
+            )
+        assert result.returncode == 0, result.stderr
+        assert smi_uuids(result.stdout) == [sim_driver.spec.gpus[1].uuid]
+        assert "CACHED" in result.stdout
+    log = [json.loads(ln) for ln in (config.parent / "nvct.log").read_text().splitlines()]
+    how = [e["ld_cache"] for e in log if e["event"] == "container_prepared"]
+    assert how == ["ldconfig", "reused", "ldconfig"]
+    assert (image / "etc" / "ld.so.cache").read_bytes() == (
+        glibc_rootfs_dir / "etc" / "ld.so.cache"
+    ).read_bytes()  # the image layer itself is never written

@@ -5,7 +5,8 @@
   the NVIDIA device nodes under the dev root, the MIG capability tree and driver version in
   procfs, and the IPC endpoints. Any change gives a new key, hence a fresh discovery.
 - The shim's per-container work orders (``nvct.runtime.fastpath``), revalidated against the
-  same fingerprint.
+  same fingerprint, and the ``ld.so.cache`` ldconfig made for a work order over an image's
+  layers (``nvct.overlay``), so later containers of that image need no ldconfig run.
 - A config.toml whose exact bytes already passed jsonschema validation is remembered by
   content hash, so jsonschema (~50 ms to import) is loaded only when the file changes.
 
@@ -92,6 +93,38 @@ def read_order(cache_dir: str | os.PathLike[str], key: str) -> dict[str, Any] | 
 def write_order(cache_dir: str | os.PathLike[str], key: str, order: dict[str, Any]) -> None:
     """Remember a work order; errors are ignored."""
     _atomic_write(cache_dir, f"order-{key}.json", fastjson.dumps({**order, "key": key}).encode())
+
+
+# A glibc ld.so.cache starts with one of these (old format, or the new one alone).
+LD_CACHE_MAGIC = (b"ld.so-1.7.0", b"glibc-ld.so.cache1.1")
+MAX_LD_CACHE = 16 << 20
+LD_CACHES_KEPT = 256
+
+
+def read_ld_cache(cache_dir: str | os.PathLike[str], key: str) -> bytes | None:
+    """An ld.so.cache that ldconfig made before for ``key`` (see runtime.create), or None."""
+    try:
+        with open(os.path.join(cache_dir, f"ldcache-{key}"), "rb") as f:
+            data = f.read(MAX_LD_CACHE + 1)
+    except OSError:
+        return None
+    return data if data.startswith(LD_CACHE_MAGIC) and len(data) <= MAX_LD_CACHE else None
+
+
+def write_ld_cache(cache_dir: str | os.PathLike[str], key: str, data: bytes) -> None:
+    """Remember an ld.so.cache; the oldest beyond ``LD_CACHES_KEPT`` are dropped."""
+    if not data.startswith(LD_CACHE_MAGIC) or len(data) > MAX_LD_CACHE:
+        return
+    _atomic_write(cache_dir, f"ldcache-{key}", data)
+    names = _listdir(os.fspath(cache_dir), "ldcache-")
+    if len(names) <= LD_CACHES_KEPT:
+        return
+    paths = [os.path.join(cache_dir, n) for n in names]
+    try:
+        for path in sorted(paths, key=os.path.getmtime)[: len(paths) - LD_CACHES_KEPT]:
+            os.unlink(path)
+    except OSError:
+        pass
 
 
 def config_validated(cache_dir: str | os.PathLike[str], raw: bytes) -> bool:

@@ -112,6 +112,50 @@ class Rootfs:
         finally:
             os.close(parent)
 
+    def read_file(self, path: str, limit: int) -> bytes:
+        """The content of the regular file ``path`` (resolved in the rootfs), at most ``limit``
+        bytes.
+
+        Raises:
+            OSError: missing, not a regular file, or unreadable.
+        """
+        fd = self.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(errno.EINVAL, "not a regular file", path)
+            return os.read(fd, limit)
+        finally:
+            os.close(fd)
+
+    def replace_file(self, path: str, data: bytes, mode: int) -> None:
+        """Replace ``path`` (its directory resolved in the rootfs) with ``data``, as ldconfig
+        replaces its cache: a temporary file beside it, renamed over it (a symlink there is
+        replaced, not followed).
+
+        Raises:
+            OSError: the directory is missing or not writable.
+        """
+        parent = self.open(posixpath.dirname(path), os.O_PATH | os.O_DIRECTORY)
+        name = posixpath.basename(path)
+        tmp = f"{name}~nvct{os.getpid()}"
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(tmp, flags, mode, dir_fd=parent)
+            try:
+                os.write(fd, data)
+                os.fchmod(fd, mode)
+            finally:
+                os.close(fd)
+            os.rename(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
+        except BaseException:
+            try:  # noqa: SIM105 - contextlib (and collections) would load on the hot path
+                os.unlink(tmp, dir_fd=parent)
+            except OSError:
+                pass
+            raise
+        finally:
+            os.close(parent)
+
     def _create_link_target(self, parent: int, name: str, base: str, depth: int) -> None:
         """``name`` exists but does not resolve: if it is a dangling symlink, create its
         target directory inside the rootfs, as ``mkdir -p`` in a chroot would."""

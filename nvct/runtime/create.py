@@ -11,6 +11,10 @@ start, so a GPU container costs one Python process (this one):
   run chrooted in a private mount namespace where the driver libraries are bind-mounted for
   it alone (``nvct.hook.ldconfig``).
 
+When the rootfs is a fresh overlay (see ``nvct.overlay``), the ld.so.cache ldconfig made for
+the same work order over the same image layers is reused: later containers of an image need
+no ldconfig run.
+
 The first container of a kind is planned in full (config validation, inventory, request,
 requirements, plan); the resulting work order is cached under a key of every input (see
 ``nvct.runtime.fastpath``) and revalidated against the driver's fingerprint, so later
@@ -25,10 +29,12 @@ import time
 
 from nvct import cache
 from nvct.defaults import config_path
+from nvct.digest import sha256
 from nvct.errors import ConfigError
-from nvct.hook.rootfs import Rootfs
+from nvct.hook.rootfs import Rootfs, fd_path
 from nvct.log import EventLog
 from nvct.oci import load_spec, rootfs_path, write_spec
+from nvct.overlay import fresh_overlay_identity
 from nvct.runtime.args import RuncArgs
 from nvct.runtime.fastpath import cache_dir_of, order_key
 from nvct.runtime.spec_edits import edit_spec, remove_gpu_hooks
@@ -54,7 +60,7 @@ def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tu
     raw = _read(path, required)
     with Rootfs(rootfs_path(spec, bundle)) as rootfs:
         debian = rootfs.exists("/etc/debian_version")
-        entry, cached = _entry(spec, path, raw, config_file, debian)
+        entry, cached, cache_dir, key = _entry(spec, path, raw, config_file, debian)
         log.configure(*entry["log"])
         order = entry["order"]
         if order is None:
@@ -64,7 +70,9 @@ def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tu
             log.debug("passthrough_create", decisions=entry.get("decisions", []), cached=cached)
             return tuple(entry["runtimes"])
         planned = time.perf_counter()
-        ldconfig = stage_rootfs(rootfs, order)
+        reuse = _ld_cache_key(rootfs, cache_dir, key, entry) if order["ldconfig_dirs"] else None
+        known = cache.read_ld_cache(cache_dir, reuse) if cache_dir and reuse else None
+        ldconfig = stage_rootfs(rootfs, order, known)
         staged = time.perf_counter()
         # The spec is edited while ldconfig runs; the container starts only if both succeed.
         edit_spec(spec, order["devices"], order["mounts"])
@@ -72,6 +80,8 @@ def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tu
         edited = time.perf_counter()
         if ldconfig is not None:
             ldconfig.wait()
+            if cache_dir and reuse:
+                _remember_ld_cache(rootfs, cache_dir, reuse)
     done = time.perf_counter()
     log.info(
         "container_prepared",
@@ -80,6 +90,7 @@ def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tu
         mounts=len(order["mounts"]),
         symlinks=len(order["symlinks"]),
         cached=cached,
+        ld_cache="reused" if known is not None else "ldconfig" if ldconfig else "none",
         phases_ms={
             "plan": _ms(planned - t0),
             "symlinks": _ms(staged - planned),  # and ldconfig's start
@@ -93,8 +104,9 @@ def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tu
 
 def _entry(
     spec: dict[str, Any], path: str, raw: bytes, config_file: str | None, debian: bool
-) -> tuple[dict[str, Any], bool]:
-    """The cache entry for this container (cached when it is), planning it on a miss."""
+) -> tuple[dict[str, Any], bool, str | None, str]:
+    """The cache entry for this container, planned on a miss; whether it was cached; the
+    cache directory (None: caching is off) and the entry's key."""
     cache_dir = cache_dir_of(raw)
     key = order_key(path, raw, debian, spec) if cache_dir else ""
     if cache_dir and key:
@@ -103,23 +115,57 @@ def _entry(
             entry is not None
             and cache.inventory_fingerprint(*entry["roots"]) == entry["fingerprint"]
         ):
-            return entry, True
+            return entry, True, cache_dir, key
     entry = _plan(spec, config_file, debian)  # a miss, or the driver changed since
     if cache_dir and key:
         cache.write_order(cache_dir, key, entry)
-    return entry, False
+    return entry, False, cache_dir, key
 
 
-def stage_rootfs(rootfs: Rootfs, order: dict[str, Any]) -> Ldconfig | None:
+def _ld_cache_key(
+    rootfs: Rootfs, cache_dir: str | None, key: str, entry: dict[str, Any]
+) -> str | None:
+    """The key of the ld.so.cache that ldconfig makes for this work order over this image:
+    its layers (a fresh overlay only, see ``nvct.overlay``), the work order (config bytes,
+    request, nvct), the driver and the ldconfig binary. None when it cannot be reused."""
+    if not cache_dir or not key:
+        return None
+    identity = fresh_overlay_identity(os.readlink(fd_path(rootfs.fd)))
+    if identity is None:
+        return None
+    try:
+        st = os.stat(entry["order"]["ldconfig"])
+    except OSError:
+        return None
+    tool = f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+    parts = (identity, key, entry["fingerprint"], tool)
+    return sha256("\0".join(parts).encode()).hexdigest()[:40]
+
+
+def _remember_ld_cache(rootfs: Rootfs, cache_dir: str, reuse: str) -> None:
+    """Keep the ld.so.cache ldconfig just wrote, for the next container of this image."""
+    try:
+        data = rootfs.read_file("/etc/ld.so.cache", cache.MAX_LD_CACHE + 1)
+    except OSError:
+        return
+    cache.write_ld_cache(cache_dir, reuse, data)
+
+
+def stage_rootfs(rootfs: Rootfs, order: dict[str, Any], known: bytes | None) -> Ldconfig | None:
     """The rootfs half of a work order, done before the runtime mounts anything: the SONAME
-    symlinks, then ldconfig over the order's libraries, started and returned for the caller
-    to wait on (None when the order has no library)."""
-    from nvct.hook.apply import create_symlinks
+    symlinks, then the container's ld.so.cache. That is ``known`` when ldconfig made it before
+    for this work order over this image; otherwise ldconfig is started over the order's
+    libraries and returned for the caller to wait on (None when there is nothing to wait on).
+    """
+    from nvct.hook.apply import create_symlinks, in_container
     from nvct.hook.ldconfig import start_ldconfig
 
     create_symlinks(rootfs, order["symlinks"])
     dirs = order["ldconfig_dirs"]
     if not dirs:
+        return None
+    if known is not None:
+        in_container("/etc/ld.so.cache", rootfs.replace_file, "/etc/ld.so.cache", known, 0o644)
         return None
     libs = [(s, t) for s, t, _ in order["mounts"] if posixpath.dirname(t) in dirs]
     return start_ldconfig(rootfs, order["ldconfig"], dirs, binds=libs)
