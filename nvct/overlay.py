@@ -4,10 +4,12 @@ computed over the same image (the shim's ``ld.so.cache``).
 An engine (docker's overlay2, containerd's and CRI-O's overlay snapshotters, podman) mounts a
 container's rootfs as overlayfs: read-only image layers (``lowerdir``), never changed once
 written, under an upper layer of the container's own. Before the container first runs, that
-upper layer is empty, so the rootfs holds exactly the image layers' content, named by the
-``lowerdir`` list (each layer's path, device, inode and mtime are part of the identity too).
-A rootfs that is not an overlay, or whose upper layer is not empty (a restarted container, or
-one the engine wrote into), has no identity here: everything is computed for it afresh.
+upper layer is empty, so the rootfs holds exactly its layers' content. An image layer is
+named by its path, device, inode and mtime; the topmost one, when small (docker's
+per-container ``-init`` layer: empty ``/etc/hosts``, ``/.dockerenv``, ...), by its content,
+so that every container of an image gets the same identity. A rootfs that is not an
+overlay, or whose upper layer is not empty (a restarted container, or one the engine wrote
+into), has no identity here: everything is computed for it afresh.
 """
 
 from __future__ import annotations
@@ -32,16 +34,56 @@ def fresh_overlay_identity(root: str, mountinfo: bytes | None = None) -> str | N
     lower, upper = options.get("lowerdir"), options.get("upperdir")
     if not lower:
         return None
-    parts = [lower]
+    parts = []
     try:
         if upper is not None and os.listdir(upper):
             return None
-        for layer in lower.split(":"):
-            st = os.stat(layer)
-            parts.append(f"{st.st_dev}:{st.st_ino}:{st.st_mtime_ns}")
+        for i, layer in enumerate(lower.split(":")):
+            small = _small_layer_content(layer) if i == 0 else None  # docker's -init is on top
+            parts.append(small or _layer_identity(layer))
     except OSError:
         return None
     return sha256("\0".join(parts).encode()).hexdigest()[:40]
+
+
+def _layer_identity(layer: str) -> str:
+    st = os.stat(layer)
+    return f"{layer}:{st.st_dev}:{st.st_ino}:{st.st_mtime_ns}"
+
+
+SMALL_LAYER_ENTRIES = 64
+SMALL_LAYER_BYTES = 64 << 10
+
+
+def _small_layer_content(layer: str) -> str | None:
+    """Every entry of a layer (path, type and mode, content hash or link target), when it
+    holds at most ``SMALL_LAYER_ENTRIES`` entries and ``SMALL_LAYER_BYTES``; else None."""
+    entries: list[str] = []
+    size = 0
+    pending = [""]
+    while pending:
+        rel = pending.pop()
+        with os.scandir(os.path.join(layer, rel) if rel else layer) as it:
+            for entry in it:
+                path = f"{rel}/{entry.name}" if rel else entry.name
+                st = entry.stat(follow_symlinks=False)
+                if len(entries) >= SMALL_LAYER_ENTRIES:
+                    return None
+                if entry.is_symlink():
+                    what = "-> " + os.readlink(entry.path)
+                elif entry.is_dir(follow_symlinks=False):
+                    pending.append(path)
+                    what = "dir"
+                elif entry.is_file(follow_symlinks=False):
+                    size += st.st_size
+                    if size > SMALL_LAYER_BYTES:
+                        return None
+                    with open(entry.path, "rb") as f:
+                        what = sha256(f.read()).hexdigest()
+                else:
+                    what = f"rdev {st.st_rdev}"  # device nodes, whiteouts (0:0), fifos
+                entries.append(f"{path} {st.st_mode:o} {st.st_uid}:{st.st_gid} {what}")
+    return "small:" + "\n".join(sorted(entries))
 
 
 def _overlay_options(mountinfo: bytes, root: str) -> dict[str, str] | None:

@@ -4,16 +4,28 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nvct.overlay import fresh_overlay_identity
+from nvct.overlay import SMALL_LAYER_ENTRIES, fresh_overlay_identity
 
 
 def layers(tmp_path: Path, n: int = 2) -> list[Path]:
+    """``n`` image layers, each too big to be named by its content."""
     out = []
     for i in range(n):
         layer = tmp_path / f"l{i}"
         layer.mkdir(exist_ok=True)
+        for j in range(SMALL_LAYER_ENTRIES + 1):
+            (layer / f"f{j}").touch()
         out.append(layer)
     return out
+
+
+def init_layer(path: Path) -> Path:
+    """What docker puts in a container's own ``-init`` layer."""
+    (path / "etc").mkdir(parents=True)
+    for name in ("etc/hosts", "etc/hostname", "etc/resolv.conf", ".dockerenv"):
+        (path / name).touch()
+    (path / "etc" / "mtab").symlink_to("/proc/mounts")
+    return path
 
 
 def mountinfo(root: str, fstype: str, options: str, *, extra: str = "") -> bytes:
@@ -77,3 +89,21 @@ def test_the_mount_on_top_counts(tmp_path: Path) -> None:
     info = mountinfo("/m", "overlay", f"lowerdir={lower}", extra=bind)
     assert fresh_overlay_identity("/m", info) is None
     assert fresh_overlay_identity("/m", mountinfo("/m", "overlay", f"lowerdir={lower}"))
+
+
+def test_each_containers_own_small_init_layer_is_named_by_content(tmp_path: Path) -> None:
+    """docker gives every container an ``-init`` layer of its own above the image's: the same
+    content, so the same identity; other content (a different ld.so.conf), another one."""
+    image = ":".join(str(p) for p in layers(tmp_path))
+    idents = []
+    for name in ("a", "b"):
+        init = init_layer(tmp_path / name / "init")
+        upper = tmp_path / name / "upper"
+        upper.mkdir()
+        info = mountinfo("/m", "overlay", f"lowerdir={init}:{image},upperdir={upper}")
+        idents.append(fresh_overlay_identity("/m", info))
+    assert idents[0] is not None and idents[0] == idents[1]
+    b = tmp_path / "b"
+    (b / "init" / "etc" / "ld.so.conf").write_text("/opt/lib\n")
+    info = mountinfo("/m", "overlay", f"lowerdir={b / 'init'}:{image},upperdir={b / 'upper'}")
+    assert fresh_overlay_identity("/m", info) != idents[0]
