@@ -208,7 +208,7 @@ def test_shim_log_records_phases_and_no_hook_runs(
     lines = [json.loads(line) for line in log.read_text().splitlines()[before:]]
     shim = [e for e in lines if e["event"] == "container_prepared"][-1]
     assert shim["devices"][-1] == "/dev/nvidia2" and shim["mounts"] > 10
-    assert set(shim["phases_ms"]) == {"plan", "symlinks", "spec", "ldconfig"}
+    assert set(shim["phases_ms"]) == {"plan", "rootfs", "spec", "ldconfig"}
     assert len(shim["container_id"]) == 64
     assert not [e for e in lines if e["component"] == "nvct-hook"]
 

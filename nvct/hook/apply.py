@@ -17,7 +17,6 @@ import time
 
 from nvct import linux
 from nvct.errors import ApplyError
-from nvct.hook.ldconfig import run_ldconfig
 from nvct.hook.rootfs import Rootfs, fd_path
 
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
@@ -192,6 +191,8 @@ def apply_order(order: dict[str, Any], rootfs: Rootfs) -> ApplyStats:
     stats.symlinks, stats.skipped_symlinks = create_symlinks(rootfs, order["symlinks"])
     start = _lap(stats, "symlinks", start)
     if order["ldconfig_dirs"]:
+        from nvct.hook.ldconfig import run_ldconfig
+
         run_ldconfig(rootfs, order["ldconfig"], tuple(order["ldconfig_dirs"]))
     _lap(stats, "ldconfig", start)
     return stats

@@ -93,7 +93,7 @@ def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tu
         ld_cache="reused" if known is not None else "ldconfig" if ldconfig else "none",
         phases_ms={
             "plan": _ms(planned - t0),
-            "symlinks": _ms(staged - planned),  # and ldconfig's start
+            "rootfs": _ms(staged - planned),  # links; the reused ld.so.cache or ldconfig's start
             "spec": _ms(edited - staged),
             "ldconfig": _ms(done - edited),  # what is left of it to wait for
         },
@@ -158,7 +158,6 @@ def stage_rootfs(rootfs: Rootfs, order: dict[str, Any], known: bytes | None) -> 
     libraries and returned for the caller to wait on (None when there is nothing to wait on).
     """
     from nvct.hook.apply import create_symlinks, in_container
-    from nvct.hook.ldconfig import start_ldconfig
 
     create_symlinks(rootfs, order["symlinks"])
     dirs = order["ldconfig_dirs"]
@@ -167,6 +166,8 @@ def stage_rootfs(rootfs: Rootfs, order: dict[str, Any], known: bytes | None) -> 
     if known is not None:
         in_container("/etc/ld.so.cache", rootfs.replace_file, "/etc/ld.so.cache", known, 0o644)
         return None
+    from nvct.hook.ldconfig import start_ldconfig
+
     libs = [(s, t) for s, t, _ in order["mounts"] if posixpath.dirname(t) in dirs]
     return start_ldconfig(rootfs, order["ldconfig"], dirs, binds=libs)
 
