@@ -10,11 +10,15 @@ from __future__ import annotations
 import os
 
 
-def write_atomic(path: str, data: bytes, mode: int = 0o644, *, durable: bool = True) -> None:
+def write_atomic(
+    path: str, data: bytes, mode: int = 0o644, *, durable: bool = True, dir_fd: int | None = None
+) -> None:
     """Atomically replace ``path`` with ``data`` (created with ``mode``).
 
     ``durable=False`` skips the fsync, for files that do not outlive a crash anyway: readers
-    still see the whole old or the whole new content.
+    still see the whole old or the whole new content. ``dir_fd``: ``path`` is relative to that
+    directory (one already resolved inside a container's rootfs); a symlink at ``path`` is
+    replaced, never followed.
 
     Raises:
         OSError: the directory is not writable, or the disk is full; ``path`` is unchanged.
@@ -23,10 +27,10 @@ def write_atomic(path: str, data: bytes, mode: int = 0o644, *, durable: bool = T
     tmp = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        fd = os.open(tmp, flags, mode)
+        fd = os.open(tmp, flags, mode, dir_fd=dir_fd)
     except FileExistsError:  # a leftover of a killed process with the same pid
-        os.unlink(tmp)
-        fd = os.open(tmp, flags, mode)
+        os.unlink(tmp, dir_fd=dir_fd)
+        fd = os.open(tmp, flags, mode, dir_fd=dir_fd)
     try:
         try:
             view = memoryview(data)
@@ -37,8 +41,10 @@ def write_atomic(path: str, data: bytes, mode: int = 0o644, *, durable: bool = T
                 os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, path)
+        os.replace(tmp, path, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
+        try:  # noqa: SIM105 - contextlib (and collections) would load on the hot path
+            os.unlink(tmp, dir_fd=dir_fd)
+        except FileNotFoundError:
+            pass
         raise

@@ -16,6 +16,7 @@ import posixpath
 import stat
 
 from nvct import linux
+from nvct.atomic import write_atomic
 from nvct.errors import ApplyError
 
 _MAX_LINKS = 40
@@ -136,23 +137,8 @@ class Rootfs:
             OSError: the directory is missing or not writable.
         """
         parent = self.open(posixpath.dirname(path), os.O_PATH | os.O_DIRECTORY)
-        name = posixpath.basename(path)
-        tmp = f"{name}~nvct{os.getpid()}"
         try:
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-            fd = os.open(tmp, flags, mode, dir_fd=parent)
-            try:
-                os.write(fd, data)
-                os.fchmod(fd, mode)
-            finally:
-                os.close(fd)
-            os.rename(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
-        except BaseException:
-            try:  # noqa: SIM105 - contextlib (and collections) would load on the hot path
-                os.unlink(tmp, dir_fd=parent)
-            except OSError:
-                pass
-            raise
+            write_atomic(posixpath.basename(path), data, mode, durable=False, dir_fd=parent)
         finally:
             os.close(parent)
 
