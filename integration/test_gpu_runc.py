@@ -270,28 +270,44 @@ def test_ld_cache_reused_for_fresh_overlays_of_one_image(
 ) -> None:
     """The second fresh container of an image gets the ld.so.cache ldconfig made for the
     first (no ldconfig run); a container whose upper layer is not empty (restarted) gets
-    ldconfig again. Each one finds the driver through its cache."""
+    ldconfig again. Each one finds the driver through its cache.
+
+    Also a regression guard (not a timing test) on the real path: the second create loads
+    neither ctypes nor any module tests/test_hot_path.py bans; the others, which run
+    ldconfig, do load ctypes (so the check can fail)."""
+    from nvct.runtime.launcher import default_command
+    from tests.test_hot_path import REUSED_LD_CACHE
+
     config = write_nvct_config(tmp_path / "ov" / "config.toml", sim_driver)
     image = tmp_path / "image"
     shutil.copytree(glibc_rootfs_dir, image, symlinks=True)
+    traced = tmp_path / "nvct-runtime-importtime"  # the shim, its imports traced per call
+    python, rest = default_command().split(" ", 1)
+    trace = tmp_path / "imports-run.txt"
+    traced.write_text(
+        f'#!/bin/sh\nexec {python} -X importtime {rest} "$@" 2>>"{tmp_path}/imports-$1.txt"\n'
+    )
+    traced.chmod(0o755)
+    loaded = []
     script = "nvidia-smi -L; grep -q libnvidia-ml.so.1 /etc/ld.so.cache && echo CACHED"
     for i, scratch in enumerate(("first", "second", "second")):  # the last: a restart
         with overlay_rootfs(image, tmp_path / scratch) as merged:
             bundle = runc_bundle_factory(
                 ["/bin/sh", "-c", script], ["NVIDIA_VISIBLE_DEVICES=1"], rootfs=merged
             )
-            result = run_runc(
-                bundle,
-                f"{container_id}-{i}",
-                runtime=str(NVCT_BIN / "nvct-runtime"),
-                env=shim_env(config),
-            )
-        assert result.returncode == 0, result.stderr
+            result = run_runc(bundle, f"{container_id}-{i}", runtime=traced, env=shim_env(config))
+        lines = trace.read_text().splitlines()
+        trace.unlink()
+        assert result.returncode == 0, "\n".join(lines)
         assert smi_uuids(result.stdout) == [sim_driver.spec.gpus[1].uuid]
         assert "CACHED" in result.stdout
+        loaded.append({ln.split("|")[-1].strip() for ln in lines if ln.startswith("import time:")})
     log = [json.loads(ln) for ln in (config.parent / "nvct.log").read_text().splitlines()]
     how = [e["ld_cache"] for e in log if e["event"] == "container_prepared"]
     assert how == ["ldconfig", "reused", "ldconfig"]
     assert (image / "etc" / "ld.so.cache").read_bytes() == (
         glibc_rootfs_dir / "etc" / "ld.so.cache"
     ).read_bytes()  # the image layer itself is never written
+    assert {"_ctypes", "nvct.linux"} <= loaded[0] & loaded[2]
+    banned = {"nvct.linux", *REUSED_LD_CACHE} & loaded[1]
+    assert not banned, f"the create with a reused ld.so.cache loads {sorted(banned)}"

@@ -74,8 +74,8 @@ def container_root(state: dict[str, object]) -> str:
 
 def run(args: HookArgs, state: dict[str, object]) -> None:
     """Create the symlinks, then run ldconfig, inside the container's root."""
-    from nvct.hook.apply import create_symlink
     from nvct.hook.ldconfig import run_ldconfig
+    from nvct.hook.links import create_symlink
     from nvct.hook.rootfs import Rootfs
 
     with Rootfs(container_root(state)) as rootfs:

@@ -17,7 +17,8 @@ import time
 
 from nvct import linux
 from nvct.errors import ApplyError
-from nvct.hook.rootfs import Rootfs, fd_path
+from nvct.hook.links import create_symlinks
+from nvct.hook.rootfs import Rootfs, fd_path, in_container
 
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
 if TYPE_CHECKING:
@@ -55,18 +56,6 @@ def enter_mount_namespace(pid: int) -> None:
         raise ApplyError(f"cannot join the mount namespace of pid {pid}: {err.strerror}") from err
     finally:
         os.close(fd)
-
-
-def in_container(path: str, call: Any, *args: Any) -> Any:
-    """``call(*args)``; a lookup under ``path`` that fails (the image's paths changed while the
-    hook ran, or a component is unusable) becomes one line naming the path, not a crash."""
-    try:
-        return call(*args)
-    except OSError as err:
-        raise ApplyError(
-            f"cannot resolve {path} in the container: {err.strerror or err}",
-            hint="the image's paths changed while the container started, or are unusable",
-        ) from err
 
 
 def create_device_nodes(rootfs: Rootfs, nodes: list[list[Any]]) -> int:
@@ -133,51 +122,6 @@ def bind_mount(rootfs: Rootfs, source: str, target: str, options: list[str]) -> 
         raise ApplyError(f"cannot restrict the mount on {target}: {err.strerror}") from err
     finally:
         os.close(fd)
-
-
-def create_symlink(rootfs: Rootfs, path: str, target: str) -> bool:
-    """Create symlink ``path`` -> ``target``; an existing symlink is replaced, other files kept.
-
-    Returns False when an image file of that name was kept.
-    """
-    return create_symlinks(rootfs, [[path, target]]) == (1, 0)
-
-
-def create_symlinks(rootfs: Rootfs, links: list[list[str]]) -> tuple[int, int]:
-    """Create a work order's ``[path, target]`` symlinks; returns (created, kept from image).
-
-    Each directory is resolved (and made) once for all the links it holds.
-    """
-    by_dir: dict[str, list[tuple[str, str, str]]] = {}
-    for path, target in links:
-        by_dir.setdefault(posixpath.dirname(path), []).append(
-            (path, posixpath.basename(path), target)
-        )
-    made = 0
-    for directory, entries in by_dir.items():
-        parent = in_container(directory, rootfs.makedirs, directory)
-        try:
-            for path, name, target in entries:
-                made += _symlink_at(parent, name, target, path)
-        finally:
-            os.close(parent)
-    return made, len(links) - made
-
-
-def _symlink_at(parent: int, name: str, target: str, path: str) -> bool:
-    try:
-        try:
-            os.symlink(target, name, dir_fd=parent)
-        except FileExistsError:
-            st = os.stat(name, dir_fd=parent, follow_symlinks=False)
-            if not stat.S_ISLNK(st.st_mode):
-                return False
-            if os.readlink(name, dir_fd=parent) != target:
-                os.unlink(name, dir_fd=parent)
-                os.symlink(target, name, dir_fd=parent)
-    except OSError as err:
-        raise ApplyError(f"cannot create symlink {path}: {err.strerror}") from err
-    return True
 
 
 def apply_order(order: dict[str, Any], rootfs: Rootfs) -> ApplyStats:

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import posixpath
 
+from nvct.runtime.spec_edits import HOOK_MARK
+
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
 if TYPE_CHECKING:
     from typing import Any
-
-HOOK_MARK = "nvct.hook"
 
 
 def hook_entry(python: str, hook_path: str, env: list[str]) -> dict[str, Any]:

@@ -58,7 +58,8 @@ def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tu
     spec = load_spec(bundle)
     path, required = config_path(config_file)
     raw = _read(path, required)
-    with Rootfs(rootfs_path(spec, bundle)) as rootfs:
+    # The O_NOFOLLOW walk, not openat2: no ctypes to load for a cached create (see Rootfs).
+    with Rootfs(rootfs_path(spec, bundle), openat2=False) as rootfs:
         debian = rootfs.exists("/etc/debian_version")
         entry, cached, cache_dir, key = _entry(spec, path, raw, config_file, debian)
         log.configure(*entry["log"])
@@ -157,7 +158,8 @@ def stage_rootfs(rootfs: Rootfs, order: dict[str, Any], known: bytes | None) -> 
     for this work order over this image; otherwise ldconfig is started over the order's
     libraries and returned for the caller to wait on (None when there is nothing to wait on).
     """
-    from nvct.hook.apply import create_symlinks, in_container
+    from nvct.hook.links import create_symlinks
+    from nvct.hook.rootfs import in_container
 
     create_symlinks(rootfs, order["symlinks"])
     dirs = order["ldconfig_dirs"]

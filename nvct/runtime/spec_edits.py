@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import posixpath
 
-from nvct.hook.entry import HOOK_MARK
-
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
 if TYPE_CHECKING:
     from typing import Any
@@ -24,6 +22,8 @@ if TYPE_CHECKING:
 REPLACED_HOOKS = frozenset(
     {"nvidia-container-runtime-hook", "nvidia-container-toolkit", "nvct-hook"}
 )
+# In the arguments of the hook entries nvct writes (``nvct.hook.entry``): python -c "...".
+HOOK_MARK = "nvct.hook"
 
 
 def _is_gpu_hook(hook: Any) -> bool:
