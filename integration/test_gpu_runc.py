@@ -224,14 +224,30 @@ def test_create_then_start_has_the_driver_in_its_ld_cache(
         subprocess.run(["runc", "delete", "--force", container_id], check=False)
 
 
+@pytest.fixture
+def image_without_ld_cache(glibc_rootfs_dir: Path, tmp_path: Path) -> Path:
+    """A private copy of the glibc image with no /etc/ld.so.cache: nothing to add the
+    driver's entries to, so the shim runs ldconfig for it."""
+    image = tmp_path / "image-without-ld-cache"
+    shutil.copytree(glibc_rootfs_dir, image, symlinks=True)
+    (image / "etc" / "ld.so.cache").unlink()
+    return image
+
+
 def test_failed_ldconfig_leaves_no_container(
-    runc_bundle_factory: BundleFactory, container_id: str, sim_driver: Any, tmp_path: Path
+    runc_bundle_factory: BundleFactory,
+    image_without_ld_cache: Path,
+    container_id: str,
+    sim_driver: Any,
+    tmp_path: Path,
 ) -> None:
     """ldconfig fails: runc is never run, so no container exists, and the caller gets one
     line saying why."""
     config = write_nvct_config(tmp_path / "bad" / "config.toml", sim_driver)
     config.write_text('ldconfig = "/bin/false"\n' + config.read_text())
-    bundle = runc_bundle_factory(["/bin/true"], ["NVIDIA_VISIBLE_DEVICES=0"])
+    bundle = runc_bundle_factory(
+        ["/bin/true"], ["NVIDIA_VISIBLE_DEVICES=0"], rootfs=image_without_ld_cache
+    )
     shim = str(NVCT_BIN / "nvct-runtime")
     result = subprocess.run(
         [shim, "create", "--bundle", str(bundle), container_id],
@@ -263,24 +279,24 @@ def overlay_rootfs(image: Path, scratch: Path) -> Iterator[Path]:
 
 def test_ld_cache_reused_for_fresh_overlays_of_one_image(
     runc_bundle_factory: BundleFactory,
-    glibc_rootfs_dir: Path,
+    image_without_ld_cache: Path,
     container_id: str,
     sim_driver: Any,
     tmp_path: Path,
 ) -> None:
-    """The second fresh container of an image gets the ld.so.cache ldconfig made for the
-    first (no ldconfig run); a container whose upper layer is not empty (restarted) gets
-    ldconfig again. Each one finds the driver through its cache.
+    """For an image whose ld.so.cache cannot be merged (it has none), the second fresh
+    container of the image gets the ld.so.cache ldconfig made for the first (no ldconfig
+    run); a container whose upper layer is not empty (restarted) gets ldconfig again. Each
+    one finds the driver through its cache.
 
     Also a regression guard (not a timing test) on the real path: the second create loads
     neither ctypes nor any module tests/test_hot_path.py bans; the others, which run
-    ldconfig, do load ctypes (so the check can fail)."""
+    ldconfig, do load ctypes (so the check can fail). (The merged case: below.)"""
     from nvct.runtime.launcher import default_command
     from tests.test_hot_path import REUSED_LD_CACHE
 
     config = write_nvct_config(tmp_path / "ov" / "config.toml", sim_driver)
-    image = tmp_path / "image"
-    shutil.copytree(glibc_rootfs_dir, image, symlinks=True)
+    image = image_without_ld_cache
     traced = tmp_path / "nvct-runtime-importtime"  # the shim, its imports traced per call
     python, rest = default_command().split(" ", 1)
     trace = tmp_path / "imports-run.txt"
@@ -305,9 +321,42 @@ def test_ld_cache_reused_for_fresh_overlays_of_one_image(
     log = [json.loads(ln) for ln in (config.parent / "nvct.log").read_text().splitlines()]
     how = [e["ld_cache"] for e in log if e["event"] == "container_prepared"]
     assert how == ["ldconfig", "reused", "ldconfig"]
-    assert (image / "etc" / "ld.so.cache").read_bytes() == (
-        glibc_rootfs_dir / "etc" / "ld.so.cache"
-    ).read_bytes()  # the image layer itself is never written
+    assert not (image / "etc" / "ld.so.cache").exists()  # the image layer is never written
     assert {"_ctypes", "nvct.linux"} <= loaded[0] & loaded[2]
     banned = {"nvct.linux", *REUSED_LD_CACHE} & loaded[1]
     assert not banned, f"the create with a reused ld.so.cache loads {sorted(banned)}"
+
+
+def test_image_ld_cache_merged_without_ldconfig(
+    runc_bundle_factory: BundleFactory,
+    glibc_rootfs_dir: Path,
+    container_id: str,
+    sim_driver: Any,
+    tmp_path: Path,
+) -> None:
+    """An image with its own ld.so.cache gets it back with the driver's entries added, and
+    no ldconfig runs: the container's loader finds libnvidia-ml.so.1 in that cache (not by
+    searching directories), the image's own libraries are still there, and the image layer
+    is never written."""
+    config = write_nvct_config(tmp_path / "m" / "config.toml", sim_driver)
+    image = tmp_path / "image"
+    shutil.copytree(glibc_rootfs_dir, image, symlinks=True)
+    before = (image / "etc" / "ld.so.cache").read_bytes()
+    script = "LD_DEBUG=libs nvidia-smi -L 2>&1; grep -c libc.so.6 /etc/ld.so.cache"
+    with overlay_rootfs(image, tmp_path / "c") as merged:
+        bundle = runc_bundle_factory(
+            ["/bin/sh", "-c", script], ["NVIDIA_VISIBLE_DEVICES=1"], rootfs=merged
+        )
+        result = run_runc(
+            bundle, container_id, runtime=str(NVCT_BIN / "nvct-runtime"), env=shim_env(config)
+        )
+    assert result.returncode == 0, result.stderr
+    assert smi_uuids(result.stdout) == [sim_driver.spec.gpus[1].uuid]
+    lookup = result.stdout.split("find library=libnvidia-ml.so.1", 1)[1].split("calling", 1)[0]
+    assert "search cache=/etc/ld.so.cache" in lookup
+    assert "trying file=/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1" in lookup
+    assert "search path=" not in lookup  # found in the cache, not by a directory search
+    assert result.stdout.strip().splitlines()[-1] != "0"  # the image's libc is still listed
+    log = [json.loads(ln) for ln in (config.parent / "nvct.log").read_text().splitlines()]
+    assert [e["ld_cache"] for e in log if e["event"] == "container_prepared"] == ["merged"]
+    assert (image / "etc" / "ld.so.cache").read_bytes() == before

@@ -14,6 +14,7 @@ from nvct.components import MPS_BINARIES, expand_capabilities
 from nvct.config import Config
 from nvct.errors import RequestError, RequirementError
 from nvct.inventory import DeviceNode, DriverFile, Gpu, Inventory, MigDevice
+from nvct.ldcache_format import FLAG_ELF_LIBC6
 from nvct.request import Request
 from nvct.requirements import Facts, evaluate
 
@@ -104,6 +105,9 @@ class Plan:
     mounts: tuple[Mount, ...] = ()
     symlinks: tuple[Symlink, ...] = ()
     ldconfig_dirs: tuple[str, ...] = ()
+    # (SONAME, container path, ld.so.cache flags) of each library in ``ldconfig_dirs``: the
+    # entries ldconfig adds for them (``nvct.ldcache_format.add_entries``).
+    ld_cache_entries: tuple[tuple[str, str, int], ...] = ()
     requirements: tuple[RequirementResult, ...] = ()
     env: tuple[tuple[str, str], ...] = field(default=())
 
@@ -240,7 +244,7 @@ def build_plan(
         )
     caps = request.capabilities
     devices = _devices(caps, inventory, selected)
-    mounts, symlinks, ldconfig_dirs = _driver_files(caps, inventory, config, arch, layout)
+    mounts, symlinks, ldconfig_dirs, entries = _driver_files(caps, inventory, config, arch, layout)
     return Plan(
         request=request,
         driver_version=inventory.driver_version,
@@ -249,6 +253,7 @@ def build_plan(
         mounts=mounts,
         symlinks=symlinks,
         ldconfig_dirs=ldconfig_dirs,
+        ld_cache_entries=entries,
         requirements=results,
     )
 
@@ -286,13 +291,16 @@ def _devices(
 
 def _driver_files(
     caps: frozenset[str], inventory: Inventory, config: Config, arch: Arch, layout: RootfsLayout
-) -> tuple[tuple[Mount, ...], tuple[Symlink, ...], tuple[str, ...]]:
+) -> tuple[
+    tuple[Mount, ...], tuple[Symlink, ...], tuple[str, ...], tuple[tuple[str, str, int], ...]
+]:
     lib_caps = expand_capabilities(caps)
     lib_dir, lib32_dir = layout.lib_dir(arch), layout.lib32_dir(arch)
     version = inventory.driver_version
     mounts: list[Mount] = []
     links: dict[str, Symlink] = {}
     dirs: list[str] = []
+    entries: dict[tuple[str, int], str] = {}
 
     for f in inventory.files:
         target: str | None = None
@@ -302,15 +310,9 @@ def _driver_files(
             if f.capability not in lib_caps or (f.kind == "lib32" and "compat32" not in caps):
                 continue
             base = lib_dir if f.kind == "lib" else lib32_dir
-            sub = "vdpau/" if posixpath.basename(posixpath.dirname(f.host_path)) == "vdpau" else ""
-            target = f"{base}/{sub}{posixpath.basename(f.host_path)}"
+            target = _library(f, base, arch, links, entries)
             if base not in dirs:
                 dirs.append(base)
-            if f.soname and f.soname != posixpath.basename(f.host_path):
-                link = f"{base}/{sub}{f.soname}"
-                links.setdefault(
-                    link, Symlink(link, posixpath.basename(f.host_path), f"SONAME of {f.name}")
-                )
         elif f.kind == "bin":
             if f.capability not in caps or (f.name in MPS_BINARIES and not config.inject_mps):
                 continue
@@ -350,7 +352,34 @@ def _driver_files(
             links.setdefault(
                 f"{base}/{name}", Symlink(f"{base}/{name}", target, f"capability {cap}")
             )
-    return tuple(mounts), tuple(links.values()), tuple(dirs)
+            # ldconfig lists a link to a SONAME (libcuda.so -> libcuda.so.1) under its own
+            # name; a link to the file itself (libGLX_indirect.so.0) adds nothing.
+            linked = [flags for (_, flags), path in entries.items() if path == f"{base}/{target}"]
+            for flags in linked:
+                entries.setdefault((name, flags), f"{base}/{name}")
+    cache = tuple((soname, path, flags) for (soname, flags), path in entries.items())
+    return tuple(mounts), tuple(links.values()), tuple(dirs), cache
+
+
+def _library(
+    f: DriverFile,
+    base: str,
+    arch: Arch,
+    links: dict[str, Symlink],
+    entries: dict[tuple[str, int], str],
+) -> str:
+    """Where library ``f`` goes under ``base``; records its SONAME link and its ld.so.cache
+    entry (ldconfig's key is the SONAME, or the file name when there is none)."""
+    name = posixpath.basename(f.host_path)
+    sub = "vdpau/" if posixpath.basename(posixpath.dirname(f.host_path)) == "vdpau" else ""
+    soname = f.soname or name
+    flags = arch.ldcache_flags64 if f.kind == "lib" else (arch.ldcache_flags32 or 0)
+    if not sub:  # ldconfig reads no subdirectory of its directories
+        entries.setdefault((soname, flags | FLAG_ELF_LIBC6), f"{base}/{soname}")
+    if soname != name:
+        link = f"{base}/{sub}{soname}"
+        links.setdefault(link, Symlink(link, name, f"SONAME of {f.name}"))
+    return f"{base}/{sub}{name}"
 
 
 def _container_path(inventory: Inventory, f: DriverFile) -> str:

@@ -7,7 +7,8 @@ applies the one it plans itself. Format::
     {"v": 2, "devices": [[path, major, minor, mode], ...],
      "mounts": [[host_path, container_path, [options]], ...],
      "symlinks": [[path, target], ...], "ldconfig": "/sbin/ldconfig",
-     "ldconfig_dirs": [...], "log": [file, level], "gpus": [...], "capabilities": [...]}
+     "ldconfig_dirs": [...], "ld_cache": [[soname, path, flags], ...],
+     "log": [file, level], "gpus": [...], "capabilities": [...]}
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from nvct.plan import Plan
 
 
-VERSION = 2
+VERSION = 3
 
 
 def from_plan(plan: Plan, config: Config) -> dict[str, Any]:
@@ -32,6 +33,7 @@ def from_plan(plan: Plan, config: Config) -> dict[str, Any]:
         "symlinks": [[s.path, s.target] for s in plan.symlinks],
         "ldconfig": str(config.ldconfig),
         "ldconfig_dirs": list(plan.ldconfig_dirs),
+        "ld_cache": [list(e) for e in plan.ld_cache_entries],
         "log": [config.log_file, config.log_level],
         "gpus": [s.gpu.uuid if s.mig is None else s.mig.uuid for s in plan.selected],
         "capabilities": sorted(plan.request.capabilities),

@@ -7,13 +7,15 @@ start, so a GPU container costs one Python process (this one):
 - ``linux.devices`` and device-cgroup allow rules for the device nodes;
 - read-only bind ``mounts`` for the driver's libraries, binaries, IPC sockets and firmware
   (the runtime resolves each destination inside the rootfs, as it does for any volume);
-- in the rootfs: the SONAME symlinks, and ``/etc/ld.so.cache`` rebuilt by the host's ldconfig,
+- in the rootfs: the SONAME symlinks, and ``/etc/ld.so.cache``: the image's own cache with
+  the driver's entries added, in the order ldconfig writes them (``nvct.ldcache_format``),
+  when that is exactly what ldconfig would make; otherwise rebuilt by the host's ldconfig,
   run chrooted in a private mount namespace where the driver libraries are bind-mounted for
   it alone (``nvct.hook.ldconfig``).
 
-When the rootfs is a fresh overlay (see ``nvct.overlay``), the ld.so.cache ldconfig made for
-the same work order over the same image layers is reused: later containers of an image need
-no ldconfig run.
+When ldconfig had to run and the rootfs is a fresh overlay (see ``nvct.overlay``), the
+ld.so.cache it made for the same work order over the same image layers is reused: later
+containers of that image need no ldconfig run.
 
 The first container of a kind is planned in full (config validation, inventory, request,
 requirements, plan); the resulting work order is cached under a key of every input (see
@@ -71,8 +73,7 @@ def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tu
             log.debug("passthrough_create", decisions=entry.get("decisions", []), cached=cached)
             return tuple(entry["runtimes"])
         planned = time.perf_counter()
-        reuse = _ld_cache_key(rootfs, cache_dir, key, entry) if order["ldconfig_dirs"] else None
-        known = cache.read_ld_cache(cache_dir, reuse) if cache_dir and reuse else None
+        ld_cache, known, reuse = _ld_cache_for(rootfs, order, cache_dir, key, entry)
         ldconfig = stage_rootfs(rootfs, order, known)
         staged = time.perf_counter()
         # The spec is edited while ldconfig runs; the container starts only if both succeed.
@@ -91,10 +92,10 @@ def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tu
         mounts=len(order["mounts"]),
         symlinks=len(order["symlinks"]),
         cached=cached,
-        ld_cache="reused" if known is not None else "ldconfig" if ldconfig else "none",
+        ld_cache=ld_cache if ldconfig is None else "ldconfig",
         phases_ms={
             "plan": _ms(planned - t0),
-            "rootfs": _ms(staged - planned),  # links; the reused ld.so.cache or ldconfig's start
+            "rootfs": _ms(staged - planned),  # links; the ld.so.cache, or ldconfig's start
             "spec": _ms(edited - staged),
             "ldconfig": _ms(done - edited),  # what is left of it to wait for
         },
@@ -152,11 +153,28 @@ def _remember_ld_cache(rootfs: Rootfs, cache_dir: str, reuse: str) -> None:
     cache.write_ld_cache(cache_dir, reuse, data)
 
 
+def _ld_cache_for(
+    rootfs: Rootfs, order: dict[str, Any], cache_dir: str | None, key: str, entry: dict[str, Any]
+) -> tuple[str, bytes | None, str | None]:
+    """The container's ld.so.cache when it can be had without ldconfig, and how: the image's
+    own cache with the driver's entries added ("merged", when that is exactly what ldconfig
+    would write), or what ldconfig made before for this work order over this image
+    ("reused"); else None, and the key to keep what ldconfig will make under (if any)."""
+    if not order["ldconfig_dirs"]:
+        return "none", None, None
+    merged = _merged_ld_cache(rootfs, order.get("ld_cache"))
+    if merged is not None:
+        return "merged", merged, None
+    reuse = _ld_cache_key(rootfs, cache_dir, key, entry)
+    known = cache.read_ld_cache(cache_dir, reuse) if cache_dir and reuse else None
+    return "reused", known, reuse
+
+
 def stage_rootfs(rootfs: Rootfs, order: dict[str, Any], known: bytes | None) -> Ldconfig | None:
     """The rootfs half of a work order, done before the runtime mounts anything: the SONAME
-    symlinks, then the container's ld.so.cache. That is ``known`` when ldconfig made it before
-    for this work order over this image; otherwise ldconfig is started over the order's
-    libraries and returned for the caller to wait on (None when there is nothing to wait on).
+    symlinks, then the container's ld.so.cache: ``known`` when it is (see ``_ld_cache_for``),
+    else ldconfig is started over the order's libraries and returned for the caller to wait
+    on (None when there is nothing to wait on).
     """
     from nvct.hook.links import create_symlinks
     from nvct.hook.rootfs import in_container
@@ -172,6 +190,21 @@ def stage_rootfs(rootfs: Rootfs, order: dict[str, Any], known: bytes | None) -> 
 
     libs = [(s, t) for s, t, _ in order["mounts"] if posixpath.dirname(t) in dirs]
     return start_ldconfig(rootfs, order["ldconfig"], dirs, binds=libs)
+
+
+def _merged_ld_cache(rootfs: Rootfs, entries: list[list[Any]] | None) -> bytes | None:
+    """The image's ld.so.cache plus the driver's ``entries``; None when ldconfig must run."""
+    if not entries:
+        return None
+    try:
+        data = rootfs.read_file("/etc/ld.so.cache", cache.MAX_LD_CACHE + 1)
+    except OSError:
+        return None  # no cache in the image (or not a file): ldconfig makes one
+    if len(data) > cache.MAX_LD_CACHE:
+        return None
+    from nvct.ldcache_format import add_entries
+
+    return add_entries(data, [(s, p, f) for s, p, f in entries])
 
 
 def _ms(seconds: float) -> float:

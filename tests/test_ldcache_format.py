@@ -1,0 +1,150 @@
+"""The ld.so.cache writer: the driver's entries added to an image's cache, as ldconfig would."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nvct.arch import host_arch
+from nvct.ldcache_format import (
+    HWCAP_EXTENSION,
+    NEW_MAGIC,
+    add_entries,
+    libcmp,
+    read_entries,
+    write_cache,
+)
+from nvct.plan import RootfsLayout, build_plan
+from nvct.request import parse_request
+from tests.conftest import sim_config, sim_inventory
+
+
+def sign(n: int) -> int:
+    return (n > 0) - (n < 0)
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "expected"),
+    [
+        (b"libfoo.so.9", b"libfoo.so.10", -1),  # digit runs compare as numbers
+        (b"libfoo.so.10", b"libfoo.so.10", 0),
+        (b"libfoo.so.010", b"libfoo.so.10", 0),
+        (b"libfoo.so", b"libfoo.so.1", -1),
+        (b"libfoo.so.1", b"libfoo.so", 1),
+        (b"libc.so.6", b"libcuda.so.1", -1),  # '.' < 'u'
+        (b"lib1", b"liba", 1),  # a digit sorts after any other character
+        (b"liba", b"lib1", -1),
+        (b"libnvidia-ml.so.1", b"libnvidia-ml.so.1", 0),
+        (b"", b"", 0),
+        (b"", b"a", -1),
+    ],
+)
+def test_libcmp_is_glibcs(a: bytes, b: bytes, expected: int) -> None:
+    assert sign(libcmp(a, b)) == expected
+    assert sign(libcmp(b, a)) == -expected
+
+
+def entry(key: str, flags: int = 0x0303, hwcap: int = 0) -> tuple[int, bytes, bytes, int, int]:
+    return (flags, key.encode(), f"/usr/lib/x86_64-linux-gnu/{key}".encode(), 0, hwcap)
+
+
+def test_write_then_read_round_trips_and_shares_strings() -> None:
+    entries = [entry("libz.so.1"), entry("libc.so.6"), entry("libc.so.6", flags=0x0003)]
+    data = write_cache(2, entries)
+    assert data.startswith(NEW_MAGIC)
+    assert read_entries(data) == (2, entries)
+    assert data.count(b"libc.so.6\0") == 2  # the key and the tail of the path
+
+
+def test_entries_land_where_ldconfig_puts_them() -> None:
+    image = write_cache(0, [entry("libz.so.1"), entry("libm.so.6"), entry("libc.so.6")])
+    merged = add_entries(
+        image,
+        [
+            ("libnvidia-ml.so.1", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", 0x0303),
+            ("libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libcuda.so.1", 0x0303),
+            ("libcuda.so.1", "/usr/lib/i386-linux-gnu/libcuda.so.1", 0x0003),
+        ],
+    )
+    assert merged is not None
+    _, entries = read_entries(merged)
+    assert [(e[1].decode(), e[0]) for e in entries] == [
+        ("libz.so.1", 0x0303),
+        ("libnvidia-ml.so.1", 0x0303),
+        ("libm.so.6", 0x0303),
+        ("libcuda.so.1", 0x0303),  # the same key: flags descending
+        ("libcuda.so.1", 0x0003),
+        ("libc.so.6", 0x0303),
+    ]
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        b"",
+        b"not a cache at all",
+        NEW_MAGIC + b"\xff" * 8,  # truncated header
+        write_cache(0, [entry("libcuda.so.1")]),  # the image has its own libcuda.so.1
+        write_cache(0, [entry("libz.so.1", hwcap=HWCAP_EXTENSION | 1)]),  # glibc-hwcaps
+        write_cache(0, [entry("libé.so.1")]),  # ordering of non-ASCII bytes is per-platform
+    ],
+    ids=["empty", "garbage", "truncated", "same-soname", "glibc-hwcaps", "non-ascii"],
+)
+def test_declines_what_only_ldconfig_can_decide(image: bytes) -> None:
+    extra = [("libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libcuda.so.1", 0x0303)]
+    assert add_entries(image, extra) is None
+
+
+def test_cut_caches_never_raise() -> None:
+    whole = write_cache(0, [entry("libz.so.1"), entry("libc.so.6")])
+    extra = [("libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libcuda.so.1", 0x0303)]
+    for end in range(len(whole)):
+        assert add_entries(whole[:end], extra) is None
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("caps", ["utility,compute", "all,compat32"])
+def test_same_entries_as_ldconfig_over_the_driver(h100x4: Any, tmp_path: Path, caps: str) -> None:
+    """The image's cache plus the work order's entries equals, entry by entry and in order,
+    what the host's ldconfig writes once the driver's libraries and links are in the image
+    (the shim's ldconfig command line)."""
+    from integration.harness.images import glibc_rootfs
+
+    if os.geteuid() != 0:
+        pytest.skip("ldconfig -r chroots: needs root")
+    cfg = sim_config(h100x4, tmp_path)
+    request = parse_request(
+        {"NVIDIA_VISIBLE_DEVICES": "0", "NVIDIA_DRIVER_CAPABILITIES": caps}, config=cfg
+    )
+    plan = build_plan(
+        request, sim_inventory(h100x4, tmp_path), cfg, host_arch(), RootfsLayout(debian=True)
+    )
+    image = glibc_rootfs(tmp_path / "image")
+    with_driver = tmp_path / "with-driver"
+    shutil.copytree(image, with_driver, symlinks=True)
+    for m in plan.mounts:
+        if m.kind in ("lib", "lib32"):
+            dest = with_driver / m.target.lstrip("/")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(m.source, dest)
+    for link in plan.symlinks:
+        (with_driver / link.path.lstrip("/")).symlink_to(link.target)
+    ldconfig = shutil.which("ldconfig") or "/sbin/ldconfig"
+    argv = ["-X", "-f", "/etc/ld.so.conf", "-C", "/etc/ld.so.cache", *plan.ldconfig_dirs]
+    subprocess.run([ldconfig, "-r", str(with_driver), *argv], check=True)
+
+    merged = add_entries((image / "etc/ld.so.cache").read_bytes(), list(plan.ld_cache_entries))
+    assert merged is not None
+    expected = read_entries((with_driver / "etc/ld.so.cache").read_bytes())[1]
+    got = read_entries(merged)[1]
+    assert len(got) > len(read_entries((image / "etc/ld.so.cache").read_bytes())[1])
+    missing, extra = set(expected) - set(got), set(got) - set(expected)
+    assert (missing, extra) == (set(), set())
+    assert got == expected  # and in ldconfig's order
+    if "compat32" in caps and h100x4.lib32_dir is not None:
+        assert any(e[0] == 0x0003 for e in got)  # 32-bit entries were checked too
