@@ -71,6 +71,9 @@ def test_hook_alone_creates_nodes_and_grants_cgroup(
     result = run_runc(bundle, container_id)
     assert smi_uuids(result.stdout) == [sim_driver.spec.gpus[0].uuid], result.stderr
     assert "No such device or address" in result.stderr  # granted by devices.allow
+    log = [json.loads(ln) for ln in (nvct_config.parent / "nvct.log").read_text().splitlines()]
+    configured = [e for e in log if e["event"] == "container_configured"]
+    assert configured[-1]["ld_cache"] == "merged"  # the image's cache, no ldconfig run
 
 
 @pytest.mark.parametrize(

@@ -79,6 +79,7 @@ def _prestart(log: EventLog) -> int:
         mounts=stats.mounts,
         symlinks=stats.symlinks,
         symlinks_kept_from_image=stats.skipped_symlinks,
+        ld_cache=stats.ld_cache,
         phases_ms={
             "plan": round((planned - t0) * 1000, 2),
             "prepare": round((applied_at[0] - planned) * 1000, 2),

@@ -35,9 +35,10 @@ _FLAG_BY_OPTION = {
 class ApplyStats:
     """Counts for the hook's log line."""
 
-    __slots__ = ("mounts", "phases_ms", "skipped_symlinks", "symlinks")
+    __slots__ = ("ld_cache", "mounts", "phases_ms", "skipped_symlinks", "symlinks")
 
     def __init__(self) -> None:
+        self.ld_cache = "none"  # how the container's ld.so.cache was made: merged | ldconfig
         self.mounts = 0
         self.symlinks = 0
         self.skipped_symlinks = 0
@@ -135,9 +136,18 @@ def apply_order(order: dict[str, Any], rootfs: Rootfs) -> ApplyStats:
     stats.symlinks, stats.skipped_symlinks = create_symlinks(rootfs, order["symlinks"])
     start = _lap(stats, "symlinks", start)
     if order["ldconfig_dirs"]:
-        from nvct.hook.ldconfig import run_ldconfig
+        from nvct.runtime.create import merged_ld_cache
 
-        run_ldconfig(rootfs, order["ldconfig"], tuple(order["ldconfig_dirs"]))
+        merged = merged_ld_cache(rootfs, order.get("ld_cache"))
+        if merged is not None:
+            path = "/etc/ld.so.cache"
+            in_container(path, rootfs.replace_file, path, merged, 0o644)
+            stats.ld_cache = "merged"
+        else:
+            from nvct.hook.ldconfig import run_ldconfig
+
+            run_ldconfig(rootfs, order["ldconfig"], tuple(order["ldconfig_dirs"]))
+            stats.ld_cache = "ldconfig"
     _lap(stats, "ldconfig", start)
     return stats
 

@@ -162,7 +162,7 @@ def _ld_cache_for(
     ("reused"); else None, and the key to keep what ldconfig will make under (if any)."""
     if not order["ldconfig_dirs"]:
         return "none", None, None
-    merged = _merged_ld_cache(rootfs, order.get("ld_cache"))
+    merged = merged_ld_cache(rootfs, order.get("ld_cache"))
     if merged is not None:
         return "merged", merged, None
     reuse = _ld_cache_key(rootfs, cache_dir, key, entry)
@@ -192,8 +192,9 @@ def stage_rootfs(rootfs: Rootfs, order: dict[str, Any], known: bytes | None) -> 
     return start_ldconfig(rootfs, order["ldconfig"], dirs, binds=libs)
 
 
-def _merged_ld_cache(rootfs: Rootfs, entries: list[list[Any]] | None) -> bytes | None:
-    """The image's ld.so.cache plus the driver's ``entries``; None when ldconfig must run."""
+def merged_ld_cache(rootfs: Rootfs, entries: list[list[Any]] | None) -> bytes | None:
+    """The image's ld.so.cache plus the driver's ``entries`` (a work order's ``ld_cache``);
+    None when ldconfig must run. The hook uses it too."""
     if not entries:
         return None
     try:
