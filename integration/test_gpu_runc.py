@@ -296,7 +296,7 @@ def test_ld_cache_reused_for_fresh_overlays_of_one_image(
     neither ctypes nor any module tests/test_hot_path.py bans; the others, which run
     ldconfig, do load ctypes (so the check can fail). (The merged case: below.)"""
     from nvct.runtime.launcher import default_command
-    from tests.test_hot_path import REUSED_LD_CACHE
+    from tests.test_hot_path import READY_LD_CACHE
 
     config = write_nvct_config(tmp_path / "ov" / "config.toml", sim_driver)
     image = image_without_ld_cache
@@ -326,7 +326,7 @@ def test_ld_cache_reused_for_fresh_overlays_of_one_image(
     assert how == ["ldconfig", "reused", "ldconfig"]
     assert not (image / "etc" / "ld.so.cache").exists()  # the image layer is never written
     assert {"_ctypes", "nvct.linux"} <= loaded[0] & loaded[2]
-    banned = {"nvct.linux", *REUSED_LD_CACHE} & loaded[1]
+    banned = {"nvct.linux", *READY_LD_CACHE} & loaded[1]
     assert not banned, f"the create with a reused ld.so.cache loads {sorted(banned)}"
 
 

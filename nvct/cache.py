@@ -24,6 +24,7 @@ from nvct._version import __version__
 from nvct.atomic import write_atomic
 from nvct.components import IPC_FABRICMANAGER, IPC_MPS_DIR, IPC_PERSISTENCED
 from nvct.digest import sha256
+from nvct.ldcache_format import MAX_SIZE, NEW_MAGIC, OLD_MAGIC
 
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
 if TYPE_CHECKING:
@@ -96,8 +97,7 @@ def write_order(cache_dir: str | os.PathLike[str], key: str, order: dict[str, An
 
 
 # A glibc ld.so.cache starts with one of these (old format, or the new one alone).
-LD_CACHE_MAGIC = (b"ld.so-1.7.0", b"glibc-ld.so.cache1.1")
-MAX_LD_CACHE = 16 << 20
+LD_CACHE_MAGIC = (OLD_MAGIC, NEW_MAGIC)
 LD_CACHES_KEPT = 256
 
 
@@ -105,15 +105,15 @@ def read_ld_cache(cache_dir: str | os.PathLike[str], key: str) -> bytes | None:
     """An ld.so.cache that ldconfig made before for ``key`` (see runtime.create), or None."""
     try:
         with open(os.path.join(cache_dir, f"ldcache-{key}"), "rb") as f:
-            data = f.read(MAX_LD_CACHE + 1)
+            data = f.read(MAX_SIZE + 1)
     except OSError:
         return None
-    return data if data.startswith(LD_CACHE_MAGIC) and len(data) <= MAX_LD_CACHE else None
+    return data if data.startswith(LD_CACHE_MAGIC) and len(data) <= MAX_SIZE else None
 
 
 def write_ld_cache(cache_dir: str | os.PathLike[str], key: str, data: bytes) -> None:
     """Remember an ld.so.cache; the oldest beyond ``LD_CACHES_KEPT`` are dropped."""
-    if not data.startswith(LD_CACHE_MAGIC) or len(data) > MAX_LD_CACHE:
+    if not data.startswith(LD_CACHE_MAGIC) or len(data) > MAX_SIZE:
         return
     _atomic_write(cache_dir, f"ldcache-{key}", data)
     names = _listdir(os.fspath(cache_dir), "ldcache-")

@@ -15,15 +15,22 @@ write them. It declines (returns None, and ldconfig runs) whenever the result co
 from ldconfig's: no readable cache, a SONAME the image already lists (which one wins depends
 on the image's ld.so.conf order), glibc-hwcaps entries, or names outside ASCII.
 
-Stdlib ``struct`` only: this runs in the shim's create.
+Stdlib ``struct`` only: this runs in the shim's create (and the hook).
 """
 
 from __future__ import annotations
 
 import struct
 
+TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
+if TYPE_CHECKING:
+    from typing import Any
+
+    from nvct.hook.rootfs import Rootfs
+
 OLD_MAGIC = b"ld.so-1.7.0"
 NEW_MAGIC = b"glibc-ld.so.cache1.1"
+MAX_SIZE = 16 << 20  # larger caches (from an image, or nvct's own) are not read
 
 FLAG_ELF = 0x0001
 FLAG_ELF_LIBC6 = 0x0003
@@ -171,3 +178,17 @@ def add_entries(data: bytes, extra: list[tuple[str, str, int]]) -> bytes | None:
                 hi = mid
         entries.insert(lo, new)
     return write_cache(flags, entries)
+
+
+def image_cache_with(rootfs: Rootfs, entries: list[list[Any]] | None) -> bytes | None:
+    """The image's ``/etc/ld.so.cache`` plus a work order's ``ld_cache`` entries
+    (``add_entries``); None when ldconfig must run."""
+    if not entries:
+        return None
+    try:
+        data = rootfs.read_file("/etc/ld.so.cache", MAX_SIZE + 1)
+    except OSError:
+        return None  # no cache in the image (or not a file): ldconfig makes one
+    if len(data) > MAX_SIZE:
+        return None
+    return add_entries(data, [(s, p, f) for s, p, f in entries])

@@ -15,7 +15,7 @@ LEAN = (*HEAVY, "dataclasses", "typing", "pathlib", "inspect")
 # tomllib, hashlib (OpenSSL), ctypes or collections (~30 ms together on this VM class).
 LEANEST = (*LEAN, "json", "re", "enum", "tomllib", "hashlib", "ctypes", "collections")
 # Nor ctypes' C half (~2 ms): it is needed only to run ldconfig (namespaces, mounts).
-REUSED_LD_CACHE = (*LEANEST, "_ctypes")
+READY_LD_CACHE = (*LEANEST, "_ctypes")
 
 # What each entry point imports on its hot path (warm caches).
 HOT_MODULES = {
@@ -23,8 +23,8 @@ HOT_MODULES = {
         LEAN,
         ["nvct.runtime.__main__", "nvct.runtime.args", "nvct.runtime.lowlevel"],
     ),
-    "runtime create, cached work order, ld.so.cache reused": (
-        REUSED_LD_CACHE,
+    "runtime create, cached work order, ld.so.cache merged or reused": (
+        READY_LD_CACHE,
         [
             "nvct.runtime.__main__",
             "nvct.runtime.args",
@@ -35,6 +35,7 @@ HOT_MODULES = {
             "nvct.hook.links",
             "nvct.hook.rootfs",
             "nvct.overlay",
+            "nvct.ldcache_format",
             "nvct.oci",
             "nvct.log",
             "nvct.cache",

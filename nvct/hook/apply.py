@@ -136,9 +136,9 @@ def apply_order(order: dict[str, Any], rootfs: Rootfs) -> ApplyStats:
     stats.symlinks, stats.skipped_symlinks = create_symlinks(rootfs, order["symlinks"])
     start = _lap(stats, "symlinks", start)
     if order["ldconfig_dirs"]:
-        from nvct.runtime.create import merged_ld_cache
+        from nvct.ldcache_format import image_cache_with
 
-        merged = merged_ld_cache(rootfs, order.get("ld_cache"))
+        merged = image_cache_with(rootfs, order.get("ld_cache"))
         if merged is not None:
             path = "/etc/ld.so.cache"
             in_container(path, rootfs.replace_file, path, merged, 0o644)

@@ -4,7 +4,7 @@ The shim caches it per kind of container (so a repeated start needs no config, i
 planning code) and applies it before the runtime starts; the hook (``docker --gpus``, podman)
 applies the one it plans itself. Format::
 
-    {"v": 2, "devices": [[path, major, minor, mode], ...],
+    {"v": 3, "devices": [[path, major, minor, mode], ...],
      "mounts": [[host_path, container_path, [options]], ...],
      "symlinks": [[path, target], ...], "ldconfig": "/sbin/ldconfig",
      "ldconfig_dirs": [...], "ld_cache": [[soname, path, flags], ...],

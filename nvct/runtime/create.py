@@ -34,6 +34,7 @@ from nvct.defaults import config_path
 from nvct.digest import sha256
 from nvct.errors import ConfigError
 from nvct.hook.rootfs import Rootfs, fd_path
+from nvct.ldcache_format import MAX_SIZE, image_cache_with
 from nvct.log import EventLog
 from nvct.oci import load_spec, rootfs_path, write_spec
 from nvct.overlay import fresh_overlay_identity
@@ -92,7 +93,7 @@ def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tu
         mounts=len(order["mounts"]),
         symlinks=len(order["symlinks"]),
         cached=cached,
-        ld_cache=ld_cache if ldconfig is None else "ldconfig",
+        ld_cache=ld_cache,
         phases_ms={
             "plan": _ms(planned - t0),
             "rootfs": _ms(staged - planned),  # links; the ld.so.cache, or ldconfig's start
@@ -147,7 +148,7 @@ def _ld_cache_key(
 def _remember_ld_cache(rootfs: Rootfs, cache_dir: str, reuse: str) -> None:
     """Keep the ld.so.cache ldconfig just wrote, for the next container of this image."""
     try:
-        data = rootfs.read_file("/etc/ld.so.cache", cache.MAX_LD_CACHE + 1)
+        data = rootfs.read_file("/etc/ld.so.cache", MAX_SIZE + 1)
     except OSError:
         return
     cache.write_ld_cache(cache_dir, reuse, data)
@@ -159,15 +160,16 @@ def _ld_cache_for(
     """The container's ld.so.cache when it can be had without ldconfig, and how: the image's
     own cache with the driver's entries added ("merged", when that is exactly what ldconfig
     would write), or what ldconfig made before for this work order over this image
-    ("reused"); else None, and the key to keep what ldconfig will make under (if any)."""
+    ("reused"); else None ("ldconfig"), and the key to keep what ldconfig will make under
+    (if any)."""
     if not order["ldconfig_dirs"]:
         return "none", None, None
-    merged = merged_ld_cache(rootfs, order.get("ld_cache"))
+    merged = image_cache_with(rootfs, order.get("ld_cache"))
     if merged is not None:
         return "merged", merged, None
     reuse = _ld_cache_key(rootfs, cache_dir, key, entry)
     known = cache.read_ld_cache(cache_dir, reuse) if cache_dir and reuse else None
-    return "reused", known, reuse
+    return ("reused" if known is not None else "ldconfig"), known, reuse
 
 
 def stage_rootfs(rootfs: Rootfs, order: dict[str, Any], known: bytes | None) -> Ldconfig | None:
@@ -190,22 +192,6 @@ def stage_rootfs(rootfs: Rootfs, order: dict[str, Any], known: bytes | None) -> 
 
     libs = [(s, t) for s, t, _ in order["mounts"] if posixpath.dirname(t) in dirs]
     return start_ldconfig(rootfs, order["ldconfig"], dirs, binds=libs)
-
-
-def merged_ld_cache(rootfs: Rootfs, entries: list[list[Any]] | None) -> bytes | None:
-    """The image's ld.so.cache plus the driver's ``entries`` (a work order's ``ld_cache``);
-    None when ldconfig must run. The hook uses it too."""
-    if not entries:
-        return None
-    try:
-        data = rootfs.read_file("/etc/ld.so.cache", cache.MAX_LD_CACHE + 1)
-    except OSError:
-        return None  # no cache in the image (or not a file): ldconfig makes one
-    if len(data) > cache.MAX_LD_CACHE:
-        return None
-    from nvct.ldcache_format import add_entries
-
-    return add_entries(data, [(s, p, f) for s, p, f in entries])
 
 
 def _ms(seconds: float) -> float:
