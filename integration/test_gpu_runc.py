@@ -330,6 +330,18 @@ def test_ld_cache_reused_for_fresh_overlays_of_one_image(
     assert not banned, f"the create with a reused ld.so.cache loads {sorted(banned)}"
 
 
+def shim_over_overlay(
+    factory: BundleFactory, container_id: str, config: Path, image: Path, script: str, env: str
+) -> subprocess.CompletedProcess[str]:
+    """``sh -c script`` run by runc through the shim, over a fresh overlay of ``image`` (so a
+    write to the image layer would show), with ``env`` set."""
+    with overlay_rootfs(image, image.parent / f"{image.name}-overlay") as merged:
+        bundle = factory(["/bin/sh", "-c", script], [env], rootfs=merged)
+        return run_runc(
+            bundle, container_id, runtime=str(NVCT_BIN / "nvct-runtime"), env=shim_env(config)
+        )
+
+
 def test_image_ld_cache_merged_without_ldconfig(
     runc_bundle_factory: BundleFactory,
     glibc_rootfs_dir: Path,
@@ -346,13 +358,9 @@ def test_image_ld_cache_merged_without_ldconfig(
     shutil.copytree(glibc_rootfs_dir, image, symlinks=True)
     before = (image / "etc" / "ld.so.cache").read_bytes()
     script = "LD_DEBUG=libs nvidia-smi -L 2>&1; grep -c libc.so.6 /etc/ld.so.cache"
-    with overlay_rootfs(image, tmp_path / "c") as merged:
-        bundle = runc_bundle_factory(
-            ["/bin/sh", "-c", script], ["NVIDIA_VISIBLE_DEVICES=1"], rootfs=merged
-        )
-        result = run_runc(
-            bundle, container_id, runtime=str(NVCT_BIN / "nvct-runtime"), env=shim_env(config)
-        )
+    result = shim_over_overlay(
+        runc_bundle_factory, container_id, config, image, script, "NVIDIA_VISIBLE_DEVICES=1"
+    )
     assert result.returncode == 0, result.stderr
     assert smi_uuids(result.stdout) == [sim_driver.spec.gpus[1].uuid]
     lookup = result.stdout.split("find library=libnvidia-ml.so.1", 1)[1].split("calling", 1)[0]
@@ -363,3 +371,26 @@ def test_image_ld_cache_merged_without_ldconfig(
     log = [json.loads(ln) for ln in (config.parent / "nvct.log").read_text().splitlines()]
     assert [e["ld_cache"] for e in log if e["event"] == "container_prepared"] == ["merged"]
     assert (image / "etc" / "ld.so.cache").read_bytes() == before
+
+
+def test_busybox_image_gets_a_fresh_ld_cache_without_ldconfig(
+    runc_bundle_factory: BundleFactory, container_id: str, sim_driver: Any, tmp_path: Path
+) -> None:
+    """An image with no ld.so.cache and no library (static busybox) gets one holding the
+    driver's libraries, written by nvct without an ldconfig run, and the image layer stays
+    without one."""
+    from integration.harness.images import busybox_rootfs
+
+    config = write_nvct_config(tmp_path / "m" / "config.toml", sim_driver)
+    image = busybox_rootfs(tmp_path / "image")
+    script = "grep -c libnvidia-ml.so.1 /etc/ld.so.cache; ls /usr/lib64"
+    result = shim_over_overlay(
+        runc_bundle_factory, container_id, config, image, script, "NVIDIA_VISIBLE_DEVICES=0"
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.split()
+    assert lines[0] != "0"  # the cache lists the driver's NVML
+    assert "libnvidia-ml.so.1" in lines  # and its SONAME link is there
+    log = [json.loads(ln) for ln in (config.parent / "nvct.log").read_text().splitlines()]
+    assert [e["ld_cache"] for e in log if e["event"] == "container_prepared"] == ["fresh"]
+    assert not (image / "etc" / "ld.so.cache").exists()

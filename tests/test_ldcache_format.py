@@ -15,6 +15,7 @@ from nvct.ldcache_format import (
     HWCAP_EXTENSION,
     NEW_MAGIC,
     add_entries,
+    image_cache_with,
     libcmp,
     read_entries,
     write_cache,
@@ -107,6 +108,38 @@ def test_cut_caches_never_raise() -> None:
         assert add_entries(whole[:end], extra) is None
 
 
+def _driver_in(image: Path, plan: Any) -> Path:
+    """``image`` with the plan's libraries copied where the runtime would mount them and its
+    SONAME links made (what the container holds once nvct has prepared it)."""
+    for m in plan.mounts:
+        if m.kind in ("lib", "lib32"):
+            dest = image / m.target.lstrip("/")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(m.source, dest)
+    for link in plan.symlinks:
+        (image / link.path.lstrip("/")).symlink_to(link.target)
+    return image
+
+
+def _plan(sim: Any, tmp_path: Path, caps: str, *, debian: bool) -> Any:
+    cfg = sim_config(sim, tmp_path)
+    request = parse_request(
+        {"NVIDIA_VISIBLE_DEVICES": "0", "NVIDIA_DRIVER_CAPABILITIES": caps}, config=cfg
+    )
+    return build_plan(
+        request, sim_inventory(sim, tmp_path), cfg, host_arch(), RootfsLayout(debian=debian)
+    )
+
+
+def _order(plan: Any) -> dict[str, Any]:
+    return {
+        "ld_cache": [list(e) for e in plan.ld_cache_entries],
+        "ldconfig_dirs": list(plan.ldconfig_dirs),
+        "symlinks": [[s.path, s.target] for s in plan.symlinks],
+        "mounts": [[m.source, m.target, list(m.options)] for m in plan.mounts],
+    }
+
+
 @pytest.mark.root
 @pytest.mark.parametrize("caps", ["utility,compute", "all,compat32"])
 def test_same_entries_as_ldconfig_over_the_driver(h100x4: Any, tmp_path: Path, caps: str) -> None:
@@ -117,23 +150,11 @@ def test_same_entries_as_ldconfig_over_the_driver(h100x4: Any, tmp_path: Path, c
 
     if os.geteuid() != 0:
         pytest.skip("ldconfig -r chroots: needs root")
-    cfg = sim_config(h100x4, tmp_path)
-    request = parse_request(
-        {"NVIDIA_VISIBLE_DEVICES": "0", "NVIDIA_DRIVER_CAPABILITIES": caps}, config=cfg
-    )
-    plan = build_plan(
-        request, sim_inventory(h100x4, tmp_path), cfg, host_arch(), RootfsLayout(debian=True)
-    )
+    plan = _plan(h100x4, tmp_path, caps, debian=True)
     image = glibc_rootfs(tmp_path / "image")
     with_driver = tmp_path / "with-driver"
     shutil.copytree(image, with_driver, symlinks=True)
-    for m in plan.mounts:
-        if m.kind in ("lib", "lib32"):
-            dest = with_driver / m.target.lstrip("/")
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(m.source, dest)
-    for link in plan.symlinks:
-        (with_driver / link.path.lstrip("/")).symlink_to(link.target)
+    _driver_in(with_driver, plan)
     ldconfig = shutil.which("ldconfig") or "/sbin/ldconfig"
     argv = ["-X", "-f", "/etc/ld.so.conf", "-C", "/etc/ld.so.cache", *plan.ldconfig_dirs]
     subprocess.run([ldconfig, "-r", str(with_driver), *argv], check=True)
@@ -148,3 +169,85 @@ def test_same_entries_as_ldconfig_over_the_driver(h100x4: Any, tmp_path: Path, c
     assert got == expected  # and in ldconfig's order
     if "compat32" in caps and h100x4.lib32_dir is not None:
         assert any(e[0] == 0x0003 for e in got)  # 32-bit entries were checked too
+
+
+@pytest.mark.root
+@pytest.mark.parametrize(
+    ("caps", "debian"),
+    [("utility,compute", False), ("all,compat32", False), ("utility,compute", True)],
+    ids=["lib64", "lib64+compat32", "multiarch"],
+)
+def test_fresh_cache_for_an_image_without_one_is_ldconfigs(
+    h100x4: Any, tmp_path: Path, caps: str, debian: bool
+) -> None:
+    """A busybox image has no ld.so.cache and no library: the driver's entries alone are,
+    entry by entry and in order, what the host's ldconfig writes over it."""
+    from integration.harness.images import busybox_rootfs
+    from nvct.hook.rootfs import Rootfs
+
+    if os.geteuid() != 0:
+        pytest.skip("ldconfig -r chroots: needs root")
+    plan = _plan(h100x4, tmp_path, caps, debian=debian)
+    image = _driver_in(busybox_rootfs(tmp_path / "image"), plan)
+    assert not (image / "etc/ld.so.cache").exists()
+    with Rootfs(str(image), openat2=False) as rootfs:
+        made = image_cache_with(rootfs, _order(plan))
+    assert made is not None
+    how, data = made
+
+    ldconfig = shutil.which("ldconfig") or "/sbin/ldconfig"
+    argv = ["-X", "-f", "/etc/ld.so.conf", "-C", "/etc/ld.so.cache", *plan.ldconfig_dirs]
+    subprocess.run([ldconfig, "-r", str(image), *argv], check=True)
+    expected = read_entries((image / "etc/ld.so.cache").read_bytes())
+    assert how == "fresh"
+    assert read_entries(data) == expected  # header flags, entries and their order
+    assert len(expected[1]) == len(plan.ld_cache_entries) > 0
+
+
+def _busybox_like(root: Path, plan: Any) -> Path:
+    """A library-less image with the plan's files in it (no gcc or root needed)."""
+    (root / "etc").mkdir(parents=True)
+    (root / "bin").mkdir()
+    (root / "bin/busybox").write_bytes(b"\x7fELF static")
+    for m in plan.mounts:
+        if m.kind in ("lib", "lib32"):
+            dest = root / m.target.lstrip("/")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(b"")
+    for link in plan.symlinks:
+        (root / link.path.lstrip("/")).symlink_to(link.target)
+    return root
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["none", "foreign-library", "ld.so.conf", "lib64-alias", "hwcaps-dir", "odd-symlink"],
+)
+def test_fresh_cache_only_when_ldconfig_would_find_nothing_else(
+    h100x4: Any, tmp_path: Path, change: str
+) -> None:
+    from nvct.hook.rootfs import Rootfs
+
+    plan = _plan(h100x4, tmp_path, "utility,compute", debian=False)
+    root = _busybox_like(tmp_path / "image", plan)
+    if change == "foreign-library":
+        (root / "usr/lib").mkdir(parents=True, exist_ok=True)
+        (root / "usr/lib/libfoo.so.1").write_bytes(b"")
+    elif change == "ld.so.conf":
+        (root / "etc/ld.so.conf").write_text("/opt/lib\n")
+    elif change == "lib64-alias":
+        (root / "lib64").symlink_to("usr/lib64")  # which path ldconfig lists is its choice
+    elif change == "hwcaps-dir":
+        (root / "usr/lib64/glibc-hwcaps/x86-64-v3").mkdir(parents=True)
+    elif change == "odd-symlink":
+        (root / "usr/lib64/x86_64").symlink_to("/opt")
+    with Rootfs(str(root), openat2=False) as rootfs:
+        made = image_cache_with(rootfs, _order(plan))
+    if change == "none":
+        assert made is not None
+        assert made[0] == "fresh"
+        keys = {e[1].decode() for e in read_entries(made[1])[1]}
+        assert "libcuda.so.1" in keys
+        assert "libnvidia-ml.so.1" in keys
+    else:
+        assert made is None

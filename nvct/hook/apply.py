@@ -138,11 +138,11 @@ def apply_order(order: dict[str, Any], rootfs: Rootfs) -> ApplyStats:
     if order["ldconfig_dirs"]:
         from nvct.ldcache_format import image_cache_with
 
-        merged = image_cache_with(rootfs, order.get("ld_cache"))
-        if merged is not None:
+        made = image_cache_with(rootfs, order)
+        if made is not None:
             path = "/etc/ld.so.cache"
-            in_container(path, rootfs.replace_file, path, merged, 0o644)
-            stats.ld_cache = "merged"
+            in_container(path, rootfs.replace_file, path, made[1], 0o644)
+            stats.ld_cache = made[0]
         else:
             from nvct.hook.ldconfig import run_ldconfig
 

@@ -159,14 +159,15 @@ def _ld_cache_for(
 ) -> tuple[str, bytes | None, str | None]:
     """The container's ld.so.cache when it can be had without ldconfig, and how: the image's
     own cache with the driver's entries added ("merged", when that is exactly what ldconfig
-    would write), or what ldconfig made before for this work order over this image
+    would write), the driver's entries alone for an image with no cache and no other library
+    ("fresh"), or what ldconfig made before for this work order over this image
     ("reused"); else None ("ldconfig"), and the key to keep what ldconfig will make under
     (if any)."""
     if not order["ldconfig_dirs"]:
         return "none", None, None
-    merged = image_cache_with(rootfs, order.get("ld_cache"))
-    if merged is not None:
-        return "merged", merged, None
+    made = image_cache_with(rootfs, order)
+    if made is not None:
+        return made[0], made[1], None
     reuse = _ld_cache_key(rootfs, cache_dir, key, entry)
     known = cache.read_ld_cache(cache_dir, reuse) if cache_dir and reuse else None
     return ("reused" if known is not None else "ldconfig"), known, reuse
