@@ -8,9 +8,10 @@ Measures, interleaved round by round so a noisy machine affects every variant al
 - ``--gpus device=0`` on plain runc (nvct's nvidia-container-runtime-hook);
 - the floor of any Python shim: the launcher starting ``python -I -S`` that only execs runc;
 
-and micro-benchmarks: ``nvct-runtime state <missing>`` vs ``runc state <missing>``, the time
-per phase of the shim's create and of the --gpus hook (from their JSON log), ``nvct-cli list``
-and ``nvct-cli cdi generate``.
+and micro-benchmarks: ``nvct-runtime state <missing>`` vs ``runc state <missing>``; ``runc run``
+on a fresh overlay of the image without and with nvct's 1-GPU spec edits (runc's own share of
+a GPU container's start); the time per phase of the shim's create and of the --gpus hook (from
+their JSON log), ``nvct-cli list`` and ``nvct-cli cdi generate``.
 Prints a table (median, p10, p90 in ms), checks the targets as ratios within this run, and
 writes everything as JSON (``--output``).
 """
@@ -21,6 +22,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -29,8 +31,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from integration.harness.bundles import runc_spec
 from integration.harness.dockerd import Dockerd
-from integration.harness.images import GLIBC_TAG, docker_import, glibc_rootfs
+from integration.harness.images import GLIBC_TAG, busybox_rootfs, docker_import, glibc_rootfs
 from integration.simdriver import cached_driver, preset
 from nvct.runtime.launcher import default_command, install
 
@@ -69,6 +72,59 @@ def shim_command(python: str) -> str:
     return f"{shlex.quote(python)} -I -S -c {shlex.quote(code + 'sys.exit(main())')}"
 
 
+def gpu_spec_edits(config: Path, rootfs: Path) -> dict[str, Any]:
+    """``runc spec``'s config.json over ``rootfs`` running ``true``, with the edits nvct's
+    create makes for 1 GPU (its device nodes, cgroup rules and driver bind mounts)."""
+    from nvct.arch import host_arch
+    from nvct.config import load_config
+    from nvct.hook import workorder
+    from nvct.host import load_inventory
+    from nvct.plan import RootfsLayout, build_plan
+    from nvct.request import parse_request
+    from nvct.runtime.spec_edits import edit_spec
+
+    cfg = load_config(str(config))
+    request = parse_request({"NVIDIA_VISIBLE_DEVICES": "0"}, config=cfg)
+    layout = RootfsLayout(debian=(rootfs / "etc/debian_version").exists())
+    plan = build_plan(request, load_inventory(cfg), cfg, host_arch(), layout)
+    order = workorder.from_plan(plan, cfg)
+    spec = runc_spec()
+    spec["process"].update(args=["/bin/true"], terminal=False)
+    edit_spec(spec, order["devices"], order["mounts"])
+    return spec
+
+
+def runc_share(config: Path, image: Path, work: Path, rounds: int) -> dict[str, list[float]]:
+    """``runc run`` of ``true`` on a fresh overlay of the image, as docker's overlay2 gives
+    it, without and with nvct's 1-GPU spec edits: the part of a GPU container's start that
+    is runc carrying out the edits (mount points, bind mounts, device nodes), not nvct."""
+    bundles = {}
+    for name, spec in (("plain", runc_spec()), ("gpu", gpu_spec_edits(config, image))):
+        spec["process"].update(args=["/bin/true"], terminal=False)
+        spec["root"] = {"path": str(work / "merged"), "readonly": False}
+        (work / name).mkdir(parents=True)
+        (work / name / "config.json").write_text(json.dumps(spec))
+        bundles[name] = work / name
+    samples: dict[str, list[float]] = {"runc run, plain spec": [], "runc run, 1-GPU spec": []}
+    for _ in range(rounds):
+        for name, label in (("plain", "runc run, plain spec"), ("gpu", "runc run, 1-GPU spec")):
+            for sub in ("upper", "work", "merged"):
+                (work / sub).mkdir(exist_ok=True)
+            options = f"lowerdir={image},upperdir={work / 'upper'},workdir={work / 'work'}"
+            subprocess.run(
+                ["mount", "-t", "overlay", "overlay", "-o", options, str(work / "merged")],
+                check=True,
+            )
+            try:
+                argv = ["runc", "run", "--bundle", str(bundles[name]), f"nvct-bench-{name}"]
+                samples[label].append(timed(argv))
+            finally:
+                subprocess.run(["umount", str(work / "merged")], check=True)
+                for sub in ("upper", "work"):
+                    shutil.rmtree(work / sub)
+    return samples
+
+
 def timed(argv: list[str], env: dict[str, str] | None = None) -> float:
     start = time.perf_counter()
     subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=False)
@@ -89,6 +145,13 @@ def main() -> int:
         "--storage-driver",
         default="vfs",
         help="dockerd storage driver: vfs (CI's, copies the image per container) or overlay2",
+    )
+    parser.add_argument(
+        "--image",
+        choices=("glibc", "busybox"),
+        default="glibc",
+        help="the image: static busybox with the host's glibc and its ld.so.cache (as GPU "
+        "images are), or static busybox alone (no library, no ld.so.cache)",
     )
     args = parser.parse_args()
     if os.geteuid() != 0:
@@ -134,7 +197,9 @@ def main() -> int:
     finally:
         os.environ["PATH"] = old_path
     try:
-        docker_import(dockerd, glibc_rootfs(work / "rootfs"), GLIBC_TAG)
+        make_rootfs = glibc_rootfs if args.image == "glibc" else busybox_rootfs
+        rootfs = make_rootfs(work / "rootfs")
+        docker_import(dockerd, rootfs, GLIBC_TAG)
         base = [dockerd.docker_cli, "-H", dockerd.host, "run", "--rm", "--network", "none"]
         env = dockerd.cli_env()
         variants = {
@@ -189,6 +254,7 @@ def main() -> int:
             micro["nvct-runtime state <missing>"].append(
                 timed([str(runtime), "state", "nvct-bench-missing"])
             )
+        micro.update(runc_share(cfg1, rootfs, work / "runc-share", args.micro_rounds // 2))
         cli = [str(BIN / "nvct-cli"), "--config", str(cfg1)]
         micro["nvct-cli list"] = [timed([*cli, "list"]) for _ in range(args.micro_rounds // 3)]
         cdi_out = work / "nvidia.json"
@@ -247,6 +313,8 @@ def main() -> int:
     for name, ratio in ratio_of_medians.items():
         print(f"(ratio of medians) {name:<20} {ratio:.3f}")
     print(f"(paired) a bare Python interpreter in the launcher / runc {floor:.3f}")
+    runc_ms = med["runc run, 1-GPU spec"] - med["runc run, plain spec"]
+    print(f"runc's own work for nvct's 1-GPU spec edits (mounts, nodes): {runc_ms:+.1f} ms")
     print("targets use the median of per-round (paired) ratios:")
     ok = True
     for name, ratio in targets.items():
@@ -260,10 +328,13 @@ def main() -> int:
                 "results": results,
                 "ratios": {k: round(v, 4) for k, v in targets.items()},
                 "python_floor_ratio": round(floor, 4),
+                "runc_share_ms": round(runc_ms, 2),
                 "rounds": args.rounds,
                 "date": time.strftime("%Y-%m-%d"),
                 "machine": {"cpus": os.cpu_count(), "kernel": os.uname().release},
                 "python": args.python or sys.executable,
+                "image": args.image,
+                "storage_driver": args.storage_driver,
             },
             indent=2,
         )
