@@ -237,8 +237,14 @@ def _only_driver_libraries(rootfs: Rootfs, order: dict[str, Any]) -> bool:
             *(m[1] for m in order["mounts"]),
         )
     }
-    # Subdirectories the driver's files are put in (vdpau/): ldconfig does not descend there.
-    our_dirs = {directory for directory, _ in ours}
+    # Directories the driver's files are put in (vdpau/, firmware/nvidia/...): ldconfig does
+    # not descend there.
+    our_dirs: set[str] = set()
+    for holder, _ in ours:
+        parent = holder
+        while parent not in our_dirs and parent != "/":
+            our_dirs.add(parent)
+            parent = posixpath.dirname(parent)
     usr_less = [d[4:] for d in dirs if d.startswith("/usr/")]
     pending = list(dict.fromkeys((*_TRUSTED_DIRS, *dirs, *usr_less)))
     scanned = set(pending)

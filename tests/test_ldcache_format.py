@@ -209,11 +209,10 @@ def _busybox_like(root: Path, plan: Any) -> Path:
     (root / "etc").mkdir(parents=True)
     (root / "bin").mkdir()
     (root / "bin/busybox").write_bytes(b"\x7fELF static")
-    for m in plan.mounts:
-        if m.kind in ("lib", "lib32"):
-            dest = root / m.target.lstrip("/")
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_bytes(b"")
+    for m in plan.mounts:  # all of them, as the hook sees the rootfs (firmware/ too)
+        dest = root / m.target.lstrip("/")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(b"")
     for link in plan.symlinks:
         (root / link.path.lstrip("/")).symlink_to(link.target)
     return root
