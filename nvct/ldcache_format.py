@@ -172,6 +172,13 @@ def add_entries(data: bytes, extra: list[tuple[str, str, int]]) -> bytes | None:
         flags, entries = read_entries(data)
     except FormatError:
         return None
+    return _with_entries(flags, entries, extra)
+
+
+def _with_entries(
+    flags: int, entries: list[Entry], extra: list[tuple[str, str, int]]
+) -> bytes | None:
+    """The cache of ``entries`` (in ldconfig's order) and ``extra``; None as ``add_entries``."""
     names = {e[1] for e in entries}
     for _, key, value, _, hwcap in entries:
         if hwcap & HWCAP_EXTENSION or not (key.isascii() and value.isascii()):
@@ -206,7 +213,7 @@ def image_cache_with(rootfs: Rootfs, order: dict[str, Any]) -> tuple[str, bytes]
     except FileNotFoundError:
         if not _only_driver_libraries(rootfs, order):
             return None
-        fresh = add_entries(write_cache(_ENDIAN_FLAGS, []), extra)
+        fresh = _with_entries(_ENDIAN_FLAGS, [], extra)
         return None if fresh is None else ("fresh", fresh)
     except OSError:
         return None  # not a regular file, unreadable: ldconfig decides
