@@ -73,23 +73,15 @@ def shim_command(python: str) -> str:
 
 
 def gpu_spec_edits(config: Path, rootfs: Path) -> dict[str, Any]:
-    """``runc spec``'s config.json over ``rootfs`` running ``true``, with the edits nvct's
-    create makes for 1 GPU (its device nodes, cgroup rules and driver bind mounts)."""
-    from nvct.arch import host_arch
-    from nvct.config import load_config
-    from nvct.hook import workorder
-    from nvct.host import load_inventory
-    from nvct.plan import RootfsLayout, build_plan
-    from nvct.request import parse_request
+    """``runc spec``'s config.json with the edits nvct's create makes for 1 GPU (its device
+    nodes, cgroup rules and driver bind mounts), from the shim's own planning pass."""
+    from nvct.runtime.create import plan_entry
     from nvct.runtime.spec_edits import edit_spec
 
-    cfg = load_config(str(config))
-    request = parse_request({"NVIDIA_VISIBLE_DEVICES": "0"}, config=cfg)
-    layout = RootfsLayout(debian=(rootfs / "etc/debian_version").exists())
-    plan = build_plan(request, load_inventory(cfg), cfg, host_arch(), layout)
-    order = workorder.from_plan(plan, cfg)
     spec = runc_spec()
-    spec["process"].update(args=["/bin/true"], terminal=False)
+    spec["process"]["env"].append("NVIDIA_VISIBLE_DEVICES=0")
+    debian = (rootfs / "etc/debian_version").exists()
+    order = plan_entry(spec, str(config), debian)["order"]
     edit_spec(spec, order["devices"], order["mounts"])
     return spec
 

@@ -119,7 +119,7 @@ def _entry(
             and cache.inventory_fingerprint(*entry["roots"]) == entry["fingerprint"]
         ):
             return entry, True, cache_dir, key
-    entry = _plan(spec, config_file, debian)  # a miss, or the driver changed since
+    entry = plan_entry(spec, config_file, debian)  # a miss, or the driver changed since
     if cache_dir and key:
         cache.write_order(cache_dir, key, entry)
     return entry, False, cache_dir, key
@@ -214,8 +214,8 @@ def _read(path: str, required: bool) -> bytes:
         raise ConfigError(f"cannot read config file {path}: {err.strerror}") from err
 
 
-def _plan(spec: dict[str, Any], config_file: str | None, debian: bool) -> dict[str, Any]:
-    """The full planning pass; returns the cache entry for these inputs."""
+def plan_entry(spec: dict[str, Any], config_file: str | None, debian: bool) -> dict[str, Any]:
+    """The full planning pass (no cache); returns the cache entry for these inputs."""
     from nvct._site import ensure_site_packages
 
     ensure_site_packages()
