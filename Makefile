@@ -12,8 +12,13 @@ $(BIN)/nvct-cli: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test]'
-	# nvct-runtime as a POSIX-shell launcher: passthrough calls never start Python
-	$(BIN)/python -m nvct.runtime.launcher --output $(BIN)/nvct-runtime
+	# nvct-runtime: the native launcher (the shell one where there is no C compiler); neither
+	# starts Python for a passthrough call
+	if command -v $${CC:-cc} >/dev/null; then \
+		$(BIN)/python -m nvct.runtime.launcher --native --output $(BIN)/nvct-runtime; \
+	else \
+		$(BIN)/python -m nvct.runtime.launcher --output $(BIN)/nvct-runtime; \
+	fi
 	touch $@
 
 venv: $(BIN)/nvct-cli

@@ -34,8 +34,9 @@ from typing import Any
 from integration.harness.bundles import runc_spec
 from integration.harness.dockerd import Dockerd
 from integration.harness.images import GLIBC_TAG, busybox_rootfs, docker_import, glibc_rootfs
+from integration.harness.shimd import ShimDaemon
 from integration.simdriver import cached_driver, preset
-from nvct.runtime.launcher import default_command, install
+from nvct.runtime.launcher import build_native, default_command, install
 
 BIN = Path(sys.executable).parent
 
@@ -62,13 +63,14 @@ def quantiles(samples: list[float]) -> dict[str, float]:
     }
 
 
-def shim_command(python: str) -> str:
-    """The shim on ``python``, isolated, with nvct and this venv's libraries as its only
-    non-stdlib path (the packages' layout: the system python3 and a private tree)."""
+def shim_command(python: str, module: str = "nvct.runtime.__main__") -> str:
+    """``module``'s main (the shim's by default) on ``python``, isolated, with nvct and this
+    venv's libraries as its only non-stdlib path (the packages' layout: the system python3
+    and a private tree)."""
     import site
 
     paths = [str(Path(__file__).resolve().parent.parent), *site.getsitepackages()]
-    code = f"import sys; sys.path[:0] = {paths!r}; from nvct.runtime.__main__ import main; "
+    code = f"import sys; sys.path[:0] = {paths!r}; from {module} import main; "
     return f"{shlex.quote(python)} -I -S -c {shlex.quote(code + 'sys.exit(main())')}"
 
 
@@ -145,6 +147,13 @@ def main() -> int:
         help="the image: static busybox with the host's glibc and its ld.so.cache (as GPU "
         "images are), or static busybox alone (no library, no ld.so.cache)",
     )
+    parser.add_argument(
+        "--launcher",
+        choices=("native", "shell"),
+        default="native",
+        help="nvct-runtime as the packages install it (native, with the shim daemon) or the "
+        "POSIX-shell launcher (no daemon: every GPU create starts the Python shim)",
+    )
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("bench: needs root (dockerd, device nodes)", file=sys.stderr)
@@ -167,17 +176,29 @@ def main() -> int:
     # One launcher per config, as an installed nvct-runtime is registered: a path and no
     # runtimeArgs (dockerd would wrap those in one more shell script, run on every call).
     runtime, runtime8 = hookdir / "nvct-runtime", hookdir / "nvct-runtime-8"
+    python = args.python or sys.executable
     shim = shim_command(args.python) if args.python else default_command()
+    sock = work / "shim.sock"
     for launcher, cfg in ((runtime, cfg1), (runtime8, cfg8)):
-        install(launcher, shim, str(cfg))
+        if args.launcher == "native":
+            build_native(launcher, shim, str(cfg), str(sock))
+        else:
+            install(launcher, shim, str(cfg))
+    # The same native launcher with no daemon to ask: every GPU create starts the shim.
+    runtime_alone = hookdir / "nvct-runtime-alone"
+    build_native(runtime_alone, shim, str(cfg1), "")
+    shimd = ShimDaemon(shim_command(python, "nvct.runtime.daemon"), sock, work / "shimd.log")
+    if args.launcher == "native":
+        shimd.start()
     # The floor of any Python shim: the same launcher, whose Python only execs runc.
     floor_runtime = hookdir / "python-floor"
     exec_runc = "import os, sys; os.execvp('runc', ['runc', *sys.argv[1:]])"
-    install(floor_runtime, f'{args.python or sys.executable} -I -S -c "{exec_runc}"', str(cfg1))
+    install(floor_runtime, f'{python} -I -S -c "{exec_runc}"', str(cfg1))
     daemon = {
         "runtimes": {
             "nvidia": {"path": str(runtime)},
             "nvidia8": {"path": str(runtime8)},
+            "alone": {"path": str(runtime_alone)},
             "floor": {"path": str(floor_runtime)},
         }
     }
@@ -186,6 +207,9 @@ def main() -> int:
     dockerd = Dockerd(daemon, storage_driver=args.storage_driver)
     try:
         dockerd.start()
+    except BaseException:
+        shimd.stop()
+        raise
     finally:
         os.environ["PATH"] = old_path
     try:
@@ -212,6 +236,15 @@ def main() -> int:
                 "nvidia8",
                 "-e",
                 "NVIDIA_VISIBLE_DEVICES=all",
+                GLIBC_TAG,
+                "true",
+            ],
+            "nvct, 1 GPU, no daemon": [
+                *base,
+                "--runtime",
+                "alone",
+                "-e",
+                "NVIDIA_VISIBLE_DEVICES=0",
                 GLIBC_TAG,
                 "true",
             ],
@@ -270,6 +303,7 @@ def main() -> int:
                 phases.setdefault(f"{name} total (in-process)", []).append(event["total_ms"])
     finally:
         dockerd.stop()
+        shimd.stop()
 
     results = {name: quantiles(s) for name, s in {**samples, **micro, **phases}.items()}
     med = {name: r["median"] for name, r in results.items()}
@@ -287,6 +321,7 @@ def main() -> int:
         "8 GPUs <= 1.1 x 1 GPU": paired("nvct, 8 GPUs (all)", "nvct, 1 GPU"),
     }
     floor = paired("bare python -I -S, then runc", "runc")
+    alone = paired("nvct, 1 GPU, no daemon", "runc")
     ratio_of_medians = {
         "1 GPU / runc": med["nvct, 1 GPU"] / med["runc"],
         "no GPU / runc": med["nvct, no GPU asked"] / med["runc"],
@@ -305,6 +340,7 @@ def main() -> int:
     for name, ratio in ratio_of_medians.items():
         print(f"(ratio of medians) {name:<20} {ratio:.3f}")
     print(f"(paired) a bare Python interpreter in the launcher / runc {floor:.3f}")
+    print(f"(paired) nvct, 1 GPU, with no shim daemon / runc {alone:.3f}")
     runc_ms = med["runc run, 1-GPU spec"] - med["runc run, plain spec"]
     print(f"runc's own work for nvct's 1-GPU spec edits (mounts, nodes): {runc_ms:+.1f} ms")
     print("targets use the median of per-round (paired) ratios:")
@@ -320,12 +356,14 @@ def main() -> int:
                 "results": results,
                 "ratios": {k: round(v, 4) for k, v in targets.items()},
                 "python_floor_ratio": round(floor, 4),
+                "no_daemon_ratio": round(alone, 4),
                 "runc_share_ms": round(runc_ms, 2),
                 "rounds": args.rounds,
                 "date": time.strftime("%Y-%m-%d"),
                 "machine": {"cpus": os.cpu_count(), "kernel": os.uname().release},
                 "python": args.python or sys.executable,
                 "image": args.image,
+                "launcher": args.launcher,
                 "storage_driver": args.storage_driver,
             },
             indent=2,

@@ -1,15 +1,30 @@
-"""The POSIX-shell nvct-runtime launcher: which calls reach Python, which go to runc."""
+"""The nvct-runtime launchers (native and POSIX shell): which calls reach Python, which go to
+runc. Both must behave alike; every test runs on both."""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from nvct.runtime.launcher import install
+from nvct.runtime.launcher import build_native, install
+
+KINDS = ["shell", "native"]
+
+
+def make_launcher(kind: str, out: Path, python: str, config: str | None = None) -> None:
+    """A launcher of ``kind``; the native one with no shim daemon (see test_shim_daemon)."""
+    if kind == "shell":
+        install(out, python, *([config] if config else []))
+        return
+    if shutil.which(os.environ.get("CC", "cc")) is None:
+        pytest.skip("needs a C compiler for the native launcher: apt-get install gcc")
+    build_native(out, python, *([config] if config else []), socket="")
 
 
 def fake_tools(tmp_path: Path) -> Path:
@@ -23,11 +38,11 @@ def fake_tools(tmp_path: Path) -> Path:
     return bindir
 
 
-@pytest.fixture
-def launcher(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+@pytest.fixture(params=KINDS)
+def launcher(request, tmp_path: Path) -> tuple[Path, dict[str, str]]:
     bindir = fake_tools(tmp_path)
     out = tmp_path / "nvct-runtime"
-    install(out, str(bindir / "fakepy"))
+    make_launcher(request.param, out, str(bindir / "fakepy"))
     env = {"PATH": f"{bindir}:/usr/bin:/bin", "NVCT_CONFIG": str(tmp_path / "absent.toml")}
     return out, env
 
@@ -95,20 +110,37 @@ def test_missing_config_json_goes_to_python_for_the_error(launcher, tmp_path) ->
     assert call(launcher, "create", "--bundle", str(tmp_path / "nope"), "id").startswith("FAKEPY")
 
 
-def test_launcher_is_an_executable_posix_sh_script(launcher) -> None:
-    path, _ = launcher
+def test_shell_launcher_is_an_executable_posix_sh_script(tmp_path) -> None:
+    path = tmp_path / "nvct-runtime"
+    install(path, "/usr/bin/python3")
     subprocess.run(["sh", "-n", str(path)], check=True)
     assert os.access(path, os.X_OK)
 
 
-def test_launcher_made_for_a_config_uses_and_exports_it(tmp_path) -> None:
+def test_native_launcher_carries_its_python_command_byte_for_byte(tmp_path, monkeypatch) -> None:
+    """The shim's command is compiled in as C strings (quotes, backslashes, trigraph-like
+    ``??=``, non-ASCII), and the C source builds with no warning."""
+    monkeypatch.setenv("CFLAGS", "-Werror")
+    argv_dump = tmp_path / "args"
+    argv_dump.write_text('#!/bin/sh\nfor a in "$@"; do printf "[%s]\\n" "$a"; done\n')
+    argv_dump.chmod(0o755)
+    odd = 'a "q" \\ b??= \u00e9'
+    path = tmp_path / "nvct-runtime"
+    make_launcher("native", path, f"{argv_dump} {shlex.quote(odd)}")
+    b = bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
+    out = call((path, {"PATH": "/usr/bin:/bin"}), "create", "--bundle", str(b), "id")
+    assert out.splitlines() == [f"[{odd}]", "[create]", "[--bundle]", f"[{b}]", "[id]"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_launcher_made_for_a_config_uses_and_exports_it(tmp_path, kind: str) -> None:
     """One launcher per config (no docker runtimeArgs): its config is the default, exported to
     the Python shim; NVCT_CONFIG and --nvct-config still win."""
     bindir = fake_tools(tmp_path)
     cfg = tmp_path / "my config.toml"
     cfg.write_text('[runtime]\nlow-level = ["crun"]\n')  # only Python can read this list
     out = tmp_path / "nvct-runtime-mine"
-    install(out, str(bindir / "fakepy"), str(cfg))
+    make_launcher(kind, out, str(bindir / "fakepy"), str(cfg))
     env = {"PATH": f"{bindir}:/usr/bin:/bin"}
     assert call((out, env), "state", "id") == f"FAKEPY state id NVCT_CONFIG={cfg}"
     other = tmp_path / "other.toml"
@@ -120,5 +152,5 @@ def test_launcher_made_for_a_config_uses_and_exports_it(tmp_path) -> None:
         f"RUNC state id NVCT_CONFIG={other}"
     )
     default = tmp_path / "nvct-runtime"
-    install(default, str(bindir / "fakepy"))
+    make_launcher(kind, default, str(bindir / "fakepy"))
     assert call((default, env), "state", "id") == "RUNC state id NVCT_CONFIG="

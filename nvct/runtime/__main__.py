@@ -17,20 +17,35 @@ if TYPE_CHECKING:
 
 def main() -> int:
     """Entry point; returns only on error (success replaces the process with runc)."""
+    rc, runtime, argv = decide(sys.argv[0], sys.argv[1:])
+    if runtime is None:
+        return rc
+    os.execv(runtime, [runtime, *argv])
+    return 1  # pragma: no cover - execv does not return
+
+
+def decide(myself: str, raw_args: list[str]) -> tuple[int, str | None, list[str]]:
+    """Prepare the bundle of a ``create``/``run`` and choose the low-level runtime.
+
+    Returns the exit status (when there is nothing to exec), the runtime to exec (None on
+    error, already reported) and runc's argv without nvct's own flags. ``myself`` (this
+    shim's path) is never chosen as the runtime. The shim daemon calls this too, in a child
+    with the launcher's working directory, environment and stderr (``nvct.runtime.daemon``).
+    """
     from nvct.runtime.args import parse_runc_args, strip_own_flags
     from nvct.runtime.lowlevel import find_low_level, runtimes_from_config
 
-    config_file, argv = strip_own_flags(sys.argv[1:])
+    config_file, argv = strip_own_flags(raw_args)
     args = parse_runc_args(argv)
     candidates = None
     if args.subcommand in ("create", "run"):
         rc, candidates = _create(args, config_file)
         if rc:
-            return rc
+            return rc, None, argv
     if candidates is None:
         path = config_file or os.environ.get("NVCT_CONFIG") or "/etc/nvct/config.toml"
         candidates = runtimes_from_config(path)
-    runtime = find_low_level(candidates, sys.argv[0])
+    runtime = find_low_level(candidates, myself)
     if runtime is None:
         _fail(
             args.log_file,
@@ -38,9 +53,8 @@ def main() -> int:
             f"no low-level runtime found (tried {', '.join(candidates)})",
             "install runc or crun, or set [runtime] low-level in nvct's config.toml",
         )
-        return 1
-    os.execv(runtime, [runtime, *argv])
-    return 1  # pragma: no cover - execv does not return
+        return 1, None, argv
+    return 0, runtime, argv
 
 
 def _create(args: RuncArgs, config_file: str | None) -> tuple[int, tuple[str, ...] | None]:
