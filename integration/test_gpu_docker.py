@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,8 @@ import pytest
 from integration.conftest import NVCT_BIN, write_nvct_config
 from integration.harness.dockerd import Dockerd, DockerdFactory
 from integration.harness.images import GLIBC_TAG, ImageImporter
+from integration.harness.shimd import ShimDaemon
+from nvct.runtime.launcher import build_native
 from tests.nvidia_legacy import BINARIES as LEGACY_BINARIES
 from tests.nvidia_legacy import UTILITY_COMPUTE_LIBS as LEGACY_UTILITY_COMPUTE
 
@@ -244,3 +248,42 @@ def test_container_holds_what_nvidia_legacy_injects(
         "nvidia-uvm-tools",
         "nvidia1",
     }
+
+
+@pytest.fixture(scope="module")
+def daemon_dockerd(
+    dockerd_factory: DockerdFactory,
+    nvct_config: Path,
+    import_glibc_image: ImageImporter,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Dockerd]:
+    """A dockerd whose runtime ``nvidia`` is the native launcher served by a shim daemon. The
+    launcher's own Python shim is ``/bin/false``: a create the daemon did not prepare fails."""
+    if shutil.which(os.environ.get("CC", "cc")) is None:
+        pytest.skip("needs a C compiler for the native launcher: apt-get install gcc")
+    work = tmp_path_factory.mktemp("shimd")
+    sock = work / "shim.sock"
+    launcher = work / "nvct-runtime"
+    build_native(launcher, "/bin/false", str(nvct_config), str(sock))
+    shimd = ShimDaemon([sys.executable, "-m", "nvct.runtime.daemon"], sock, work / "d.log")
+    shimd.start()
+    try:
+        dockerd = dockerd_factory({"runtimes": {"nvidia": {"path": str(launcher)}}})
+        import_glibc_image(dockerd)
+        yield dockerd
+    finally:
+        shimd.stop()
+
+
+def test_shim_daemon_prepares_docker_containers(daemon_dockerd: Dockerd, sim_driver: Any) -> None:
+    result = run(daemon_dockerd, "ls /dev; echo ===; nvidia-smi -L", "NVIDIA_VISIBLE_DEVICES=1")
+    assert result.returncode == 0, result.stderr
+    devs, smi = result.stdout.split("===")
+    assert gpu_nodes(devs) == ["nvidia1"]
+    assert smi_uuids(smi) == [sim_driver.spec.gpus[1].uuid]
+    # A refusal reaches docker's user through containerd, as from the shim, and leaves nothing.
+    before = daemon_dockerd.docker("ps", "-aq").stdout
+    refused = run(daemon_dockerd, "true", "NVIDIA_VISIBLE_DEVICES=7")
+    assert refused.returncode != 0
+    assert "unknown device '7'" in refused.stderr
+    assert daemon_dockerd.docker("ps", "-aq").stdout == before
