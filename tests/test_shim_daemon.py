@@ -12,6 +12,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -219,6 +220,20 @@ def test_launcher_fails_closed_when_the_daemon_ends_without_an_answer(tmp_path) 
     )
 
 
+def waiting_workers(daemon_pid: int) -> list[int]:
+    """The daemon's live children (its idle, pre-forked workers when nothing is served)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == daemon_pid and fields[0] != "Z":
+                found.append(int(entry))
+    return found
+
+
 def test_daemon_socket_lifecycle(tmp_path) -> None:
     _need_cc()
     sock = tmp_path / "d.sock"
@@ -234,9 +249,21 @@ def test_daemon_socket_lifecycle(tmp_path) -> None:
             "(fix: stop it first, or pass another --socket)"
         )
         assert first.proc is not None
+        pid = first.proc.pid
+        workers = waiting_workers(pid)
+        assert len(workers) == 2  # forked ahead of the first request
+        os.kill(workers[0], signal.SIGKILL)  # a worker lost while idle is replaced
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and workers[0] in waiting_workers(pid):
+            time.sleep(0.05)
+        while time.monotonic() < deadline and len(waiting_workers(pid)) < 2:
+            time.sleep(0.05)
+        assert len(waiting_workers(pid)) == 2 and workers[0] not in waiting_workers(pid)
         first.proc.send_signal(signal.SIGTERM)
         assert first.proc.wait(timeout=15) == 0
         assert not sock.exists()
+        with pytest.raises(ProcessLookupError):  # no worker outlives the daemon
+            os.killpg(pid, 0)
     finally:
         first.stop()
     with socket.socket(socket.AF_UNIX) as s:

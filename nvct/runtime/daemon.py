@@ -2,7 +2,7 @@
 
 A fresh Python shim spends ~15 ms of a GPU container's start on the interpreter and its
 imports before it does any work. This resident process imports all of that once; for each
-create the native launcher (``launcher.c``) connects, and a forked child of the daemon runs
+create the native launcher (``launcher.c``) connects, and a worker forked ahead of time runs
 the shim's ``decide`` exactly as the shim would: in the launcher's working directory, with
 its environment, umask and stderr (passed over the socket). The child answers with the
 runtime to exec (or the exit status) and the launcher execs it itself, so runc runs as the
@@ -27,7 +27,6 @@ import importlib
 import os
 import signal
 import socket
-import socketserver
 import stat
 import struct
 import sys
@@ -36,6 +35,7 @@ from typing import Any
 
 from nvct.runtime.code_id import code_id
 from nvct.runtime.launcher import DEFAULT_SOCKET
+from nvct.runtime.prefork import Pool
 
 MAX_REQUEST = 4 << 20
 REQUEST_TIMEOUT_S = 30
@@ -163,38 +163,24 @@ def serve_one(conn: socket.socket, expected_code: str) -> bytes:
     return b"exec " + os.fsencode(runtime) + b"\n"
 
 
-class _Handler(socketserver.BaseRequestHandler):
-    def handle(self) -> None:
-        server: ShimServer = self.server  # type: ignore[assignment]
-        reply = serve_one(self.request, server.code)
-        with contextlib.suppress(OSError):  # the launcher is gone; nothing waits on it
-            self.request.sendall(reply)
+def handle(conn: socket.socket, code: str) -> None:
+    """Serve one launcher (in a worker of its own) and answer it."""
+    reply = serve_one(conn, code)
+    with contextlib.suppress(OSError):  # the launcher is gone; nothing waits on it
+        conn.sendall(reply)
 
 
-class ShimServer(socketserver.ForkingMixIn, socketserver.UnixStreamServer):
-    """One forked child per launcher connection: a create runs isolated, with its own
-    working directory, environment and stderr, and cannot disturb the daemon."""
-
-    max_children = 256
-
-    def __init__(self, path: str) -> None:
-        self.code = code_id()
-        self.path = path
-        _claim(path)
-        old = os.umask(0o177)  # the socket is 0600 from its first instant
-        try:
-            super().__init__(path, _Handler)
-        finally:
-            os.umask(old)
-        self.inode = os.stat(path).st_ino
-
-    def server_close(self) -> None:
-        super().server_close()
-        try:
-            if os.stat(self.path).st_ino == self.inode:
-                os.unlink(self.path)
-        except OSError:
-            pass
+def listen(path: str) -> socket.socket:
+    """The daemon's socket at ``path``, mode 0600 from its first instant."""
+    _claim(path)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        listener.bind(path)
+    finally:
+        os.umask(old)
+    listener.listen(128)
+    return listener
 
 
 def _claim(path: str) -> None:
@@ -233,15 +219,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--socket", default=DEFAULT_SOCKET, help="where launchers connect")
     args = parser.parse_args(argv)
     preload()
-    server = ShimServer(args.socket)
+    code = code_id()
+    listener = listen(args.socket)
+    inode = os.stat(args.socket).st_ino
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    gc.freeze()  # the children share the preloaded heap instead of copying it on first GC
+    gc.freeze()  # the workers share the preloaded heap instead of copying it on first GC
+    pool = Pool(listener, lambda conn: handle(conn, code))
     print(f"nvct-runtime-daemon: listening on {args.socket}", file=sys.stderr, flush=True)
     try:
-        server.serve_forever()
+        pool.serve_forever()
     finally:
-        server.server_close()
+        with contextlib.suppress(OSError):
+            if os.stat(args.socket).st_ino == inode:
+                os.unlink(args.socket)  # new connections fail now: launchers run the shim
+        pool.close()
+        listener.close()
     return 0
 
 

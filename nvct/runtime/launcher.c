@@ -307,6 +307,12 @@ static void ask_daemon(char **args, int n)
         ssize_t got = recv(fd, reply + len, sizeof reply - 1 - len, 0);
         if (got < 0 && errno == EINTR)
             continue;
+        if (got < 0 && errno == ECONNRESET && len == 0) {
+            /* Reset with our request unread: nobody read it whole, so nothing was done
+             * (a stopping daemon closing its queue). */
+            close(fd);
+            return;
+        }
         if (got < 0) {
             timed_out = errno == EAGAIN || errno == EWOULDBLOCK;
             break;
