@@ -30,6 +30,7 @@ FILES = (
     ("/etc/nvct/config.toml", "nvct's configuration (see nvct-config.toml(5))."),
     ("/var/cache/nvct", "Cached driver inventory, keyed by the driver's identity."),
     ("/var/log/nvct.log", "JSON-lines event log of nvct-runtime and nvct-hook."),
+    ("/run/nvct/shim.sock", "Socket of the shim daemon (nvct-runtime-daemon.service)."),
 )
 ENVIRONMENT = (
     ("NVCT_CONFIG", "Path of the config file to read instead of /etc/nvct/config.toml."),
@@ -199,6 +200,13 @@ Register it with a container engine as the runtime named nvidia (docker: "runtim
 /etc/docker/daemon.json; containerd and CRI-O: their runtime tables), for example with
 nvct-cli configure --runtime docker. It accepts every runc argument and passes them on;
 --nvct-config PATH (given through the engine's runtime arguments) selects nvct's config file.
+
+/usr/bin/nvct-runtime is a small native program. It hands a GPU container's create to the shim
+daemon (/usr/libexec/nvct/nvct-runtime-daemon, run by the systemd service
+nvct-runtime-daemon.service, listening on /run/nvct/shim.sock), which prepares the bundle with
+its modules already loaded. When no daemon answers, or the daemon runs other nvct code than
+nvct-runtime was built with (an upgrade it has not been restarted for: systemctl restart
+nvct-runtime-daemon), nvct-runtime runs the Python shim itself: slower, same result.
 """
 HOOK_DESCRIPTION = """
 nvct-hook prestart runs before the container's process starts. It reads the OCI state on

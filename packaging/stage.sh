@@ -8,14 +8,20 @@
 # pinned in packaging/vendor.txt (default packaging/build/wheelhouse, filled by
 # `make -C packaging wheelhouse`). Nothing here touches the network: the wheels are installed
 # with --no-index. The build itself runs with $BUILD_PYTHON (default /usr/bin/python3, which
-# needs flit_core: Debian's `flit` package).
+# needs flit_core: Debian's `flit` package) and compiles the native launcher with $CC (default
+# cc) and $CPPFLAGS $CFLAGS $LDFLAGS (debian/rules exports dpkg-buildflags'; the spec passes
+# %{build_cflags} and %{build_ldflags}). The systemd unit goes to $SYSTEMD_UNITDIR (default
+# /usr/lib/systemd/system; Debian 12's debhelper and lintian want /lib/systemd/system).
 #
 # Layout:
 #   /usr/share/nvct/lib/            nvct and its vendored pure-Python dependencies (no .pyc:
 #                                   the package scripts byte-compile for the target's Python)
 #   /usr/bin/nvct-hook, nvct-cli    launchers: PYTHON -IS with only the private tree added
-#   /usr/bin/nvct-runtime           nvct's POSIX-shell launcher (nvct/runtime/launcher.sh): runc
-#                                   directly, or /usr/libexec/nvct/nvct-runtime (Python) for create
+#   /usr/bin/nvct-runtime           native launcher (nvct/runtime/launcher.c, an ELF): runc
+#                                   directly, or for a GPU create the shim daemon, else
+#                                   /usr/libexec/nvct/nvct-runtime (Python)
+#   /usr/libexec/nvct/nvct-runtime-daemon   the shim daemon (Python), run by
+#   $SYSTEMD_UNITDIR/nvct-runtime-daemon.service   (packaging/nvct-runtime-daemon.service)
 #   /usr/bin/nvidia-container-runtime-hook -> nvct-hook   (the name dockerd's --gpus looks up)
 #   /etc/nvct/config.toml           config/config.toml (every key commented; defaults in code)
 #   /usr/share/containers/oci/hooks.d/*.json   hooks/*.json (podman / CRI-O hooks.d)
@@ -30,6 +36,7 @@ destdir=$1
 python=${2:-/usr/bin/python3}
 wheelhouse=${3:-packaging/build/wheelhouse}
 build_python=${BUILD_PYTHON:-/usr/bin/python3}
+unitdir=${SYSTEMD_UNITDIR:-/usr/lib/systemd/system}
 private=/usr/share/nvct/lib
 lib=$destdir$private
 
@@ -40,6 +47,8 @@ fail() {
 
 [ -f pyproject.toml ] && [ -d nvct ] || fail "run from the source tree's root (pyproject.toml, nvct/)"
 case $python in /*) ;; *) fail "PYTHON must be an absolute path, got '$python'" ;; esac
+case $unitdir in /*) ;; *) fail "SYSTEMD_UNITDIR must be an absolute path, got '$unitdir'" ;; esac
+[ -f nvct/runtime/launcher.c ] || fail "nvct/runtime/launcher.c is missing (it becomes /usr/bin/nvct-runtime)"
 [ -f config/config.toml ] || fail "config/config.toml is missing (it becomes /etc/nvct/config.toml)"
 set -- hooks/*.json
 [ -f "$1" ] || fail "hooks/ holds no *.json OCI hook (it becomes /usr/share/containers/oci/hooks.d/)"
@@ -89,17 +98,20 @@ launcher /usr/bin/nvct-hook nvct.hook.__main__
 launcher /usr/bin/nvct-cli nvct.cli.main
 ln -sf nvct-hook "$destdir/usr/bin/nvidia-container-runtime-hook"
 launcher /usr/libexec/nvct/nvct-runtime nvct.runtime.__main__
-if [ -f nvct/runtime/launcher.py ]; then
-    # containerd calls the runtime several times per container: nvct's POSIX-shell launcher
-    # execs runc directly for all but create/run, which go to the Python shim in libexec.
-    "$build_python" -ISB -c 'import sys
+launcher /usr/libexec/nvct/nvct-runtime-daemon nvct.runtime.daemon
+# containerd calls the runtime several times per container: the native launcher execs runc
+# directly for all but a GPU container's create, which it hands to the shim daemon (or, when
+# none answers, to the Python shim in libexec). It is built by the private tree's own nvct
+# from the private tree's launcher.c, so the code id compiled into it is the installed tree's
+# and the installed daemon accepts it. Nothing below may change a .py file in "$lib".
+"$build_python" -ISB -c 'import sys
 sys.path.insert(0, sys.argv[1])
 from nvct.runtime.launcher import main
-sys.exit(main(sys.argv[2:]))' "$lib" --output "$destdir/usr/bin/nvct-runtime" \
-        --python-command /usr/libexec/nvct/nvct-runtime
-else
-    launcher /usr/bin/nvct-runtime nvct.runtime.__main__
-fi
+sys.exit(main(sys.argv[2:]))' "$lib" --native --output "$destdir/usr/bin/nvct-runtime" \
+    --python-command /usr/libexec/nvct/nvct-runtime ||
+    fail "cannot build the native launcher (needs a C compiler: \$CC, default cc)"
+install -D -m 0644 packaging/nvct-runtime-daemon.service \
+    "$destdir$unitdir/nvct-runtime-daemon.service"
 
 # 3. Configuration and the OCI hook for podman / CRI-O.
 install -D -m 0644 config/config.toml "$destdir/etc/nvct/config.toml"

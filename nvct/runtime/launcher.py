@@ -108,6 +108,7 @@ def build_native(
             "-O2",
             "-Wall",
             "-Wextra",
+            f"-ffile-prefix-map={tmp}=.",  # reproducible: no random path in the debug info
             *flags,
             f'-DNVCT_LAUNCHER_CONFIG="{conf}"',
             "-o",
