@@ -271,3 +271,27 @@ def test_daemon_socket_lifecycle(tmp_path) -> None:
     again = ShimDaemon(DAEMON, sock, tmp_path / "again.log").start()
     again.stop()
     assert not sock.exists()
+
+
+def test_a_create_in_a_worker_imports_nothing(h100x4, tmp_path) -> None:
+    """What the daemon preloads is all a create needs: a worker (a fork of the daemon) that
+    prepares a container of a known kind imports no module, and a first one no nvct module."""
+    bindir = tools(tmp_path)
+    cfg = gpu_config(h100x4, tmp_path, bindir)
+    first, second = gpu_bundle(tmp_path / "a"), gpu_bundle(tmp_path / "b")
+    code = f"""
+import os, sys
+os.environ["NVCT_CONFIG"] = {str(cfg)!r}
+from nvct.runtime.daemon import preload
+preload()
+from nvct.runtime.__main__ import decide
+for bundle in ({str(first)!r}, {str(second)!r}):
+    before = set(sys.modules)
+    rc, runtime, _ = decide("nvct-runtime", ["create", "--bundle", bundle, "id"])
+    assert rc == 0 and runtime, (rc, runtime)
+    print(" ".join(sorted(set(sys.modules) - before)))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    miss, hit = done.stdout.split("\n")[:2]
+    assert not [m for m in miss.split() if m.startswith("nvct")], miss
+    assert hit == ""

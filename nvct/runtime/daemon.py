@@ -4,11 +4,11 @@ A fresh Python shim spends ~15 ms of a GPU container's start on the interpreter 
 imports before it does any work. This resident process imports all of that once; for each
 create the native launcher (``launcher.c``) connects, and a worker forked ahead of time runs
 the shim's ``decide`` exactly as the shim would: in the launcher's working directory, with
-its environment, umask and stderr (passed over the socket). The child answers with the
+its environment, umask and stderr (passed over the socket). The worker answers with the
 runtime to exec (or the exit status) and the launcher execs it itself, so runc runs as the
 launcher's process, with the launcher's argv and file descriptors.
 
-A child declines (the launcher then runs the shim itself) when the caller is not root or
+A worker declines (the launcher then runs the shim itself) when the caller is not root or
 not this daemon's user, lives in another mount namespace or root directory (the bundle's
 paths would name other files), or was built from other nvct code (see ``code_id``). It
 declines only before it has touched anything: after that, any failure makes the launcher
@@ -48,10 +48,16 @@ class Decline(Exception):
 PRELOAD = (
     "nvct.arch",
     "nvct.config",
+    "nvct.discover.devices",
+    "nvct.discover.elf",
+    "nvct.discover.files",
+    "nvct.discover.libraries",
+    "nvct.discover.nvml",
     "nvct.hook.ldconfig",
     "nvct.hook.links",
     "nvct.hook.workorder",
     "nvct.host",
+    "nvct.ldcache",
     "nvct.plan",
     "nvct.request",
     "nvct.runtime.__main__",
