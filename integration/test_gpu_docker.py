@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ from integration.conftest import NVCT_BIN, write_nvct_config
 from integration.harness.dockerd import Dockerd, DockerdFactory
 from integration.harness.images import GLIBC_TAG, ImageImporter
 from integration.harness.shimd import ShimDaemon
+from integration.harness.skips import need_cc, require
 from nvct.runtime.launcher import build_native
 from tests.nvidia_legacy import BINARIES as LEGACY_BINARIES
 from tests.nvidia_legacy import UTILITY_COMPUTE_LIBS as LEGACY_UTILITY_COMPUTE
@@ -259,8 +259,7 @@ def daemon_dockerd(
 ) -> Iterator[Dockerd]:
     """A dockerd whose runtime ``nvidia`` is the native launcher served by a shim daemon. The
     launcher's own Python shim is ``/bin/false``: a create the daemon did not prepare fails."""
-    if shutil.which(os.environ.get("CC", "cc")) is None:
-        pytest.skip("needs a C compiler for the native launcher: apt-get install gcc")
+    require(need_cc())
     work = tmp_path_factory.mktemp("shimd")
     sock = work / "shim.sock"
     launcher = work / "nvct-runtime"

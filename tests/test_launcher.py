@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from integration.harness.skips import need_cc, require
 from nvct.runtime.launcher import build_native, install
 
 KINDS = ["shell", "native"]
@@ -22,8 +22,7 @@ def make_launcher(kind: str, out: Path, python: str, config: str | None = None) 
     if kind == "shell":
         install(out, python, *([config] if config else []))
         return
-    if shutil.which(os.environ.get("CC", "cc")) is None:
-        pytest.skip("needs a C compiler for the native launcher: apt-get install gcc")
+    require(need_cc())
     build_native(out, python, *([config] if config else []), socket="")
 
 

@@ -19,20 +19,16 @@ from pathlib import Path
 import pytest
 
 from integration.harness.shimd import ShimDaemon
+from integration.harness.skips import need_cc, require
 from nvct.runtime import launcher as launcher_mod
 from nvct.runtime.launcher import build_native, default_command
 
 DAEMON = [sys.executable, "-m", "nvct.runtime.daemon"]
 
 
-def _need_cc() -> None:
-    if shutil.which(os.environ.get("CC", "cc")) is None:
-        pytest.skip("needs a C compiler for the native launcher: apt-get install gcc")
-
-
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory) -> Iterator[ShimDaemon]:
-    _need_cc()
+    require(need_cc())  # every test of this daemon builds a native launcher
     work = tmp_path_factory.mktemp("shimd")
     shimd = ShimDaemon(DAEMON, work / "shim.sock", work / "shimd.log").start()
     yield shimd
@@ -78,7 +74,7 @@ def gpu_bundle(tmp_path: Path, devices: str = "0") -> Path:
 
 
 def native(tmp_path: Path, python: str, config: Path | None, sock: Path | str) -> Path:
-    _need_cc()
+    require(need_cc())
     out = tmp_path / "nvct-runtime"
     build_native(out, python, str(config) if config else "/etc/nvct/config.toml", str(sock))
     return out
@@ -235,7 +231,6 @@ def waiting_workers(daemon_pid: int) -> list[int]:
 
 
 def test_daemon_socket_lifecycle(tmp_path) -> None:
-    _need_cc()
     sock = tmp_path / "d.sock"
     first = ShimDaemon(DAEMON, sock, tmp_path / "first.log").start()
     try:

@@ -40,6 +40,13 @@ def need_binary(name: str) -> str | None:
     return None
 
 
+def need_cc() -> str | None:
+    """The C compiler the native nvct-runtime launcher is built with (``$CC``, default cc)."""
+    if shutil.which(os.environ.get("CC", "cc")) is None:
+        return "needs a C compiler for the native launcher: apt-get install gcc"
+    return None
+
+
 def need_busybox() -> str | None:
     """A static busybox: the images and bundles are built from it."""
     reason = need_binary("busybox")

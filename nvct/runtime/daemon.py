@@ -121,21 +121,26 @@ def read_request(conn: socket.socket, expected_code: str) -> tuple[int, dict[str
         if len(fds) != 1 or len(fields) < 5:
             raise Decline("malformed request")
         code, cwd, mask, exe, argc = fields[:5]
-        if code.decode() != expected_code:
+        if code != expected_code.encode():
             raise Decline("launcher built from other nvct code")
         n = int(argc)
-        args = [os.fsdecode(a) for a in fields[5 : 5 + n]]
         env = {}
         for item in fields[5 + n :]:
             key, eq, value = item.partition(b"=")
             if eq:
                 env[os.fsdecode(key)] = os.fsdecode(value)
-    except (Decline, ValueError, UnicodeDecodeError):
+        request = {
+            "cwd": os.fsdecode(cwd),
+            "umask": int(mask, 8),
+            "exe": os.fsdecode(exe),
+            "args": [os.fsdecode(a) for a in fields[5 : 5 + n]],
+            "env": env,
+        }
+    except (Decline, ValueError):
         for fd in fds:
             os.close(fd)
         raise
-    request = {"cwd": os.fsdecode(cwd), "umask": int(mask, 8), "exe": os.fsdecode(exe)}
-    return fds[0], {**request, "args": args, "env": env}
+    return fds[0], request
 
 
 def serve_one(conn: socket.socket, expected_code: str) -> bytes:

@@ -52,18 +52,25 @@ static void fail(const char *message, const char *fix)
     exit(1);
 }
 
+/* A NULL-terminated argv: the `nhead` words of `head`, then the `n` of `args`. */
+static char **argv_of(const char *const *head, int nhead, char **args, int n)
+{
+    char **argv = calloc((size_t)(nhead + n + 1), sizeof *argv);
+    if (!argv)
+        fail("out of memory", "free memory");
+    for (int i = 0; i < nhead; i++)
+        argv[i] = (char *)head[i];
+    for (int i = 0; i < n; i++)
+        argv[nhead + i] = args[i];
+    return argv;
+}
+
 static void exec_python(char **args, int n)
 {
     int np = 0;
     while (NVCT_PYTHON[np])
         np++;
-    char **argv = calloc((size_t)(np + n + 1), sizeof *argv);
-    if (!argv)
-        fail("out of memory", "free memory");
-    for (int i = 0; i < np; i++)
-        argv[i] = (char *)NVCT_PYTHON[i];
-    for (int i = 0; i < n; i++)
-        argv[np + i] = args[i];
+    char **argv = argv_of(NVCT_PYTHON, np, args, n);
     execv(argv[0], argv);
     fprintf(stderr, "nvct-runtime: error: cannot run the shim %s: %s (fix: reinstall nvct)\n",
             argv[0], strerror(errno));
@@ -139,14 +146,14 @@ static int config_names_low_level(const char *cfg)
     if (!text)
         return 0;
     int found = 0;
-    for (char *line = text; line && !found;) {
-        char *end = memchr(line, '\n', size - (size_t)(line - text));
+    for (char *line = text; !found && line < text + size;) {
+        char *end = memchr(line, '\n', (size_t)(text + size - line));
         if (end)
             *end = '\0';
         found = line[0] != '#' && strstr(line, "low-level") != NULL;
-        line = end ? end + 1 : NULL;
-        if (line && line >= text + size)
-            line = NULL;
+        if (!end)
+            break;
+        line = end + 1;
     }
     free(text);
     return found;
@@ -158,34 +165,34 @@ static int is_runnable(const char *path)
     return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
 }
 
-static void exec_low_level(char **args, int n)
+/* Exec runc, else crun, from `dir` if it holds one (returns if it holds neither). */
+static void exec_runtime_in(const char *dir, char **argv)
 {
-    char **argv = calloc((size_t)n + 2, sizeof *argv);
-    if (!argv)
-        fail("out of memory", "free memory");
-    for (int i = 0; i < n; i++)
-        argv[i + 1] = args[i];
-    const char *path_env = getenv("PATH");
-    char *dirs = strdup(path_env ? path_env : "");
+    static const char *const NAMES[] = {"runc", "crun"};
     char candidate[PATH_MAX];
-    for (int pass = 0; pass < 2; pass++) {
-        char *save = NULL;
-        char *d = pass == 0 ? strtok_r(dirs, ":", &save) : NULL;
-        for (int k = 0; pass == 0 ? d != NULL : DEFAULT_DIRS[k] != NULL; k++) {
-            const char *dir = pass == 0 ? d : DEFAULT_DIRS[k];
-            for (int r = 0; r < 2; r++) {
-                const char *name = r == 0 ? "runc" : "crun";
-                if (snprintf(candidate, sizeof candidate, "%s/%s", dir, name) <
-                        (int)sizeof candidate &&
-                    is_runnable(candidate)) {
-                    argv[0] = candidate;
-                    execv(candidate, argv);
-                }
-            }
-            if (pass == 0)
-                d = strtok_r(NULL, ":", &save);
+    for (int r = 0; r < 2; r++) {
+        if (snprintf(candidate, sizeof candidate, "%s/%s", dir, NAMES[r]) <
+                (int)sizeof candidate &&
+            is_runnable(candidate)) {
+            argv[0] = candidate;
+            execv(candidate, argv);
         }
     }
+}
+
+static void exec_low_level(char **args, int n)
+{
+    const char *found = ""; /* argv[0] becomes the runtime found */
+    char **argv = argv_of(&found, 1, args, n);
+    const char *path_env = getenv("PATH");
+    char *dirs = strdup(path_env ? path_env : "");
+    if (!dirs)
+        fail("out of memory", "free memory");
+    char *save = NULL;
+    for (char *d = strtok_r(dirs, ":", &save); d; d = strtok_r(NULL, ":", &save))
+        exec_runtime_in(d, argv);
+    for (int k = 0; DEFAULT_DIRS[k]; k++)
+        exec_runtime_in(DEFAULT_DIRS[k], argv);
     exec_python(args, n); /* no runtime found: the shim says so, with a fix */
 }
 
@@ -329,12 +336,8 @@ static void ask_daemon(char **args, int n)
     if (nl) {
         *nl = '\0';
         if (strncmp(reply, "exec ", 5) == 0) {
-            char **argv = calloc((size_t)n + 2, sizeof *argv);
-            if (!argv)
-                fail("out of memory", "free memory");
-            argv[0] = reply + 5;
-            for (int i = 0; i < n; i++)
-                argv[i + 1] = args[i];
+            const char *runtime = reply + 5;
+            char **argv = argv_of(&runtime, 1, args, n);
             execv(argv[0], argv);
             fprintf(stderr, "nvct-runtime: error: cannot run %s: %s (fix: check [runtime] "
                             "low-level in nvct's config.toml)\n",
