@@ -8,6 +8,10 @@ affects every variant alike:
 - through nvct-runtime asking for no GPU, 1 GPU, and all 8 GPUs of an 8-GPU simulated driver;
 - ``--gpus device=0`` on plain runc (nvct's nvidia-container-runtime-hook);
 - the floor of any Python shim: the launcher starting ``python -I -S`` that only execs runc;
+- plain runc running ``sh -c true`` and ``sh`` creating 40 files: this machine's price of a
+  file that a container start creates in the container's writable layer and ``--rm`` removes,
+  which, times the files nvct's 1-GPU start adds there (``docker diff``: mount points of the
+  driver's files, SONAME links, ``ld.so.cache``), is most of what a GPU costs on a slow disk;
 
 and micro-benchmarks: ``nvct-runtime state <missing>`` vs ``runc state <missing>``; ``runc run``
 on a fresh overlay of the image without and with nvct's 1-GPU spec edits (runc's own share of
@@ -41,6 +45,7 @@ from integration.simdriver import cached_driver, preset
 from nvct.runtime.launcher import build_native, default_command, install
 
 BIN = Path(sys.executable).parent
+CALIBRATION_FILES = 40
 
 
 def config_for(sim: Any, directory: Path) -> Path:
@@ -119,6 +124,22 @@ def runc_share(config: Path, image: Path, work: Path, rounds: int) -> dict[str, 
                 for sub in ("upper", "work"):
                     shutil.rmtree(work / sub)
     return samples
+
+
+def layer_additions(dockerd: Dockerd, env: dict[str, str], run_args: list[str]) -> int:
+    """How many paths a container started with ``docker run RUN_ARGS`` adds to its writable
+    layer (``docker diff``: mount points, links, files, directories made or copied up)."""
+    cli = [dockerd.docker_cli, "-H", dockerd.host]
+    name = f"nvct-bench-diff-{os.getpid()}"
+    run = [*cli, "run", "--name", name, "--network", "none", *run_args]
+    try:
+        subprocess.run(run, env=env, capture_output=True, check=True)
+        diff = subprocess.run(
+            [*cli, "diff", name], env=env, capture_output=True, text=True, check=True
+        )
+    finally:
+        subprocess.run([*cli, "rm", "-f", name], env=env, capture_output=True, check=False)
+    return len(diff.stdout.splitlines())
 
 
 def timed(argv: list[str], env: dict[str, str] | None = None) -> float:
@@ -276,6 +297,28 @@ def main() -> int:
             for name, argv in order.sample(list(variants.items()), len(variants)):
                 samples[name].append(timed(argv, env))
 
+        # This machine's price of a file that a container start creates in the container's
+        # layer (and --rm removes): nvct's GPU start adds dozens (mount points, SONAME links).
+        # Rounds of their own: the extra disk churn must not disturb the rounds above.
+        calibration = {
+            "runc, sh -c true": [*base, GLIBC_TAG, "sh", "-c", "true"],
+            f"runc, sh making {CALIBRATION_FILES} files": [
+                *base,
+                GLIBC_TAG,
+                "sh",
+                "-c",
+                "touch " + " ".join(f"/nvct-bench-{i}" for i in range(CALIBRATION_FILES)),
+            ],
+        }
+        samples.update({name: [] for name in calibration})
+        for _ in range(args.rounds):
+            for name, argv in order.sample(list(calibration.items()), len(calibration)):
+                samples[name].append(timed(argv, env))
+        added = {
+            name: layer_additions(dockerd, env, argv[len(base) :])
+            for name, argv in variants.items()
+            if name in ("runc", "nvct, 1 GPU")
+        }
         micro: dict[str, list[float]] = {
             "runc state <missing>": [],
             "nvct-runtime state <missing>": [],
@@ -349,6 +392,26 @@ def main() -> int:
     print(f"(paired) nvct, 1 GPU, with no shim daemon / runc {alone:.3f}")
     runc_ms = med["runc run, 1-GPU spec"] - med["runc run, plain spec"]
     print(f"runc's own work for nvct's 1-GPU spec edits (mounts, nodes): {runc_ms:+.1f} ms")
+    per_file = (
+        statistics.median(
+            a - b
+            for a, b in zip(
+                samples[f"runc, sh making {CALIBRATION_FILES} files"],
+                samples["runc, sh -c true"],
+                strict=True,
+            )
+        )
+        / CALIBRATION_FILES
+    )
+    extra_files = added["nvct, 1 GPU"] - added["runc"]
+    gpu_ms = statistics.median(
+        a - b for a, b in zip(samples["nvct, 1 GPU"], samples["runc"], strict=True)
+    )
+    print(
+        f"files a 1-GPU start adds to the container's layer (docker diff): {extra_files}; "
+        f"this machine's price per file: {per_file:.2f} ms; {extra_files} x that = "
+        f"{extra_files * per_file:.1f} ms of nvct's {gpu_ms:+.1f} ms (paired)"
+    )
     print("targets use the median of per-round (paired) ratios:")
     ok = True
     for name, ratio in targets.items():
@@ -364,6 +427,9 @@ def main() -> int:
                 "python_floor_ratio": round(floor, 4),
                 "no_daemon_ratio": round(alone, 4),
                 "runc_share_ms": round(runc_ms, 2),
+                "layer_files_added": added,
+                "ms_per_layer_file": round(per_file, 3),
+                "gpu_paired_extra_ms": round(gpu_ms, 2),
                 "rounds": args.rounds,
                 "seed": args.seed,
                 "date": time.strftime("%Y-%m-%d"),
