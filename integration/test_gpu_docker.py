@@ -57,7 +57,7 @@ def test_one_gpu(nvidia_dockerd: Dockerd, sim_driver: Any) -> None:
         "for l in libcuda.so.1 libnvidia-ml.so.1; do "
         "grep -a -q $l /etc/ld.so.cache && echo $l; done; "
         "echo ===; "
-        "ls /usr/lib/x86_64-linux-gnu"
+        "ls /usr/lib/x86_64-linux-gnu/nvidia-driver"
     )
     result = run(nvidia_dockerd, script, "NVIDIA_VISIBLE_DEVICES=1")
     assert result.returncode == 0, result.stderr
@@ -105,7 +105,7 @@ def test_no_request_means_untouched(nvidia_dockerd: Dockerd, env: tuple[str, ...
 
 
 def test_capabilities_all_and_graphics(nvidia_dockerd: Dockerd) -> None:
-    listing = "ls /dev /usr/lib/x86_64-linux-gnu /usr/share/glvnd/egl_vendor.d"
+    listing = "ls /dev /usr/lib/x86_64-linux-gnu/nvidia-driver /usr/share/glvnd/egl_vendor.d"
     result = run(
         nvidia_dockerd, listing, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=all"
     )
@@ -224,19 +224,23 @@ def test_container_holds_what_nvidia_legacy_injects(
 
     version = sim_driver.spec.driver_version
     image_libs = set(run(nvidia_dockerd, "ls /usr/lib/x86_64-linux-gnu", runtime="").stdout.split())
+    # The libraries and their links are in one directory (inject.library-mounts =
+    # "directory"), which is all the image's own library directory gains.
+    libdir = "/usr/lib/x86_64-linux-gnu/nvidia-driver"
     result = run(
         nvidia_dockerd,
-        "ls /usr/lib/x86_64-linux-gnu; echo ===; ls /usr/bin; echo ===; "
+        f"ls {libdir}; echo ===; ls /usr/bin; echo ===; "
         f"ls /lib/firmware/nvidia/{version}; echo ===; "
-        "for l in /usr/lib/x86_64-linux-gnu/*; do [ -L $l ] && echo ${l##*/} $(readlink $l); done; "
-        "echo ===; ls /dev",
+        f"for l in {libdir}/*; do [ -L $l ] && echo ${{l##*/}} $(readlink $l); done; "
+        "echo ===; ls /dev; echo ===; ls /usr/lib/x86_64-linux-gnu",
         "NVIDIA_VISIBLE_DEVICES=1",
     )
-    libs, bins, firmware, links, devs = result.stdout.split("===")
+    libs, bins, firmware, links, devs, parent = result.stdout.split("===")
+    assert set(parent.split()) - image_libs == {"nvidia-driver"}
     by_name = {lib.name: lib for lib in DRIVER_LIBS}
     files = {f"{n}.so.{version}" for n in LEGACY_UTILITY_COMPUTE}
     sonames = {by_name[n].soname_for(version) for n in LEGACY_UTILITY_COMPUTE} - files
-    assert set(libs.split()) - image_libs == files | sonames | {"libcuda.so"}
+    assert set(libs.split()) == files | sonames | {"libcuda.so"}
     assert {b for b in bins.split() if b.startswith("nvidia")} == set(LEGACY_BINARIES)
     assert set(firmware.split()) == {"gsp_ga10x.bin", "gsp_tu10x.bin"}
     pairs = dict(line.split() for line in links.strip().splitlines())

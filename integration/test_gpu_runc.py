@@ -365,12 +365,47 @@ def test_image_ld_cache_merged_without_ldconfig(
     assert smi_uuids(result.stdout) == [sim_driver.spec.gpus[1].uuid]
     lookup = result.stdout.split("find library=libnvidia-ml.so.1", 1)[1].split("calling", 1)[0]
     assert "search cache=/etc/ld.so.cache" in lookup
-    assert "trying file=/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1" in lookup
+    # the driver's libraries, bound as one directory (inject.library-mounts = "directory")
+    assert "trying file=/usr/lib/x86_64-linux-gnu/nvidia-driver/libnvidia-ml.so.1" in lookup
     assert "search path=" not in lookup  # found in the cache, not by a directory search
     assert result.stdout.strip().splitlines()[-1] != "0"  # the image's libc is still listed
     log = [json.loads(ln) for ln in (config.parent / "nvct.log").read_text().splitlines()]
     assert [e["ld_cache"] for e in log if e["event"] == "container_prepared"] == ["merged"]
     assert (image / "etc" / "ld.so.cache").read_bytes() == before
+
+
+def test_a_later_ldconfig_in_the_container_keeps_the_driver(
+    runc_bundle_factory: BundleFactory,
+    glibc_rootfs_dir: Path,
+    container_id: str,
+    sim_driver: Any,
+    tmp_path: Path,
+) -> None:
+    """The driver's library directory is listed in the container's /etc/ld.so.conf.d: an
+    ldconfig the container runs itself (as a package install does) rebuilds its cache with
+    the driver still in it, without failing on the read-only directory."""
+    from integration.harness.images import copy_host_binary
+
+    ldconfig = Path(shutil.which("ldconfig") or "/sbin/ldconfig")
+    if b"ld-linux" in ldconfig.read_bytes()[:4096]:
+        pytest.skip(f"{ldconfig} is not statically linked")
+    config = write_nvct_config(tmp_path / "m" / "config.toml", sim_driver)
+    image = tmp_path / "image"
+    shutil.copytree(glibc_rootfs_dir, image, symlinks=True)
+    inside = copy_host_binary(image, ldconfig, "/sbin/ldconfig")
+    script = (
+        f"cat /etc/ld.so.conf.d/000-nvidia-driver.conf; rm /etc/ld.so.cache; {inside}; "
+        "echo rc=$?; LD_DEBUG=libs nvidia-smi -L 2>&1"
+    )
+    result = shim_over_overlay(
+        runc_bundle_factory, container_id, config, image, script, "NVIDIA_VISIBLE_DEVICES=0"
+    )
+    assert result.returncode == 0, result.stderr
+    assert "/usr/lib/x86_64-linux-gnu/nvidia-driver" in result.stdout.splitlines()
+    assert "rc=0" in result.stdout.split()
+    lookup = result.stdout.split("find library=libnvidia-ml.so.1", 1)[1].split("calling", 1)[0]
+    assert "trying file=/usr/lib/x86_64-linux-gnu/nvidia-driver/libnvidia-ml.so.1" in lookup
+    assert smi_uuids(result.stdout) == [sim_driver.spec.gpus[0].uuid]
 
 
 def test_busybox_image_gets_a_fresh_ld_cache_without_ldconfig(
@@ -383,7 +418,7 @@ def test_busybox_image_gets_a_fresh_ld_cache_without_ldconfig(
 
     config = write_nvct_config(tmp_path / "m" / "config.toml", sim_driver)
     image = busybox_rootfs(tmp_path / "image")
-    script = "grep -c libnvidia-ml.so.1 /etc/ld.so.cache; ls /usr/lib64"
+    script = "grep -c libnvidia-ml.so.1 /etc/ld.so.cache; ls /usr/lib64/nvidia-driver"
     result = shim_over_overlay(
         runc_bundle_factory, container_id, config, image, script, "NVIDIA_VISIBLE_DEVICES=0"
     )

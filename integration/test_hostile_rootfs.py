@@ -220,7 +220,7 @@ def test_symlink_out_of_rootfs_stays_inside(
         "double-slash": "/" + str(canary / sub),  # "//host/path": still absolute
     }[style]
     observer, seen = observer_hook(tmp_path)
-    script = f"ls /{LIBDIR} /usr/bin; nvidia-smi -L; ls /lib/firmware/nvidia/*"
+    script = f"ls /{LIBDIR}/nvidia-driver /usr/bin; nvidia-smi -L; ls /lib/firmware/nvidia/*"
     hooks: dict[str, Any] = {"createRuntime": [observer]}
     if via != "shim":
         hooks["prestart"] = [hook_alone(nvct_config, walk=False)]

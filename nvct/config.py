@@ -24,6 +24,7 @@ from nvct.defaults import DEFAULT_CACHE_DIR, ENV_VAR, config_path
 
 CAPABILITIES = ("utility", "compute", "video", "graphics", "display", "ngx", "compat32")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+LIBRARY_MOUNTS = ("directory", "files")
 
 
 def _schema() -> dict[str, Any]:
@@ -68,6 +69,7 @@ def _schema() -> dict[str, Any]:
                     "fabricmanager": boolean,
                     "mps": boolean,
                     "gsp-firmware": boolean,
+                    "library-mounts": {"enum": list(LIBRARY_MOUNTS)},
                 }
             ),
             "log": section(
@@ -102,6 +104,7 @@ class Config:
     inject_fabricmanager: bool = True
     inject_mps: bool = True
     inject_gsp_firmware: bool = True
+    library_mounts: str = "directory"
     log_file: str = "/var/log/nvct.log"
     log_level: str = "info"
     source: str = field(default="(defaults)", compare=False)
@@ -123,6 +126,7 @@ _KEYMAP: dict[tuple[str, ...], str] = {
     ("inject", "fabricmanager"): "inject_fabricmanager",
     ("inject", "mps"): "inject_mps",
     ("inject", "gsp-firmware"): "inject_gsp_firmware",
+    ("inject", "library-mounts"): "library_mounts",
     ("log", "file"): "log_file",
     ("log", "level"): "log_level",
 }

@@ -17,6 +17,7 @@ from nvct.arch import Arch
 from nvct.config import Config
 from nvct.errors import NvctError, SpecError
 from nvct.inventory import Inventory
+from nvct.libdir import shown_as_started
 from nvct.plan import Plan, RootfsLayout, build_plan
 from nvct.request import Request, parse_request, request_from_spec
 from nvct.request_inputs import env_map, is_privileged
@@ -178,6 +179,7 @@ def explain(
         plan = build_plan(
             request, inventory(), config, arch, layout.layout, enforce_requirements=False
         )
+        plan = shown_as_started(plan, config)
     except NvctError as err:
         return Explanation(inp, layout, request, error=err.one_line())
     return Explanation(inp, layout, request, plan)
@@ -300,7 +302,13 @@ def _plan_lines(plan: Plan) -> list[str]:
     if plan.mounts:
         width = max(len(m.target) for m in plan.mounts)
         lines.append("Mounts (container path <- host path, why):")
-        lines += [f"  {m.target:<{width}}  <- {m.source}  ({m.reason})" for m in plan.mounts]
+        libdirs = {d.target: d for d in plan.library_dirs}
+        for m in plan.mounts:
+            lines.append(f"  {m.target:<{width}}  <- {m.source}  ({m.reason})")
+            if m.kind == "libdir" and m.target in libdirs:
+                d = libdirs[m.target]
+                lines += [f"      {name}  (hard link of {source})" for source, name in d.files]
+                lines += [f"      {name} -> {target}  (link)" for name, target in d.links]
     if plan.symlinks:
         lines.append("Symlinks:")
         lines += [f"  {s.path} -> {s.target}  ({s.reason})" for s in plan.symlinks]

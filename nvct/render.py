@@ -28,14 +28,28 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "firmware": "firmware",
         "config": "configs",
     }
+    libdirs = {d.target: d for d in plan.library_dirs}
     for m in plan.mounts:
-        mounts[group[m.kind]].append(
+        libdir = libdirs.get(m.target) if m.kind == "libdir" else None
+        if libdir is None:
+            mounts[group[m.kind]].append(
+                {
+                    "host_path": m.source,
+                    "container_path": m.target,
+                    "options": list(m.options),
+                    "reason": m.reason,
+                }
+            )
+            continue
+        # A library bound with its directory: listed as the file it is, seen in that directory.
+        mounts[group[libdir.kind]].extend(
             {
-                "host_path": m.source,
-                "container_path": m.target,
+                "host_path": source,
+                "container_path": f"{libdir.target}/{name}",
                 "options": list(m.options),
-                "reason": m.reason,
+                "reason": f"in {libdir.host_dir}, bound at {libdir.target}",
             }
+            for source, name in libdir.files
         )
     return {
         "driver_version": plan.driver_version,
@@ -69,6 +83,15 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         ],
         **mounts,
         "symlinks": [asdict(s) for s in plan.symlinks],
+        "library_dirs": [
+            {
+                "host_dir": d.host_dir,
+                "container_path": d.target,
+                "files": [name for _, name in d.files],
+                "links": [{"path": f"{d.target}/{n}", "target": t} for n, t in d.links],
+            }
+            for d in plan.library_dirs
+        ],
         "ldconfig_dirs": list(plan.ldconfig_dirs),
         "requirements": [asdict(r) for r in plan.requirements],
     }

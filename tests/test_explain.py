@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 
 from nvct.arch import host_arch
+from nvct.cache import inventory_fingerprint
 from nvct.doctor.context import Completed
 from nvct.errors import SpecError
 from nvct.explain import docker_inspect, explain, input_from_bundle, input_from_inspect
+from nvct.libdir import with_library_dirs
 from nvct.plan import RootfsLayout, build_plan
 from nvct.request import request_from_spec
 from tests.conftest import sim_config, sim_inventory
@@ -132,7 +134,8 @@ def test_bundle_rootfs_layout_decides_the_lib_dir(
     assert data["layout"]["lib_dir"] == lib_dir and reason in data["layout"]["reason"]
     targets = [m["container_path"] for m in data["plan"]["libraries"]]
     assert targets and all(t.startswith(lib_dir + "/") for t in targets)
-    assert data["plan"]["ldconfig_dirs"] == [lib_dir]
+    # bound as one directory (inject.library-mounts = "directory", the default)
+    assert data["plan"]["ldconfig_dirs"] == [f"{lib_dir}/nvidia-driver"]
     text = cli(*roots(h100x4, tmp_path), "explain", "--bundle", str(bundle)).stdout
     assert f"libraries go to {lib_dir}" in text
 
@@ -184,6 +187,9 @@ def test_explain_plan_is_the_hooks_plan(h100x4, tmp_path) -> None:
         host_arch(),
         RootfsLayout(debian=False),
     )
+    fingerprint = inventory_fingerprint(config.driver_root, config.dev_root, config.proc_root)
+    hook = with_library_dirs(hook, config, fingerprint, create=True)  # as the hook does
+    assert hook.library_dirs and all(Path(d.host_dir).is_dir() for d in hook.library_dirs)
     assert shown.ok and shown.plan == hook
 
 

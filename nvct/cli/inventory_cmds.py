@@ -10,6 +10,7 @@ from nvct.arch import host_arch
 from nvct.cli.main import CliContext
 from nvct.config import CAPABILITIES
 from nvct.host import load_inventory
+from nvct.libdir import shown_as_started
 from nvct.plan import build_plan
 from nvct.render import inventory_to_dict, inventory_to_text, plan_to_dict, plan_to_text
 from nvct.request import parse_request
@@ -55,6 +56,7 @@ def list_cmd(obj: CliContext, devices: str, capabilities: str | None, as_json: b
     request = parse_request(env, config=config)
     inventory = load_inventory(config, use_cache=obj.use_cache)
     plan = build_plan(request, inventory, config, host_arch(), enforce_requirements=False)
+    plan = shown_as_started(plan, config)
     if as_json:
         click.echo(json.dumps(plan_to_dict(plan), indent=2))
     else:

@@ -111,11 +111,13 @@ def _plan_here(spec: dict[str, Any], root: str, log: EventLog) -> dict[str, Any]
     from nvct._site import ensure_site_packages
 
     ensure_site_packages()
+    from nvct import cache
     from nvct.arch import host_arch
     from nvct.config import load_config
     from nvct.hook.rootfs import Rootfs
     from nvct.hook.workorder import from_plan
     from nvct.host import load_inventory
+    from nvct.libdir import with_library_dirs
     from nvct.plan import RootfsLayout, build_plan
     from nvct.request import request_from_spec
 
@@ -129,6 +131,8 @@ def _plan_here(spec: dict[str, Any], root: str, log: EventLog) -> dict[str, Any]
     with Rootfs(root) as rootfs:
         layout = RootfsLayout(debian=rootfs.exists("/etc/debian_version"))
     plan = build_plan(request, inventory, config, host_arch(), layout)
+    fingerprint = cache.inventory_fingerprint(config.driver_root, config.dev_root, config.proc_root)
+    plan = with_library_dirs(plan, config, fingerprint, create=True)
     return from_plan(plan, config)
 
 

@@ -19,6 +19,7 @@ from nvct import linux
 from nvct.errors import ApplyError
 from nvct.hook.links import create_symlinks
 from nvct.hook.rootfs import Rootfs, fd_path, in_container
+from nvct.libdir import write_ld_conf
 
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
 if TYPE_CHECKING:
@@ -134,6 +135,7 @@ def apply_order(order: dict[str, Any], rootfs: Rootfs) -> ApplyStats:
         stats.mounts += 1
     start = _lap(stats, "mounts", start)
     stats.symlinks, stats.skipped_symlinks = create_symlinks(rootfs, order["symlinks"])
+    write_ld_conf(rootfs, order)
     start = _lap(stats, "symlinks", start)
     if order["ldconfig_dirs"]:
         from nvct.ldcache_format import image_cache_with

@@ -134,7 +134,7 @@ def _sandbox(rootfs: Rootfs, binds: Sequence[tuple[str, str]]) -> int:
         parent = private.makedirs(directory)
         try:
             for source, target in files:
-                fd = _mount_point(private, parent, target)
+                fd = _mount_point(private, parent, target, stat.S_ISDIR(os.stat(source).st_mode))
                 try:
                     linux.mount(source, fd_path(fd), None, linux.MS_BIND)
                 finally:
@@ -144,10 +144,10 @@ def _sandbox(rootfs: Rootfs, binds: Sequence[tuple[str, str]]) -> int:
     return private.fd
 
 
-def _mount_point(rootfs: Rootfs, parent: int, target: str) -> int:
+def _mount_point(rootfs: Rootfs, parent: int, target: str, is_dir: bool) -> int:
     """An O_PATH descriptor of ``target`` in its (resolved) ``parent``, created empty if
     missing, as the runtime will create it; an image's symlink there is resolved in-root."""
-    make_mount_point_at(parent, target, is_dir=False)
+    make_mount_point_at(parent, target, is_dir=is_dir)
     fd = os.open(
         posixpath.basename(target), os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent
     )

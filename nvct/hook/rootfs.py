@@ -85,6 +85,15 @@ class Rootfs:
             return False
         return True
 
+    def is_dir(self, path: str) -> bool:
+        """Whether ``path`` resolves to a directory inside the rootfs."""
+        try:
+            fd = self.open(path, os.O_PATH | os.O_DIRECTORY)
+        except OSError:
+            return False
+        os.close(fd)
+        return True
+
     def makedirs(self, path: str, mode: int = 0o755, _depth: int = 0) -> int:
         """Create ``path`` (and parents) inside the rootfs; return an O_PATH dir descriptor.
 

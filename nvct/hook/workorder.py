@@ -8,7 +8,11 @@ applies the one it plans itself. Format::
      "mounts": [[host_path, container_path, [options]], ...],
      "symlinks": [[path, target], ...], "ldconfig": "/sbin/ldconfig",
      "ldconfig_dirs": [...], "ld_cache": [[soname, path, flags], ...],
+     "libdirs": [[host_dir, container_dir, [[host_path, name], ...], [[name, target], ...]]],
      "log": [file, level], "gpus": [...], "capabilities": [...]}
+
+``libdirs`` (v4): the host directories a ``mounts`` entry binds as the driver's libraries
+(``nvct.libdir``), with what they hold, so a cached order can remake one that is gone.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ if TYPE_CHECKING:
     from nvct.plan import Plan
 
 
-VERSION = 3
+VERSION = 4
 
 
 def from_plan(plan: Plan, config: Config) -> dict[str, Any]:
@@ -34,6 +38,10 @@ def from_plan(plan: Plan, config: Config) -> dict[str, Any]:
         "ldconfig": str(config.ldconfig),
         "ldconfig_dirs": list(plan.ldconfig_dirs),
         "ld_cache": [list(e) for e in plan.ld_cache_entries],
+        "libdirs": [
+            [d.host_dir, d.target, [list(f) for f in d.files], [list(k) for k in d.links]]
+            for d in plan.library_dirs
+        ],
         "log": [config.log_file, config.log_level],
         "gpus": [s.gpu.uuid if s.mig is None else s.mig.uuid for s in plan.selected],
         "capabilities": sorted(plan.request.capabilities),

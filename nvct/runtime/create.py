@@ -35,6 +35,7 @@ from nvct.digest import sha256
 from nvct.errors import ConfigError
 from nvct.hook.rootfs import Rootfs, fd_path
 from nvct.ldcache_format import MAX_SIZE, image_cache_with
+from nvct.libdir import remake_missing, write_ld_conf
 from nvct.log import EventLog
 from nvct.oci import load_spec, rootfs_path, write_spec
 from nvct.overlay import fresh_overlay_identity
@@ -182,7 +183,9 @@ def stage_rootfs(rootfs: Rootfs, order: dict[str, Any], known: bytes | None) -> 
     from nvct.hook.links import create_symlinks
     from nvct.hook.rootfs import in_container
 
+    remake_missing(order)
     create_symlinks(rootfs, order["symlinks"])
+    write_ld_conf(rootfs, order)
     dirs = order["ldconfig_dirs"]
     if not dirs:
         return None
@@ -191,7 +194,7 @@ def stage_rootfs(rootfs: Rootfs, order: dict[str, Any], known: bytes | None) -> 
         return None
     from nvct.hook.ldconfig import start_ldconfig
 
-    libs = [(s, t) for s, t, _ in order["mounts"] if posixpath.dirname(t) in dirs]
+    libs = [(s, t) for s, t, _ in order["mounts"] if t in dirs or posixpath.dirname(t) in dirs]
     return start_ldconfig(rootfs, order["ldconfig"], dirs, binds=libs)
 
 
@@ -223,6 +226,7 @@ def plan_entry(spec: dict[str, Any], config_file: str | None, debian: bool) -> d
     from nvct.config import load_config
     from nvct.hook import workorder
     from nvct.host import load_inventory
+    from nvct.libdir import with_library_dirs
     from nvct.plan import RootfsLayout, build_plan
     from nvct.request import request_from_spec
 
@@ -240,6 +244,7 @@ def plan_entry(spec: dict[str, Any], config_file: str | None, debian: bool) -> d
         return {**entry, "decisions": list(request.decisions)}
     inventory = load_inventory(config)
     plan = build_plan(request, inventory, config, host_arch(), RootfsLayout(debian=debian))
+    plan = with_library_dirs(plan, config, entry["fingerprint"], create=True)
     return {
         **entry,
         "order": workorder.from_plan(plan, config),

@@ -1,0 +1,180 @@
+"""The driver's libraries bound as one directory (nvct.libdir, nvct.plan.group_libraries)."""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from nvct.arch import host_arch
+from nvct.cache import inventory_fingerprint
+from nvct.errors import ApplyError
+from nvct.hook.rootfs import Rootfs
+from nvct.hook.workorder import from_plan
+from nvct.libdir import LD_CONF, ensure, remake_missing, with_library_dirs, write_ld_conf
+from nvct.plan import RootfsLayout, build_plan
+from nvct.request import parse_request
+from tests.conftest import sim_config, sim_inventory
+
+pytestmark = pytest.mark.root
+
+LIB = "/usr/lib/x86_64-linux-gnu"
+
+
+def plans(sim, tmp: Path, caps: str, **config: object):
+    """(the per-file plan, the plan as a container start carries it out)."""
+    cfg = sim_config(sim, tmp, **config)
+    request = parse_request(
+        {"NVIDIA_VISIBLE_DEVICES": "0", "NVIDIA_DRIVER_CAPABILITIES": caps}, config=cfg
+    )
+    plan = build_plan(request, sim_inventory(sim, tmp), cfg, host_arch(), RootfsLayout())
+    fingerprint = inventory_fingerprint(cfg.driver_root, cfg.dev_root, cfg.proc_root)
+    return plan, with_library_dirs(plan, cfg, fingerprint, create=True)
+
+
+def test_libraries_are_bound_as_one_directory_per_lib_dir(h100x4, tmp_path) -> None:
+    if host_arch().name != "x86_64":
+        pytest.skip("lib dirs asserted for x86_64")
+    files, grouped = plans(h100x4, tmp_path, "compute,utility,video,graphics,compat32")
+    libs = [m for m in files.mounts if m.kind in ("lib", "lib32")]
+    assert [m.kind for m in grouped.mounts].count("libdir") == 2  # 64- and 32-bit
+    dirs = {d.target: d for d in grouped.library_dirs}
+    assert set(dirs) == {f"{LIB}/nvidia-driver", "/usr/lib/i386-linux-gnu/nvidia-driver"}
+    # vdpau/ libraries keep their own mounts: libvdpau looks for them at that path
+    kept = [m.target for m in grouped.mounts if m.kind in ("lib", "lib32")]
+    assert kept and all("-linux-gnu/vdpau/" in t for t in kept)
+    grouped_libs = [m for m in libs if m.target not in kept]
+    assert sum(len(d.files) for d in dirs.values()) == len(grouped_libs)
+    # no SONAME link is left to make in the container's layer, but vdpau's
+    assert all("/vdpau/" in s.path for s in grouped.symlinks)
+    assert grouped.ldconfig_dirs == tuple(dirs)
+    for d in dirs.values():
+        host = Path(d.host_dir)
+        assert stat.S_IMODE(host.stat().st_mode) == 0o755
+        for source, name in d.files:  # hard links: the driver's own inodes
+            assert (host / name).stat().st_ino == Path(source).stat().st_ino
+        for name, target in d.links:
+            assert os.readlink(host / name) == target and (host / name).exists()
+    # every ld.so.cache entry names a file that exists in the bound directory
+    for soname, path, _ in grouped.ld_cache_entries:
+        d = dirs[posixpath.dirname(path)]
+        assert (Path(d.host_dir) / posixpath.basename(path)).exists(), soname
+    assert len(grouped.ld_cache_entries) == len(files.ld_cache_entries)
+
+
+def test_files_layout_and_no_cache_dir_keep_one_mount_per_library(h100x4, tmp_path) -> None:
+    for config in ({"library_mounts": "files"}, {"cache_dir": ""}):
+        files, same = plans(h100x4, tmp_path, "compute,utility", **config)
+        assert same == files and not same.library_dirs
+        assert any(m.kind == "lib" for m in same.mounts)
+
+
+def test_another_filesystem_keeps_one_mount_per_library(h100x4, tmp_path) -> None:
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or shm.stat().st_dev == Path(h100x4.driver_root).stat().st_dev:
+        pytest.skip("needs /dev/shm on another filesystem than the simulated driver")
+    cache = shm / f"nvct-test-{os.getpid()}"
+    try:
+        files, same = plans(h100x4, tmp_path, "compute,utility", cache_dir=str(cache))
+        assert same == files  # EXDEV: hard links cannot be made there
+        assert not any((cache / "libdirs").glob("*"))  # nothing half-made is left
+    finally:
+        if cache.exists():
+            for path in sorted(cache.rglob("*"), reverse=True):
+                path.rmdir() if path.is_dir() and not path.is_symlink() else path.unlink()
+            cache.rmdir()
+
+
+def test_concurrent_starts_build_one_complete_directory(h100x4, tmp_path) -> None:
+    _, grouped = plans(h100x4, tmp_path, "compute,utility")
+    (d,) = grouped.library_dirs
+    host = Path(d.host_dir)
+    for entry in host.iterdir():
+        entry.unlink()
+    host.rmdir()
+    pids = []
+    for _ in range(6):
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - child
+            code = 0
+            try:
+                ensure(d.host_dir, d.files, d.links)
+            except BaseException:
+                code = 1
+            os._exit(code)
+        pids.append(pid)
+    assert all(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0 for pid in pids)
+    assert sorted(p.name for p in host.iterdir()) == sorted(
+        [name for _, name in d.files] + [name for name, _ in d.links]
+    )
+    assert [p.name for p in host.parent.iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_removed_directory_is_made_again_for_a_cached_order(h100x4, tmp_path) -> None:
+    _, grouped = plans(h100x4, tmp_path, "compute,utility")
+    order = from_plan(grouped, sim_config(h100x4, tmp_path))
+    host = Path(order["libdirs"][0][0])
+    names = sorted(p.name for p in host.iterdir())
+    for entry in host.iterdir():
+        entry.unlink()
+    host.rmdir()
+    remake_missing(order)
+    assert sorted(p.name for p in host.iterdir()) == names
+
+
+def test_a_directory_that_cannot_be_made_refuses_the_start(h100x4, tmp_path) -> None:
+    _, grouped = plans(h100x4, tmp_path, "compute,utility")
+    order = from_plan(grouped, sim_config(h100x4, tmp_path))
+    missing = str(tmp_path / "gone.so")
+    order["libdirs"][0][0] = str(tmp_path / "cache/libdirs/other")
+    order["libdirs"][0][2] = [[missing, "libcuda.so.1"]]
+    with pytest.raises(ApplyError, match=r"cannot prepare the driver's library directory .*fix"):
+        remake_missing(order)
+    assert not (tmp_path / "cache/libdirs/other").exists()
+
+
+def test_orphaned_directories_are_swept(h100x4, tmp_path) -> None:
+    """A directory holding the last link of a file (its driver is gone) goes once it is an
+    hour old; one whose files the driver still has, or a fresh one, stays."""
+    root = tmp_path / "cache/libdirs"
+    root.mkdir(parents=True)
+    old = time.time() - 7200
+    for name, shared in (("orphan", False), ("live", True), ("young", False)):
+        directory = root / name
+        directory.mkdir()
+        (directory / "libx.so.1").write_bytes(b"x")
+        if shared:
+            os.link(directory / "libx.so.1", tmp_path / f"{name}-host.so")
+        if name != "young":
+            os.utime(directory, (old, old))
+    source = tmp_path / "libnew.so.1"
+    source.write_bytes(b"new")
+    ensure(str(root / "new"), [[str(source), "libnew.so.1"]], [])
+    assert sorted(p.name for p in root.iterdir()) == ["live", "new", "young"]
+
+
+def test_ld_conf_lists_the_directories_where_the_image_reads_ld_so_conf_d(h100x4, tmp_path) -> None:
+    _, grouped = plans(h100x4, tmp_path, "compute,utility")
+    order = from_plan(grouped, sim_config(h100x4, tmp_path))
+    rootfs = tmp_path / "rootfs"
+    (rootfs / "etc").mkdir(parents=True)
+    with Rootfs(str(rootfs)) as root:
+        assert write_ld_conf(root, order) is False  # no ld.so.conf.d: nothing reads it
+    assert not (rootfs / LD_CONF.lstrip("/")).exists()
+    # a symlink out of the rootfs is resolved inside it
+    outside = tmp_path / "host-etc"
+    outside.mkdir()
+    (rootfs / "etc/ld.so.conf.d").symlink_to(outside)
+    with Rootfs(str(rootfs)) as root:
+        assert write_ld_conf(root, order) is False
+    assert list(outside.iterdir()) == []
+    (rootfs / "etc/ld.so.conf.d").unlink()
+    (rootfs / "etc/ld.so.conf.d").mkdir()
+    with Rootfs(str(rootfs)) as root:
+        assert write_ld_conf(root, order) is True
+    lines = (rootfs / LD_CONF.lstrip("/")).read_text().splitlines()
+    assert lines[1:] == [d.target for d in grouped.library_dirs]
