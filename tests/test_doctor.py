@@ -31,6 +31,7 @@ from nvct.doctor import (
     devices,
     docker,
     driver,
+    libdir,
     run_doctor,
 )
 from tests.conftest import sim_config
@@ -252,6 +253,37 @@ def test_persistence_off_on_four_gpus_warns(h100x4, a100mig, tmp_path) -> None:
     assert driver.check_persistence(relaxed, facts_of(relaxed)).status == PASS
     eight = sim_ctx(a100mig, tmp_path / "a")
     assert "off on 8 of 8 GPUs" in driver.check_persistence(eight, facts_of(eight)).message
+
+
+# ---------------------------------------------------------------------------- library dir
+
+
+@pytest.mark.root
+def test_library_dir_needs_a_root_only_cache_dir_on_the_libraries_filesystem(
+    h100x4, tmp_path
+) -> None:
+    def check(**config: Any) -> CheckResult:
+        return libdir.check_library_dir(context(tmp_path, sim_config(h100x4, tmp_path, **config)))
+
+    ok = check()
+    assert ok.status == PASS and "bound as one directory" in ok.message
+    assert check(library_mounts="files").status == PASS
+    assert check(cache_dir="").status == WARN
+    shared = tmp_path / "shared-cache"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    writable = check(cache_dir=str(shared))
+    assert writable.status == FAIL and "writable by others than root" in writable.message
+    assert writable.fix == f"chown root:root {shared} && chmod go-w {shared}"
+    shm = Path("/dev/shm")
+    if shm.is_dir() and shm.stat().st_dev != Path(h100x4.driver_root).stat().st_dev:
+        other = shm / f"nvct-doctor-test-{os.getpid()}"
+        other.mkdir(mode=0o755)
+        try:
+            elsewhere = check(cache_dir=str(other))
+        finally:
+            other.rmdir()
+        assert elsewhere.status == WARN and "another filesystem" in elsewhere.message
 
 
 # ---------------------------------------------------------------------------- device nodes

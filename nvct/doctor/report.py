@@ -5,7 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from nvct.doctor import binaries, cdi, cgroup, containerd, crio, devices, docker, driver
+from nvct.doctor import (
+    binaries,
+    cdi,
+    cgroup,
+    containerd,
+    crio,
+    devices,
+    docker,
+    driver,
+    libdir,
+)
 from nvct.doctor.context import DoctorContext
 from nvct.doctor.result import FAIL, CheckResult, passed
 
@@ -76,6 +86,7 @@ def run_doctor(
         binaries.check_hook(ctx),
         binaries.check_low_level(ctx),
         binaries.check_ldconfig(ctx),
+        libdir.check_library_dir(ctx),
     ]
     docker_state = docker.gather(ctx)
     results += docker.check_docker(ctx, docker_state)
