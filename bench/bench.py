@@ -319,15 +319,24 @@ def main() -> int:
             for name, argv in variants.items()
             if name in ("runc", "nvct, 1 GPU")
         }
-        micro: dict[str, list[float]] = {
-            "runc state <missing>": [],
-            "nvct-runtime state <missing>": [],
+        # The same launcher reading a config that names its low-level runtimes (crun users').
+        cfg_ll = work / "low-level" / "config.toml"
+        cfg_ll.parent.mkdir()
+        cfg_ll.write_text(cfg1.read_text() + '[runtime]\nlow-level = ["runc", "crun"]\n')
+        runtime_ll = hookdir / "nvct-runtime-low-level"
+        if args.launcher == "native":
+            build_native(runtime_ll, shim, str(cfg_ll), str(sock))
+        else:
+            install(runtime_ll, shim, str(cfg_ll))
+        passthrough = {
+            "runc state <missing>": ["runc"],
+            "nvct-runtime state <missing>": [str(runtime)],
+            "nvct-runtime state <missing>, low-level set": [str(runtime_ll)],
         }
+        micro: dict[str, list[float]] = {name: [] for name in passthrough}
         for _ in range(args.micro_rounds):
-            micro["runc state <missing>"].append(timed(["runc", "state", "nvct-bench-missing"]))
-            micro["nvct-runtime state <missing>"].append(
-                timed([str(runtime), "state", "nvct-bench-missing"])
-            )
+            for name, head in passthrough.items():
+                micro[name].append(timed([*head, "state", "nvct-bench-missing"]))
         micro.update(runc_share(cfg1, rootfs, work / "runc-share", args.micro_rounds // 2))
         cli = [str(BIN / "nvct-cli"), "--config", str(cfg1)]
         micro["nvct-cli list"] = [timed([*cli, "list"]) for _ in range(args.micro_rounds // 3)]
@@ -369,6 +378,7 @@ def main() -> int:
         / med["runc state <missing>"],
         "8 GPUs <= 1.1 x 1 GPU": paired("nvct, 8 GPUs (all)", "nvct, 1 GPU"),
     }
+    low_level = med["nvct-runtime state <missing>, low-level set"] / med["runc state <missing>"]
     floor = paired("bare python -I -S, then runc", "runc")
     alone = paired("nvct, 1 GPU, no daemon", "runc")
     ratio_of_medians = {
@@ -382,13 +392,14 @@ def main() -> int:
         "passthrough <= 1.5 x runc": 1.5,
         "8 GPUs <= 1.1 x 1 GPU": 1.1,
     }
-    print(f"{'measurement':<34} {'median':>8} {'p10':>8} {'p90':>8} {'n':>4}  (ms)")
+    print(f"{'measurement':<44} {'median':>8} {'p10':>8} {'p90':>8} {'n':>4}  (ms)")
     for name, r in results.items():
-        print(f"{name:<34} {r['median']:>8.2f} {r['p10']:>8.2f} {r['p90']:>8.2f} {r['n']:>4}")
+        print(f"{name:<44} {r['median']:>8.2f} {r['p10']:>8.2f} {r['p90']:>8.2f} {r['n']:>4}")
     print()
     for name, ratio in ratio_of_medians.items():
         print(f"(ratio of medians) {name:<20} {ratio:.3f}")
     print(f"(paired) a bare Python interpreter in the launcher / runc {floor:.3f}")
+    print(f"passthrough with [runtime] low-level set / runc {low_level:.3f}")
     print(f"(paired) nvct, 1 GPU, with no shim daemon / runc {alone:.3f}")
     runc_ms = med["runc run, 1-GPU spec"] - med["runc run, plain spec"]
     print(f"runc's own work for nvct's 1-GPU spec edits (mounts, nodes): {runc_ms:+.1f} ms")
@@ -425,6 +436,7 @@ def main() -> int:
                 "results": results,
                 "ratios": {k: round(v, 4) for k, v in targets.items()},
                 "python_floor_ratio": round(floor, 4),
+                "passthrough_low_level_ratio": round(low_level, 4),
                 "no_daemon_ratio": round(alone, 4),
                 "runc_share_ms": round(runc_ms, 2),
                 "layer_files_added": added,

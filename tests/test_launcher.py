@@ -27,10 +27,11 @@ def make_launcher(kind: str, out: Path, python: str, config: str | None = None) 
 
 
 def fake_tools(tmp_path: Path) -> Path:
-    """A bin dir with ``runc`` and ``fakepy`` that echo their name, argv and NVCT_CONFIG."""
+    """A bin dir with ``runc``, ``crun`` and ``fakepy`` that echo their name, argv and
+    NVCT_CONFIG."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    for name in ("runc", "fakepy"):
+    for name in ("runc", "crun", "fakepy"):
         tool = bindir / name
         tool.write_text(f'#!/bin/sh\necho "{name.upper()} $* NVCT_CONFIG=${{NVCT_CONFIG:-}}"\n')
         tool.chmod(0o755)
@@ -95,14 +96,59 @@ def test_own_flag_is_stripped_and_exported(launcher, tmp_path) -> None:
     assert out == "RUNC state id NVCT_CONFIG=/etc/y.toml"
 
 
-def test_configured_low_level_runtimes_are_left_to_python(launcher, tmp_path) -> None:
+def test_configured_low_level_runtimes(launcher, tmp_path) -> None:
+    """The native launcher reads a plainly written list itself; the shell one leaves any list
+    to Python (it has no parser), which finds the same runtime."""
     path, env = launcher
     cfg = tmp_path / "c.toml"
     cfg.write_text("#[runtime] low-level is commented out\n")
     env = {**env, "NVCT_CONFIG": str(cfg)}
     assert call((path, env), "state", "id").startswith("RUNC")
     cfg.write_text('[runtime]\nlow-level = ["crun"]\n')
-    assert call((path, env), "state", "id").startswith("FAKEPY state id")
+    native = path.read_bytes().startswith(b"\x7fELF")
+    assert call((path, env), "state", "id").startswith("CRUN state id" if native else "FAKEPY")
+
+
+# (config text, what the native launcher execs for a passthrough call: a tool, or FAKEPY when
+# only the TOML parser may read the list). {bin} is the fake tools' directory.
+SPELLINGS = [
+    ('[runtime]\nlow-level = ["crun"]\n[log]\nlevel = "debug"\n', "CRUN"),
+    ("[ runtime ]  # ours\nlow-level=[ 'nope', \"crun\" , ]  # first found\n", "CRUN"),
+    ('[runtime]\nlow-level = ["{bin}/runc", "crun"]\n', "RUNC"),
+    ('[runtime]\nhook-path = "/x/low-level"\n', "RUNC"),
+    ('runtime.low-level = ["crun"]\n', "FAKEPY"),
+    ('[runtime]\n"low-level" = ["crun"]\n', "FAKEPY"),
+    ('[runtime]\nlow-level = [\n  "crun",\n]\n', "FAKEPY"),
+    ('[runtime]\nlow-level = ["cr\\u0075n"]\n', "FAKEPY"),
+    ('[request]\nlow-level = ["crun"]\n', "FAKEPY"),
+    ('[runtime]\nhook-path = """\nlow-level = ["crun"]\n"""\n', "FAKEPY"),
+    ('["runtime"]\nlow-level = ["crun"]\n', "FAKEPY"),
+    ("[runtime]\nlow-level = []\n", "FAKEPY"),
+    ('[runtime]\nlow-level = ["nope"]\n', "FAKEPY"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), SPELLINGS)
+def test_native_launcher_reads_a_plain_low_level_list(tmp_path, text: str, expected: str) -> None:
+    """What the native launcher execs is what the shim would choose (``runtimes_from_config``
+    + ``find_low_level``); any other spelling is left to the shim's TOML parser."""
+    from nvct.runtime.lowlevel import find_low_level, runtimes_from_config
+
+    bindir = fake_tools(tmp_path)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(text.replace("{bin}", str(bindir)))
+    out = tmp_path / "nvct-runtime"
+    make_launcher("native", out, str(bindir / "fakepy"))
+    env = {"PATH": f"{bindir}:/nonexistent", "NVCT_CONFIG": str(cfg)}
+    assert call((out, env), "state", "id").split()[0] == expected
+    if expected != "FAKEPY":
+        old_path = os.environ["PATH"]
+        os.environ["PATH"] = env["PATH"]
+        try:
+            chosen = find_low_level(runtimes_from_config(str(cfg)), str(out))
+        finally:
+            os.environ["PATH"] = old_path
+        assert chosen is not None and Path(chosen).name.upper() == expected
 
 
 def test_missing_config_json_goes_to_python_for_the_error(launcher, tmp_path) -> None:
@@ -137,7 +183,7 @@ def test_launcher_made_for_a_config_uses_and_exports_it(tmp_path, kind: str) -> 
     the Python shim; NVCT_CONFIG and --nvct-config still win."""
     bindir = fake_tools(tmp_path)
     cfg = tmp_path / "my config.toml"
-    cfg.write_text('[runtime]\nlow-level = ["crun"]\n')  # only Python can read this list
+    cfg.write_text('runtime.low-level = ["crun"]\n')  # only Python reads a dotted key
     out = tmp_path / "nvct-runtime-mine"
     make_launcher(kind, out, str(bindir / "fakepy"), str(cfg))
     env = {"PATH": f"{bindir}:/usr/bin:/bin"}
@@ -153,3 +199,15 @@ def test_launcher_made_for_a_config_uses_and_exports_it(tmp_path, kind: str) -> 
     default = tmp_path / "nvct-runtime"
     make_launcher(kind, default, str(bindir / "fakepy"))
     assert call((default, env), "state", "id") == "RUNC state id NVCT_CONFIG="
+
+
+def test_runc_anywhere_comes_before_crun(launcher, tmp_path) -> None:
+    """Both launchers look as the shim does: each name through every directory in turn."""
+    path, env = launcher
+    first = tmp_path / "first"
+    first.mkdir()
+    crun = first / "crun"
+    crun.write_text('#!/bin/sh\necho "EARLY-CRUN $*"\n')
+    crun.chmod(0o755)
+    env = {**env, "PATH": f"{first}:{env['PATH']}"}
+    assert call((path, env), "state", "id").startswith("RUNC state id")

@@ -138,25 +138,93 @@ static int asks_for_gpus(const char *bundle)
     return found;
 }
 
-/* A configured low-level runtime list needs the TOML parser: let Python decide. */
-static int config_names_low_level(const char *cfg)
+#define MAX_LOW_LEVEL 16
+
+static int only_comment(const char *p)
 {
+    p += strspn(p, " \t\r");
+    return *p == '\0' || *p == '#';
+}
+
+/* `low-level = ["crun", '/usr/local/sbin/runc']` from `p` (the start of the key): the names,
+ * NUL-terminated in place, into `names`; their count, or -1 for anything else. */
+static int parse_list(char *p, const char **names, int max)
+{
+    p += strlen("low-level");
+    p += strspn(p, " \t");
+    if (*p++ != '=')
+        return -1;
+    p += strspn(p, " \t");
+    if (*p++ != '[')
+        return -1;
+    int count = 0;
+    for (;;) {
+        p += strspn(p, " \t");
+        if (*p == ']')
+            break;
+        char quote = *p;
+        if ((quote != '"' && quote != '\'') || count == max)
+            return -1;
+        char *name = ++p;
+        char *close = strchr(name, quote);
+        if (!close || close == name || memchr(name, '\\', (size_t)(close - name)))
+            return -1;
+        *close = '\0';
+        names[count++] = name;
+        p = close + 1;
+        p += strspn(p, " \t");
+        if (*p == ',')
+            p++;
+        else if (*p != ']')
+            return -1;
+    }
+    return count > 0 && only_comment(p + 1) ? count : -1;
+}
+
+/* The config's [runtime] low-level list, read here when it is written plainly on one line
+ * (basic or literal strings without escapes): the count of names put in `names` (they point
+ * into `*text`, which stays allocated); 0 when the config names no list (runc, then crun);
+ * -1 for any other spelling, which only the TOML parser (the Python shim) may read. */
+static int config_low_level(const char *cfg, char **text, const char **names, int max)
+{
+    static const char KEY_CHARS[] =
+        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-";
     size_t size = 0;
-    char *text = read_file(cfg, &size);
-    if (!text)
+    *text = read_file(cfg, &size);
+    if (!*text || !memmem(*text, size, "low-level", 9))
         return 0;
-    int found = 0;
-    for (char *line = text; !found && line < text + size;) {
-        char *end = memchr(line, '\n', (size_t)(text + size - line));
+    if (memmem(*text, size, "\"\"\"", 3) || memmem(*text, size, "'''", 3))
+        return -1; /* a multi-line string could hold anything */
+    int in_runtime = 0, count = 0;
+    for (char *line = *text; line < *text + size;) {
+        char *end = memchr(line, '\n', (size_t)(*text + size - line));
         if (end)
             *end = '\0';
-        found = line[0] != '#' && strstr(line, "low-level") != NULL;
+        char *p = line + strspn(line, " \t");
+        if (*p == '[') { /* a table header: [runtime], [ runtime ] # ... */
+            char *q = p + 1 + strspn(p + 1, " \t");
+            size_t len = strspn(q, KEY_CHARS);
+            char *after = q + len + strspn(q + len, " \t");
+            int plain = len > 0 && *after == ']' && only_comment(after + 1);
+            if (!plain && strstr(p, "runtime"))
+                return -1; /* ["runtime"], [[runtime]]: the parser decides */
+            in_runtime = plain && len == 7 && strncmp(q, "runtime", 7) == 0;
+        } else if (strncmp(p, "low-level", 9) == 0 && p[9] && strchr(" \t=", p[9])) {
+            if (!in_runtime || count)
+                return -1;
+            count = parse_list(p, names, max);
+            if (count < 0)
+                return -1;
+        } else if (*p != '#' && strstr(p, "low-level")) {
+            char *eq = strchr(p, '=');
+            if (!eq || strstr(p, "low-level") < eq)
+                return -1; /* in a key: quoted, dotted (runtime.low-level), ... */
+        }
         if (!end)
             break;
         line = end + 1;
     }
-    free(text);
-    return found;
+    return count;
 }
 
 static int is_runnable(const char *path)
@@ -165,35 +233,62 @@ static int is_runnable(const char *path)
     return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
 }
 
-/* Exec runc, else crun, from `dir` if it holds one (returns if it holds neither). */
-static void exec_runtime_in(const char *dir, char **argv)
+/* Exec `path` when it is an executable file other than this launcher (returns if not). */
+static void try_exec(const char *path, char **argv, const char *self)
 {
-    static const char *const NAMES[] = {"runc", "crun"};
-    char candidate[PATH_MAX];
-    for (int r = 0; r < 2; r++) {
-        if (snprintf(candidate, sizeof candidate, "%s/%s", dir, NAMES[r]) <
-                (int)sizeof candidate &&
-            is_runnable(candidate)) {
-            argv[0] = candidate;
-            execv(candidate, argv);
-        }
-    }
+    char real[PATH_MAX];
+    if (!is_runnable(path) || (self[0] && realpath(path, real) && strcmp(real, self) == 0))
+        return;
+    argv[0] = (char *)path;
+    execv(path, argv);
 }
 
-static void exec_low_level(char **args, int n)
+/* Exec the first of `names` found: a path as it is, a name in PATH, then in the usual sbin
+ * and bin directories (the shim's own order, nvct.runtime.lowlevel). */
+static void exec_first(const char *const *names, int count, char **args, int n)
 {
     const char *found = ""; /* argv[0] becomes the runtime found */
     char **argv = argv_of(&found, 1, args, n);
+    char self[PATH_MAX] = "";
+    if (!realpath("/proc/self/exe", self))
+        self[0] = '\0';
     const char *path_env = getenv("PATH");
-    char *dirs = strdup(path_env ? path_env : "");
-    if (!dirs)
-        fail("out of memory", "free memory");
-    char *save = NULL;
-    for (char *d = strtok_r(dirs, ":", &save); d; d = strtok_r(NULL, ":", &save))
-        exec_runtime_in(d, argv);
-    for (int k = 0; DEFAULT_DIRS[k]; k++)
-        exec_runtime_in(DEFAULT_DIRS[k], argv);
-    exec_python(args, n); /* no runtime found: the shim says so, with a fix */
+    char candidate[PATH_MAX];
+    for (int i = 0; i < count; i++) {
+        if (strchr(names[i], '/')) {
+            try_exec(names[i], argv, self);
+            continue;
+        }
+        char *dirs = strdup(path_env ? path_env : "");
+        if (!dirs)
+            fail("out of memory", "free memory");
+        char *save = NULL;
+        for (char *d = strtok_r(dirs, ":", &save); d; d = strtok_r(NULL, ":", &save))
+            if (snprintf(candidate, sizeof candidate, "%s/%s", d, names[i]) <
+                (int)sizeof candidate)
+                try_exec(candidate, argv, self);
+        free(dirs);
+        for (int k = 0; DEFAULT_DIRS[k]; k++)
+            if (snprintf(candidate, sizeof candidate, "%s/%s", DEFAULT_DIRS[k], names[i]) <
+                (int)sizeof candidate)
+                try_exec(candidate, argv, self);
+    }
+}
+
+/* Exec the low-level runtime for a call that needs no GPU work; the Python shim when only it
+ * can tell which (a low-level list spelled otherwise) or when none is found (its error names
+ * the fix). */
+static void exec_low_level(const char *cfg, char **args, int n)
+{
+    static const char *const DEFAULTS[] = {"runc", "crun"};
+    const char *names[MAX_LOW_LEVEL];
+    char *text = NULL;
+    int count = config_low_level(cfg, &text, names, MAX_LOW_LEVEL);
+    if (count == 0)
+        exec_first(DEFAULTS, 2, args, n);
+    else if (count > 0)
+        exec_first(names, count, args, n);
+    exec_python(args, n);
 }
 
 /* --- the shim daemon ------------------------------------------------------------------- */
@@ -425,8 +520,6 @@ int main(int argc, char **argv)
         ask_daemon(args, n);
         exec_python(args, n);
     }
-    if (config_names_low_level(cfg))
-        exec_python(args, n);
-    exec_low_level(args, n);
+    exec_low_level(cfg, args, n);
     return 127;
 }

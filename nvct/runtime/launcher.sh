@@ -82,9 +82,10 @@ if [ -r "$cfg" ]; then
     done <"$cfg"
 fi
 
+# runc anywhere before crun anywhere, as the shim looks (nvct.runtime.lowlevel).
 IFS=:
-for d in $PATH /usr/local/sbin /usr/local/bin /usr/sbin /usr/bin /sbin /bin; do
-    for rt in runc crun; do
+for rt in runc crun; do
+    for d in $PATH /usr/local/sbin /usr/local/bin /usr/sbin /usr/bin /sbin /bin; do
         if [ -f "$d/$rt" ] && [ -x "$d/$rt" ]; then
             exec "$d/$rt" "$@"
         fi
