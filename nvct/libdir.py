@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from nvct.plan import Plan
 
 SUBDIR = "libdirs"
+XATTR_SELINUX = "security.selinux"
 ORPHAN_AGE_S = 3600
 
 
@@ -78,6 +79,8 @@ def ensure(path: str, files: Sequence[Sequence[str]], links: Sequence[Sequence[s
             os.link(source, os.path.join(tmp, _plain(name)))
         for name, target in links:
             os.symlink(target, os.path.join(tmp, _plain(name)))
+        if files:
+            _copy_label(os.path.dirname(files[0][0]), tmp, [name for name, _ in links])
         try:
             os.rename(tmp, path)
         except OSError:
@@ -130,6 +133,22 @@ def _same_filesystem(cache_dir: str, files: Sequence[Sequence[str]]) -> bool:
         return all(os.stat(source).st_dev == dev for source, _ in files)
     except OSError:
         return False
+
+
+def _copy_label(source_dir: str, directory: str, links: Sequence[str]) -> None:
+    """Give ``directory`` and its ``links`` the SELinux label of the libraries' own directory
+    (the hard links keep their files' labels): made under cache-dir, they would carry its
+    label, which a container's domain may not be allowed to search. No-op without SELinux."""
+    try:
+        label = os.getxattr(source_dir, XATTR_SELINUX)
+    except OSError:  # no SELinux (ENOTSUP), or no label (ENODATA)
+        return
+    try:
+        os.setxattr(directory, XATTR_SELINUX, label)
+        for name in links:
+            os.setxattr(os.path.join(directory, name), XATTR_SELINUX, label, follow_symlinks=False)
+    except OSError:
+        return  # a policy that refuses the label: the cache dir's own one stays
 
 
 def _plain(name: str) -> str:

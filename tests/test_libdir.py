@@ -178,3 +178,33 @@ def test_ld_conf_lists_the_directories_where_the_image_reads_ld_so_conf_d(h100x4
         assert write_ld_conf(root, order) is True
     lines = (rootfs / LD_CONF.lstrip("/")).read_text().splitlines()
     assert lines[1:] == [d.target for d in grouped.library_dirs]
+
+
+def test_the_directory_takes_the_libraries_selinux_label(h100x4, tmp_path, monkeypatch) -> None:
+    """Without SELinux on this machine, its calls are observed: the directory and its links
+    get the label of the libraries' own directory."""
+    import nvct.libdir as libdir
+
+    labels: dict[str, bytes] = {}
+    lib_dir = str(Path(h100x4.driver_root) / "usr/lib/x86_64-linux-gnu")
+
+    def getxattr(path: str, name: str) -> bytes:
+        assert name == "security.selinux"
+        if path != lib_dir:
+            raise OSError(61, "No data available")
+        return b"system_u:object_r:lib_t:s0"
+
+    def setxattr(path: str, name: str, value: bytes, follow_symlinks: bool = True) -> None:
+        assert name == "security.selinux" and (follow_symlinks or os.path.islink(path))
+        labels[os.path.basename(path)] = value
+
+    monkeypatch.setattr(libdir.os, "getxattr", getxattr)
+    monkeypatch.setattr(libdir.os, "setxattr", setxattr)
+    if host_arch().name != "x86_64":
+        pytest.skip("lib dir asserted for x86_64")
+    _, grouped = plans(h100x4, tmp_path, "compute,utility")
+    (d,) = grouped.library_dirs
+    assert set(labels) == {f".{posixpath.basename(d.host_dir)}.{os.getpid()}.tmp"} | {
+        name for name, _ in d.links
+    }
+    assert set(labels.values()) == {b"system_u:object_r:lib_t:s0"}
