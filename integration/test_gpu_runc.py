@@ -429,3 +429,29 @@ def test_busybox_image_gets_a_fresh_ld_cache_without_ldconfig(
     log = [json.loads(ln) for ln in (config.parent / "nvct.log").read_text().splitlines()]
     assert [e["ld_cache"] for e in log if e["event"] == "container_prepared"] == ["fresh"]
     assert not (image / "etc" / "ld.so.cache").exists()
+
+
+def test_busybox_image_gets_a_fresh_ld_cache_from_the_hook_alone(
+    runc_bundle_factory: BundleFactory, container_id: str, sim_driver: Any, tmp_path: Path
+) -> None:
+    """The --gpus path: the hook checks the image once the library directory is mounted, and
+    what that directory holds is the driver's, so no ldconfig runs there either."""
+    from integration.harness.images import busybox_rootfs
+
+    config = write_nvct_config(tmp_path / "m" / "config.toml", sim_driver)
+    hook = {
+        "path": str(NVCT_BIN / "nvidia-container-runtime-hook"),
+        "args": ["nvidia-container-runtime-hook", "prestart"],
+        "env": [f"NVCT_CONFIG={config}"],
+    }
+    bundle = runc_bundle_factory(
+        ["/bin/sh", "-c", "grep -c libnvidia-ml.so.1 /etc/ld.so.cache"],
+        ["NVIDIA_VISIBLE_DEVICES=0"],
+        extra={"hooks": {"prestart": [hook]}},
+        rootfs=busybox_rootfs(tmp_path / "image"),
+    )
+    result = run_runc(bundle, container_id)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[0] != "0"  # the cache lists the driver's NVML
+    log = [json.loads(ln) for ln in (config.parent / "nvct.log").read_text().splitlines()]
+    assert [e["ld_cache"] for e in log if e["event"] == "container_configured"] == ["fresh"]

@@ -244,6 +244,10 @@ def _only_driver_libraries(rootfs: Rootfs, order: dict[str, Any]) -> bool:
             *(m[1] for m in order["mounts"]),
         )
     }
+    # What a library directory holds (the hook runs once it is mounted): its files and links.
+    for _host, target, files, links in order.get("libdirs", ()):
+        ours.update((target, name) for _, name in files)
+        ours.update((target, name) for name, _ in links)
     # Directories the driver's files are put in (vdpau/, firmware/nvidia/...): ldconfig does
     # not descend there.
     our_dirs: set[str] = set()

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from nvct.arch import host_arch
+from nvct.cache import inventory_fingerprint
 from nvct.ldcache_format import (
     HWCAP_EXTENSION,
     NEW_MAGIC,
@@ -20,6 +21,7 @@ from nvct.ldcache_format import (
     read_entries,
     write_cache,
 )
+from nvct.libdir import with_library_dirs
 from nvct.plan import RootfsLayout, build_plan
 from nvct.request import parse_request
 from tests.conftest import sim_config, sim_inventory
@@ -109,26 +111,38 @@ def test_cut_caches_never_raise() -> None:
 
 
 def _driver_in(image: Path, plan: Any) -> Path:
-    """``image`` with the plan's libraries copied where the runtime would mount them and its
-    SONAME links made (what the container holds once nvct has prepared it)."""
+    """``image`` with the plan's libraries copied where the runtime would mount them (a
+    library directory with its files and links) and its SONAME links made (what the
+    container holds once nvct has prepared it)."""
     for m in plan.mounts:
         if m.kind in ("lib", "lib32"):
             dest = image / m.target.lstrip("/")
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(m.source, dest)
+        elif m.kind == "libdir":
+            shutil.copytree(m.source, image / m.target.lstrip("/"), symlinks=True)
     for link in plan.symlinks:
         (image / link.path.lstrip("/")).symlink_to(link.target)
     return image
 
 
-def _plan(sim: Any, tmp_path: Path, caps: str, *, debian: bool) -> Any:
+def _plan(sim: Any, tmp_path: Path, caps: str, *, debian: bool, grouped: bool = False) -> Any:
+    """The per-file plan, or (``grouped``) the one a start carries out, with the libraries
+    bound as one directory."""
     cfg = sim_config(sim, tmp_path)
     request = parse_request(
         {"NVIDIA_VISIBLE_DEVICES": "0", "NVIDIA_DRIVER_CAPABILITIES": caps}, config=cfg
     )
-    return build_plan(
+    plan = build_plan(
         request, sim_inventory(sim, tmp_path), cfg, host_arch(), RootfsLayout(debian=debian)
     )
+    if not grouped:
+        return plan
+    fingerprint = inventory_fingerprint(cfg.driver_root, cfg.dev_root, cfg.proc_root)
+    plan = with_library_dirs(plan, cfg, fingerprint, create=True)
+    if not plan.library_dirs:
+        pytest.skip("no hard links to the simulated driver's libraries can be made here")
+    return plan
 
 
 def _order(plan: Any) -> dict[str, Any]:
@@ -137,12 +151,19 @@ def _order(plan: Any) -> dict[str, Any]:
         "ldconfig_dirs": list(plan.ldconfig_dirs),
         "symlinks": [[s.path, s.target] for s in plan.symlinks],
         "mounts": [[m.source, m.target, list(m.options)] for m in plan.mounts],
+        "libdirs": [
+            [d.host_dir, d.target, [list(f) for f in d.files], [list(k) for k in d.links]]
+            for d in plan.library_dirs
+        ],
     }
 
 
 @pytest.mark.root
+@pytest.mark.parametrize("grouped", [False, True], ids=["files", "directory"])
 @pytest.mark.parametrize("caps", ["utility,compute", "all,compat32"])
-def test_same_entries_as_ldconfig_over_the_driver(h100x4: Any, tmp_path: Path, caps: str) -> None:
+def test_same_entries_as_ldconfig_over_the_driver(
+    h100x4: Any, tmp_path: Path, caps: str, grouped: bool
+) -> None:
     """The image's cache plus the work order's entries equals, entry by entry and in order,
     what the host's ldconfig writes once the driver's libraries and links are in the image
     (the shim's ldconfig command line)."""
@@ -150,7 +171,7 @@ def test_same_entries_as_ldconfig_over_the_driver(h100x4: Any, tmp_path: Path, c
 
     if os.geteuid() != 0:
         pytest.skip("ldconfig -r chroots: needs root")
-    plan = _plan(h100x4, tmp_path, caps, debian=True)
+    plan = _plan(h100x4, tmp_path, caps, debian=True, grouped=grouped)
     image = glibc_rootfs(tmp_path / "image")
     with_driver = tmp_path / "with-driver"
     shutil.copytree(image, with_driver, symlinks=True)
@@ -172,13 +193,14 @@ def test_same_entries_as_ldconfig_over_the_driver(h100x4: Any, tmp_path: Path, c
 
 
 @pytest.mark.root
+@pytest.mark.parametrize("grouped", [False, True], ids=["files", "directory"])
 @pytest.mark.parametrize(
     ("caps", "debian"),
     [("utility,compute", False), ("all,compat32", False), ("utility,compute", True)],
     ids=["lib64", "lib64+compat32", "multiarch"],
 )
 def test_fresh_cache_for_an_image_without_one_is_ldconfigs(
-    h100x4: Any, tmp_path: Path, caps: str, debian: bool
+    h100x4: Any, tmp_path: Path, caps: str, debian: bool, grouped: bool
 ) -> None:
     """A busybox image has no ld.so.cache and no library: the driver's entries alone are,
     entry by entry and in order, what the host's ldconfig writes over it."""
@@ -187,7 +209,7 @@ def test_fresh_cache_for_an_image_without_one_is_ldconfigs(
 
     if os.geteuid() != 0:
         pytest.skip("ldconfig -r chroots: needs root")
-    plan = _plan(h100x4, tmp_path, caps, debian=debian)
+    plan = _plan(h100x4, tmp_path, caps, debian=debian, grouped=grouped)
     image = _driver_in(busybox_rootfs(tmp_path / "image"), plan)
     assert not (image / "etc/ld.so.cache").exists()
     with Rootfs(str(image), openat2=False) as rootfs:
@@ -212,22 +234,33 @@ def _busybox_like(root: Path, plan: Any) -> Path:
     for m in plan.mounts:  # all of them, as the hook sees the rootfs (firmware/ too)
         dest = root / m.target.lstrip("/")
         dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_bytes(b"")
+        if m.kind == "libdir":  # the library directory, mounted with what it holds
+            shutil.copytree(m.source, dest, symlinks=True)
+        else:
+            dest.write_bytes(b"")
     for link in plan.symlinks:
         (root / link.path.lstrip("/")).symlink_to(link.target)
     return root
 
 
+@pytest.mark.parametrize("grouped", [False, True], ids=["files", "directory"])
 @pytest.mark.parametrize(
     "change",
-    ["none", "foreign-library", "ld.so.conf", "lib64-alias", "hwcaps-dir", "odd-symlink"],
+    [
+        "none",
+        "foreign-library",
+        "ld.so.conf",
+        "lib64-alias",
+        "hwcaps-dir",
+        "odd-symlink",
+    ],
 )
 def test_fresh_cache_only_when_ldconfig_would_find_nothing_else(
-    h100x4: Any, tmp_path: Path, change: str
+    h100x4: Any, tmp_path: Path, change: str, grouped: bool
 ) -> None:
     from nvct.hook.rootfs import Rootfs
 
-    plan = _plan(h100x4, tmp_path, "utility,compute", debian=False)
+    plan = _plan(h100x4, tmp_path, "utility,compute", debian=False, grouped=grouped)
     root = _busybox_like(tmp_path / "image", plan)
     if change == "foreign-library":
         (root / "usr/lib").mkdir(parents=True, exist_ok=True)
@@ -250,3 +283,20 @@ def test_fresh_cache_only_when_ldconfig_would_find_nothing_else(
         assert "libnvidia-ml.so.1" in keys
     else:
         assert made is None
+
+
+def test_fresh_cache_declines_a_foreign_library_in_the_library_directory(
+    h100x4: Any, tmp_path: Path
+) -> None:
+    """The hook checks once the library directory is mounted: what it holds is the driver's,
+    anything else there is not."""
+    from nvct.hook.rootfs import Rootfs
+
+    plan = _plan(h100x4, tmp_path, "utility,compute", debian=False, grouped=True)
+    root = _busybox_like(tmp_path / "image", plan)
+    with Rootfs(str(root), openat2=False) as rootfs:
+        made = image_cache_with(rootfs, _order(plan))
+    assert made is not None and made[0] == "fresh"
+    (root / "usr/lib64/nvidia-driver/libfoo.so.1").write_bytes(b"")
+    with Rootfs(str(root), openat2=False) as rootfs:
+        assert image_cache_with(rootfs, _order(plan)) is None
