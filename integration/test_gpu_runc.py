@@ -32,6 +32,15 @@ def host_mounts() -> int:
     return len(Path("/proc/self/mountinfo").read_text().splitlines())
 
 
+def gpus_hook(config: Path) -> dict[str, Any]:
+    """nvct's prestart hook as dockerd writes it for ``--gpus`` (run by plain runc)."""
+    return {
+        "path": str(NVCT_BIN / "nvidia-container-runtime-hook"),
+        "args": ["nvidia-container-runtime-hook", "prestart"],
+        "env": [f"NVCT_CONFIG={config}"],
+    }
+
+
 def runc_list() -> str:
     return subprocess.run(
         ["runc", "list", "-q"], capture_output=True, text=True, check=False
@@ -58,11 +67,7 @@ def test_hook_alone_creates_nodes_and_grants_cgroup(
     runc_bundle_factory: BundleFactory, container_id: str, nvct_config: Path, sim_driver: Any
 ) -> None:
     """The --gpus path: plain runc, a prestart hook named nvidia-container-runtime-hook."""
-    hook = {
-        "path": str(NVCT_BIN / "nvidia-container-runtime-hook"),
-        "args": ["nvidia-container-runtime-hook", "prestart"],
-        "env": [f"NVCT_CONFIG={nvct_config}"],
-    }
+    hook = gpus_hook(nvct_config)
     bundle = runc_bundle_factory(
         ["/bin/sh", "-c", "ls /dev; nvidia-smi -L; cat /dev/nvidia0"],
         ["NVIDIA_VISIBLE_DEVICES=0"],
@@ -439,11 +444,7 @@ def test_busybox_image_gets_a_fresh_ld_cache_from_the_hook_alone(
     from integration.harness.images import busybox_rootfs
 
     config = write_nvct_config(tmp_path / "m" / "config.toml", sim_driver)
-    hook = {
-        "path": str(NVCT_BIN / "nvidia-container-runtime-hook"),
-        "args": ["nvidia-container-runtime-hook", "prestart"],
-        "env": [f"NVCT_CONFIG={config}"],
-    }
+    hook = gpus_hook(config)
     bundle = runc_bundle_factory(
         ["/bin/sh", "-c", "grep -c libnvidia-ml.so.1 /etc/ld.so.cache"],
         ["NVIDIA_VISIBLE_DEVICES=0"],
