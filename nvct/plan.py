@@ -69,6 +69,9 @@ class Symlink:
     reason: str
 
 
+Pairs = tuple[tuple[str, str], ...]
+
+
 @dataclass(frozen=True, slots=True)
 class LibraryDir:
     """The driver's libraries of one container directory (``base``), bound as one directory.
@@ -82,8 +85,8 @@ class LibraryDir:
     target: str
     host_dir: str
     kind: str  # lib or lib32, as the libraries' own mounts
-    files: tuple[tuple[str, str], ...]
-    links: tuple[tuple[str, str], ...]
+    files: Pairs
+    links: Pairs
 
 
 @dataclass(frozen=True, slots=True)
@@ -407,9 +410,6 @@ def _container_path(inventory: Inventory, f: DriverFile) -> str:
     root = inventory.driver_root.rstrip("/")
     path = f.host_path
     return path[len(root) :] if root and path.startswith(root + "/") else path
-
-
-Pairs = tuple[tuple[str, str], ...]
 
 
 def library_groups(plan: Plan) -> list[tuple[str, str, Pairs, Pairs]]:

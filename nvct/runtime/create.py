@@ -35,7 +35,7 @@ from nvct.digest import sha256
 from nvct.errors import ConfigError
 from nvct.hook.rootfs import Rootfs, fd_path
 from nvct.ldcache_format import MAX_SIZE, image_cache_with
-from nvct.libdir import remake_missing, write_ld_conf
+from nvct.libdir import remake_missing, with_library_dirs, write_ld_conf
 from nvct.log import EventLog
 from nvct.oci import load_spec, rootfs_path, write_spec
 from nvct.overlay import fresh_overlay_identity
@@ -226,7 +226,6 @@ def plan_entry(spec: dict[str, Any], config_file: str | None, debian: bool) -> d
     from nvct.config import load_config
     from nvct.hook import workorder
     from nvct.host import load_inventory
-    from nvct.libdir import with_library_dirs
     from nvct.plan import RootfsLayout, build_plan
     from nvct.request import request_from_spec
 
