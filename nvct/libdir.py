@@ -58,20 +58,37 @@ def ready(path: str) -> bool:
         return False
 
 
+def complete(path: str, files: Sequence[Sequence[str]], links: Sequence[Sequence[str]]) -> bool:
+    """Whether ``path`` is a directory (never through a symlink) holding every name of
+    ``files`` and ``links``: a cache cleaner may have taken some (one listdir)."""
+    if not ready(path):
+        return False
+    try:
+        present = set(os.listdir(path))
+    except OSError:
+        return False
+    return all(f[1] in present for f in files) and all(k[0] in present for k in links)
+
+
 def ensure(path: str, files: Sequence[Sequence[str]], links: Sequence[Sequence[str]]) -> None:
     """Make the directory ``path`` hold hard links of ``files`` and the ``links``, unless it
-    already exists.
+    already does (``complete``); an incomplete one is replaced.
 
     Raises:
         OSError: a file cannot be linked there (another filesystem: EXDEV), or the cache
             directory is not writable; nothing is left behind.
     """
-    if ready(path):
+    if complete(path, files, links):
         return
     root, key = os.path.split(path)
     os.makedirs(root, mode=0o755, exist_ok=True)
     tmp = os.path.join(root, f".{key}.{os.getpid()}.tmp")
     _remove_tree(tmp)  # a leftover of a killed process with the same pid
+    if ready(path):  # incomplete: moved aside in one step, so a start sees one or the other
+        aside = os.path.join(root, f".{key}.{os.getpid()}.old")
+        _remove_tree(aside)
+        os.rename(path, aside)
+        _remove_tree(aside)
     os.mkdir(tmp, 0o755)
     try:
         os.chmod(tmp, 0o755)  # noqa: S103 - the container's users read the libraries in it
@@ -197,8 +214,8 @@ LD_CONF = "/etc/ld.so.conf.d/000-nvidia-driver.conf"
 
 
 def remake_missing(order: dict[str, Any]) -> None:
-    """Remake the library directories of a (cached) work order that are gone: a cache dir
-    cleaned since the order was planned.
+    """Remake the library directories of a (cached) work order that are gone or incomplete:
+    a cache dir cleaned since the order was planned.
 
     Raises:
         ApplyError: one cannot be made again; the container must not start without it.
@@ -206,7 +223,7 @@ def remake_missing(order: dict[str, Any]) -> None:
     from nvct.errors import ApplyError
 
     for host, _target, files, links in order.get("libdirs", ()):
-        if ready(host):
+        if complete(host, files, links):
             continue
         try:
             ensure(host, files, links)

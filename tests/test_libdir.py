@@ -126,6 +126,19 @@ def test_a_removed_directory_is_made_again_for_a_cached_order(h100x4, tmp_path) 
     assert sorted(p.name for p in host.iterdir()) == names
 
 
+def test_an_incomplete_directory_is_made_whole_again(h100x4, tmp_path) -> None:
+    """A cache cleaner that took one library (or link) does not leave containers without it."""
+    _, grouped = plans(h100x4, tmp_path, "compute,utility")
+    order = from_plan(grouped, sim_config(h100x4, tmp_path))
+    host = Path(order["libdirs"][0][0])
+    names = sorted(p.name for p in host.iterdir())
+    (host / "libcuda.so.1").unlink()
+    (host / order["libdirs"][0][2][0][1]).unlink()
+    remake_missing(order)
+    assert sorted(p.name for p in host.iterdir()) == names
+    assert [p.name for p in host.parent.iterdir() if p.name.startswith(".")] == []
+
+
 def test_a_directory_that_cannot_be_made_refuses_the_start(h100x4, tmp_path) -> None:
     _, grouped = plans(h100x4, tmp_path, "compute,utility")
     order = from_plan(grouped, sim_config(h100x4, tmp_path))
