@@ -9,8 +9,11 @@ from nvct.config import Config
 from nvct.inventory import Inventory
 
 
-def load_inventory(config: Config, *, use_cache: bool = True) -> Inventory:
-    """The driver inventory for the config's roots.
+def load_inventory(
+    config: Config, *, use_cache: bool = True, fingerprint: str | None = None
+) -> Inventory:
+    """The driver inventory for the config's roots; ``fingerprint``: their
+    ``cache.inventory_fingerprint`` when the caller has it already.
 
     Raises:
         DiscoveryError: the driver cannot be found or NVML fails.
@@ -18,7 +21,9 @@ def load_inventory(config: Config, *, use_cache: bool = True) -> Inventory:
     key = ""
     cache_dir = Path(config.cache_dir) if config.cache_dir else None
     if use_cache and cache_dir is not None:
-        key = cache.inventory_fingerprint(config.driver_root, config.dev_root, config.proc_root)
+        key = fingerprint or cache.inventory_fingerprint(
+            config.driver_root, config.dev_root, config.proc_root
+        )
         cached = cache.read_inventory(cache_dir, key)
         if cached is not None:
             return cached

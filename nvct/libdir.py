@@ -141,12 +141,16 @@ def shown_as_started(plan: Plan, config: Config) -> Plan:
     return with_library_dirs(plan, config, fingerprint, create=False)
 
 
+def existing_parent(path: str) -> str:
+    """``path``, or its nearest existing parent: where a cache dir not made yet will be."""
+    while not os.path.exists(path) and path not in ("", "/"):
+        path = os.path.dirname(path)
+    return path or "/"
+
+
 def _same_filesystem(cache_dir: str, files: Sequence[Sequence[str]]) -> bool:
-    directory = cache_dir
-    while not os.path.exists(directory) and directory not in ("", "/"):
-        directory = os.path.dirname(directory)
     try:
-        dev = os.stat(directory or "/").st_dev
+        dev = os.stat(existing_parent(cache_dir)).st_dev
         return all(os.stat(source).st_dev == dev for source, _ in files)
     except OSError:
         return False
@@ -223,10 +227,8 @@ def remake_missing(order: dict[str, Any]) -> None:
     from nvct.errors import ApplyError
 
     for host, _target, files, links in order.get("libdirs", ()):
-        if complete(host, files, links):
-            continue
         try:
-            ensure(host, files, links)
+            ensure(host, files, links)  # one listdir when the directory is whole
         except OSError as err:
             raise ApplyError(
                 f"cannot prepare the driver's library directory {host}: {err.strerror or err}",

@@ -15,6 +15,7 @@ from nvct.doctor.context import DoctorContext
 from nvct.doctor.result import CheckResult, failed, passed, warned
 from nvct.errors import DiscoveryError
 from nvct.ldcache import read_ldcache
+from nvct.libdir import existing_parent
 
 LIBDIR = "library-dir"
 PROBE = "libnvidia-ml.so.1"
@@ -32,7 +33,7 @@ def check_library_dir(ctx: DoctorContext) -> CheckResult:
             "(slower starts)",
             "set cache-dir in nvct's config.toml (default /var/cache/nvct)",
         )
-    cache_dir = _existing(Path(config.cache_dir))
+    cache_dir = Path(existing_parent(config.cache_dir))
     st = cache_dir.stat()
     if st.st_uid != 0 or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         return failed(
@@ -62,13 +63,6 @@ def check_library_dir(ctx: DoctorContext) -> CheckResult:
         LIBDIR,
         f"driver libraries bound as one directory, hard-linked under {config.cache_dir}",
     )
-
-
-def _existing(path: Path) -> Path:
-    """``path``, or its nearest existing parent (where the cache dir will be made)."""
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
 
 
 def _driver_library(root: Path) -> Path | None:

@@ -127,11 +127,11 @@ def _plan_here(spec: dict[str, Any], root: str, log: EventLog) -> dict[str, Any]
     if not request.wants_gpu:
         log.debug("no_gpu_requested", decisions=list(request.decisions))
         return None
-    inventory = load_inventory(config)
+    fingerprint = cache.inventory_fingerprint(config.driver_root, config.dev_root, config.proc_root)
+    inventory = load_inventory(config, fingerprint=fingerprint)
     with Rootfs(root) as rootfs:
         layout = RootfsLayout(debian=rootfs.exists("/etc/debian_version"))
     plan = build_plan(request, inventory, config, host_arch(), layout)
-    fingerprint = cache.inventory_fingerprint(config.driver_root, config.dev_root, config.proc_root)
     plan = with_library_dirs(plan, config, fingerprint, create=True)
     return from_plan(plan, config)
 

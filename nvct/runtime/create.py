@@ -241,7 +241,7 @@ def plan_entry(spec: dict[str, Any], config_file: str | None, debian: bool) -> d
     request = request_from_spec(spec, config)
     if not request.wants_gpu:
         return {**entry, "decisions": list(request.decisions)}
-    inventory = load_inventory(config)
+    inventory = load_inventory(config, fingerprint=entry["fingerprint"])
     plan = build_plan(request, inventory, config, host_arch(), RootfsLayout(debian=debian))
     plan = with_library_dirs(plan, config, entry["fingerprint"], create=True)
     return {
