@@ -15,9 +15,9 @@ $(BIN)/nvct-cli: pyproject.toml
 	# nvct-runtime: the native launcher (the shell one where there is no C compiler); neither
 	# starts Python for a passthrough call
 	if command -v $${CC:-cc} >/dev/null; then \
-		$(BIN)/python -m nvct.runtime.launcher --native --output $(BIN)/nvct-runtime; \
+		$(BIN)/python -m nvct.runtime.launch.build --native --output $(BIN)/nvct-runtime; \
 	else \
-		$(BIN)/python -m nvct.runtime.launcher --output $(BIN)/nvct-runtime; \
+		$(BIN)/python -m nvct.runtime.launch.build --output $(BIN)/nvct-runtime; \
 	fi
 	touch $@
 

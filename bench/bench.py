@@ -42,7 +42,7 @@ from integration.harness.dockerd import Dockerd
 from integration.harness.images import GLIBC_TAG, busybox_rootfs, docker_import, glibc_rootfs
 from integration.harness.shimd import ShimDaemon
 from integration.simdriver import cached_driver, preset
-from nvct.runtime.launcher import build_native, default_command, install
+from nvct.runtime.launch.build import build_native, default_command, install
 
 BIN = Path(sys.executable).parent
 CALIBRATION_FILES = 40
@@ -211,7 +211,7 @@ def main() -> int:
     # The same native launcher with no daemon to ask: every GPU create starts the shim.
     runtime_alone = hookdir / "nvct-runtime-alone"
     build_native(runtime_alone, shim, str(cfg1), "")
-    shimd = ShimDaemon(shim_command(python, "nvct.runtime.daemon"), sock, work / "shimd.log")
+    shimd = ShimDaemon(shim_command(python, "nvct.runtime.launch.daemon"), sock, work / "shimd.log")
     if args.launcher == "native":
         shimd.start()
     # The floor of any Python shim: the same launcher, whose Python only execs runc.

@@ -21,7 +21,7 @@ from integration.harness.dockerd import Dockerd, DockerdFactory
 from integration.harness.images import GLIBC_TAG, ImageImporter
 from integration.harness.shimd import ShimDaemon
 from integration.harness.skips import need_cc, require
-from nvct.runtime.launcher import build_native
+from nvct.runtime.launch.build import build_native
 from tests.nvidia_legacy import BINARIES as LEGACY_BINARIES
 from tests.nvidia_legacy import UTILITY_COMPUTE_LIBS as LEGACY_UTILITY_COMPUTE
 
@@ -268,7 +268,7 @@ def daemon_dockerd(
     sock = work / "shim.sock"
     launcher = work / "nvct-runtime"
     build_native(launcher, "/bin/false", str(nvct_config), str(sock))
-    shimd = ShimDaemon([sys.executable, "-m", "nvct.runtime.daemon"], sock, work / "d.log")
+    shimd = ShimDaemon([sys.executable, "-m", "nvct.runtime.launch.daemon"], sock, work / "d.log")
     shimd.start()
     try:
         dockerd = dockerd_factory({"runtimes": {"nvidia": {"path": str(launcher)}}})

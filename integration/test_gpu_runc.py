@@ -300,7 +300,7 @@ def test_ld_cache_reused_for_fresh_overlays_of_one_image(
     Also a regression guard (not a timing test) on the real path: the second create loads
     neither ctypes nor any module tests/test_hot_path.py bans; the others, which run
     ldconfig, do load ctypes (so the check can fail). (The merged case: below.)"""
-    from nvct.runtime.launcher import default_command
+    from nvct.runtime.launch.build import default_command
     from tests.test_hot_path import READY_LD_CACHE
 
     config = write_nvct_config(tmp_path / "ov" / "config.toml", sim_driver)
@@ -330,8 +330,8 @@ def test_ld_cache_reused_for_fresh_overlays_of_one_image(
     how = [e["ld_cache"] for e in log if e["event"] == "container_prepared"]
     assert how == ["ldconfig", "reused", "ldconfig"]
     assert not (image / "etc" / "ld.so.cache").exists()  # the image layer is never written
-    assert {"_ctypes", "nvct.linux"} <= loaded[0] & loaded[2]
-    banned = {"nvct.linux", *READY_LD_CACHE} & loaded[1]
+    assert {"_ctypes", "nvct.base.linux"} <= loaded[0] & loaded[2]
+    banned = {"nvct.base.linux", *READY_LD_CACHE} & loaded[1]
     assert not banned, f"the create with a reused ld.so.cache loads {sorted(banned)}"
 
 

@@ -205,10 +205,10 @@ def compiled_code_ids(binary: bytes) -> list[str]:
 
 
 def tree_code_id(lib: Path) -> str:
-    """``nvct.runtime.code_id.code_id()`` as the nvct in private tree ``lib`` computes it: the
-    installed daemon's view (its own module, over its own package)."""
+    """``nvct.runtime.launch.code_id.code_id()`` as the nvct in private tree ``lib`` computes
+    it: the installed daemon's view (its own module, over its own package)."""
     code = (
-        "import sys; sys.path.insert(0, sys.argv[1]); import nvct.runtime.code_id as c; "
+        "import sys; sys.path.insert(0, sys.argv[1]); import nvct.runtime.launch.code_id as c; "
         "assert c.__file__.startswith(sys.argv[1]), c.__file__; print(c.code_id())"
     )
     return sh("/usr/bin/python3", "-I", "-S", "-B", "-c", code, lib).stdout.strip()

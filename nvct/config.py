@@ -2,7 +2,7 @@
 
 Defaults live here; the file only overrides. The file is validated against ``SCHEMA`` with
 jsonschema, and unknown keys are errors, so a typo never silently falls back to a default.
-Validation results are remembered per file content (see ``nvct.cache``) so the hook's hot
+Validation results are remembered per file content (see ``nvct.store.cache``) so the hook's hot
 path does not pay jsonschema's import on every container start.
 """
 
@@ -13,14 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nvct.errors import ConfigError
+from nvct.base.errors import ConfigError
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-from nvct.defaults import DEFAULT_CACHE_DIR, ENV_VAR, config_path
+from nvct.base.defaults import DEFAULT_CACHE_DIR, ENV_VAR, config_path
 
 CAPABILITIES = ("utility", "compute", "video", "graphics", "display", "ngx", "compat32")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -139,7 +139,7 @@ def load_config(explicit: str | None = None, *, use_cache: bool = True) -> Confi
     Args:
         explicit: ``--config`` value; else ``$NVCT_CONFIG``; else ``/etc/nvct/config.toml``.
         use_cache: skip jsonschema when these exact bytes were validated before
-            (``nvct.cache``); the hot path uses this, the CLI's ``doctor`` does not.
+            (``nvct.store.cache``); the hot path uses this, the CLI's ``doctor`` does not.
 
     Raises:
         ConfigError: the named file is missing, or any file is unreadable or invalid.
@@ -166,7 +166,7 @@ def parse_config(raw: bytes, *, source: str, use_cache: bool = False) -> Config:
     Raises:
         ConfigError: not UTF-8, not TOML, or not valid against SCHEMA.
     """
-    from nvct import cache  # avoids an import cycle
+    from nvct.store import cache  # avoids an import cycle
 
     try:
         data = tomllib.loads(raw.decode("utf-8"))

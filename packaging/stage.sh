@@ -17,7 +17,7 @@
 #   /usr/share/nvct/lib/            nvct and its vendored pure-Python dependencies (no .pyc:
 #                                   the package scripts byte-compile for the target's Python)
 #   /usr/bin/nvct-hook, nvct-cli    launchers: PYTHON -IS with only the private tree added
-#   /usr/bin/nvct-runtime           native launcher (nvct/runtime/launcher.c, an ELF): runc
+#   /usr/bin/nvct-runtime           native launcher (nvct/runtime/launch/launcher.c, an ELF): runc
 #                                   directly, or for a GPU create the shim daemon, else
 #                                   /usr/libexec/nvct/nvct-runtime (Python)
 #   /usr/libexec/nvct/nvct-runtime-daemon   the shim daemon (Python), run by
@@ -48,7 +48,7 @@ fail() {
 [ -f pyproject.toml ] && [ -d nvct ] || fail "run from the source tree's root (pyproject.toml, nvct/)"
 case $python in /*) ;; *) fail "PYTHON must be an absolute path, got '$python'" ;; esac
 case $unitdir in /*) ;; *) fail "SYSTEMD_UNITDIR must be an absolute path, got '$unitdir'" ;; esac
-[ -f nvct/runtime/launcher.c ] || fail "nvct/runtime/launcher.c is missing (it becomes /usr/bin/nvct-runtime)"
+[ -f nvct/runtime/launch/launcher.c ] || fail "nvct/runtime/launch/launcher.c is missing (it becomes /usr/bin/nvct-runtime)"
 [ -f config/config.toml ] || fail "config/config.toml is missing (it becomes /etc/nvct/config.toml)"
 set -- hooks/*.json
 [ -f "$1" ] || fail "hooks/ holds no *.json OCI hook (it becomes /usr/share/containers/oci/hooks.d/)"
@@ -98,7 +98,7 @@ launcher /usr/bin/nvct-hook nvct.hook.__main__
 launcher /usr/bin/nvct-cli nvct.cli.main
 ln -sf nvct-hook "$destdir/usr/bin/nvidia-container-runtime-hook"
 launcher /usr/libexec/nvct/nvct-runtime nvct.runtime.__main__
-launcher /usr/libexec/nvct/nvct-runtime-daemon nvct.runtime.daemon
+launcher /usr/libexec/nvct/nvct-runtime-daemon nvct.runtime.launch.daemon
 # containerd calls the runtime several times per container: the native launcher execs runc
 # directly for all but a GPU container's create, which it hands to the shim daemon (or, when
 # none answers, to the Python shim in libexec). It is built by the private tree's own nvct
@@ -106,7 +106,7 @@ launcher /usr/libexec/nvct/nvct-runtime-daemon nvct.runtime.daemon
 # and the installed daemon accepts it. Nothing below may change a .py file in "$lib".
 "$build_python" -ISB -c 'import sys
 sys.path.insert(0, sys.argv[1])
-from nvct.runtime.launcher import main
+from nvct.runtime.launch.build import main
 sys.exit(main(sys.argv[2:]))' "$lib" --native --output "$destdir/usr/bin/nvct-runtime" \
     --python-command /usr/libexec/nvct/nvct-runtime ||
     fail "cannot build the native launcher (needs a C compiler: \$CC, default cc)"

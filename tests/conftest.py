@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from nvct.config import Config
-from nvct.host import load_inventory
-from nvct.inventory import Inventory
+from nvct.host.inventory import Inventory
+from nvct.host.load import load_inventory
 
 SIM_CACHE = Path(os.environ.get("NVCT_SIM_CACHE", "/tmp/nvct-test-simdrivers"))
 

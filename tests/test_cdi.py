@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nvct.arch import host_arch
 from nvct.cdi import hook as cdi_hook
 from nvct.cdi.registry import list_devices
 from nvct.cdi.spec import build_spec, device_names, driver_version, to_json, to_yaml
 from nvct.cli.main import main
-from nvct.plan import build_plan
-from nvct.request import parse_request
+from nvct.host.arch import host_arch
+from nvct.plan.build import build_plan
+from nvct.request.parse import parse_request
 from tests.conftest import sim_config, sim_inventory
 
 

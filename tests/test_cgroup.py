@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from nvct.errors import ApplyError
-from nvct.hook import cgroup
-from nvct.hook.cgroup import devices_cgroup_dir, grant_devices
+from nvct.base.errors import ApplyError
+from nvct.container import cgroup
+from nvct.container.cgroup import devices_cgroup_dir, grant_devices
 
 NODES = [["/dev/nvidia1", 195, 1, 0o666], ["/dev/nvidiactl", 195, 255, 0o666]]
 

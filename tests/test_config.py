@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from nvct.base.errors import ConfigError
 from nvct.config import Config, load_config, parse_config
-from nvct.errors import ConfigError
 
 SHIPPED = Path(__file__).parent.parent / "config" / "config.toml"
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from nvct.base.errors import EngineConfigError
 from nvct.engines import EngineOptions, configure
 from nvct.engines import containerd as engine
-from nvct.errors import EngineConfigError
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from nvct.arch import host_arch
-from nvct.cache import inventory_fingerprint
+from nvct.base.errors import SpecError
 from nvct.doctor.context import Completed
-from nvct.errors import SpecError
-from nvct.explain import docker_inspect, explain, input_from_bundle, input_from_inspect
-from nvct.libdir import with_library_dirs
-from nvct.plan import RootfsLayout, build_plan
-from nvct.request import request_from_spec
+from nvct.host.arch import host_arch
+from nvct.plan.build import RootfsLayout, build_plan
+from nvct.plan.explain import docker_inspect, explain, input_from_bundle, input_from_inspect
+from nvct.request.parse import request_from_spec
+from nvct.store.cache import inventory_fingerprint
+from nvct.store.libdir import with_library_dirs
 from tests.conftest import sim_config, sim_inventory
 from tests.test_cli import cli, roots
 

@@ -1,4 +1,4 @@
-"""nvct.fastjson (the stdlib's C JSON codec without json's import cost) agrees with json."""
+"""nvct.base.fastjson (the stdlib's C JSON codec without json's import cost) agrees with json."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nvct import fastjson
+from nvct.base import fastjson
 
 VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=12),
@@ -69,7 +69,7 @@ def test_errors_without_json_loaded() -> None:
 
     code = (
         "import sys\n"
-        "from nvct import fastjson\n"
+        "from nvct.base import fastjson\n"
         "for bad in ('', '{', '[1,]', 'not json', '[1] 2'):\n"
         "    try:\n"
         "        fastjson.loads(bad)\n"

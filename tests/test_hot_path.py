@@ -30,26 +30,26 @@ HOT_MODULES = {
             "nvct.runtime.args",
             "nvct.runtime.lowlevel",
             "nvct.runtime.create",
-            "nvct.runtime.fastpath",
+            "nvct.runtime.order_key",
             "nvct.runtime.spec_edits",
-            "nvct.hook.links",
-            "nvct.hook.rootfs",
-            "nvct.overlay",
-            "nvct.ldcache_format",
-            "nvct.oci",
-            "nvct.log",
-            "nvct.cache",
+            "nvct.container.links",
+            "nvct.container.rootfs",
+            "nvct.container.overlay",
+            "nvct.base.ldcache_format",
+            "nvct.base.oci",
+            "nvct.base.log",
+            "nvct.store.cache",
         ],
     ),
     "hook prestart planning itself (--gpus)": (
         HEAVY,
         [
             "nvct.hook.__main__",
-            "nvct.host",
-            "nvct.plan",
-            "nvct.request",
+            "nvct.host.load",
+            "nvct.plan.build",
+            "nvct.request.parse",
             "nvct.config",
-            "nvct.hook.apply",
+            "nvct.container.apply",
         ],
     ),
 }
@@ -85,7 +85,7 @@ def test_discovery_is_what_pulls_the_heavy_libraries() -> None:
     """The guard above can fail: discovery itself does import them."""
     code = (
         "import pathlib, sys\n"
-        "from nvct.discover.elf import read_elf\n"
+        "from nvct.host.discover.elf import read_elf\n"
         "read_elf(pathlib.Path(sys.executable))\n"
         "print('elftools' in sys.modules)"
     )
@@ -100,8 +100,8 @@ def test_cached_create_calls_stay_lean() -> None:
     checked = tuple(m for m in LEANEST if m not in preloaded)
     code = (
         "import sys\n"
-        "from nvct import fastjson\n"
-        "from nvct.runtime.fastpath import cache_dir_of, order_key\n"
+        "from nvct.base import fastjson\n"
+        "from nvct.runtime.order_key import cache_dir_of, order_key\n"
         f"shipped = open({str(SHIPPED_CONFIG)!r}, 'rb').read()\n"
         "assert cache_dir_of(shipped) == '/var/cache/nvct'\n"
         "assert cache_dir_of(b'cache-dir = \"/c\"  # here\\n[log]\\n') == '/c'\n"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from integration.harness.skips import need_cc, require
-from nvct.runtime.launcher import build_native, install
+from nvct.runtime.launch.build import build_native, install
 
 KINDS = ["shell", "native"]
 

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nvct.errors import DiscoveryError
-from nvct.ldcache import NEW_MAGIC, OLD_MAGIC, parse_ldcache, read_ldcache
+from nvct.base.errors import DiscoveryError
+from nvct.host.ldcache import NEW_MAGIC, OLD_MAGIC, parse_ldcache, read_ldcache
 
 
 def build_cache(entries: list[tuple[str, str, int]], *, old_prefix: bool = False) -> bytes:

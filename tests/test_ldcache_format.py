@@ -10,9 +10,7 @@ from typing import Any
 
 import pytest
 
-from nvct.arch import host_arch
-from nvct.cache import inventory_fingerprint
-from nvct.ldcache_format import (
+from nvct.base.ldcache_format import (
     HWCAP_EXTENSION,
     NEW_MAGIC,
     add_entries,
@@ -21,9 +19,11 @@ from nvct.ldcache_format import (
     read_entries,
     write_cache,
 )
-from nvct.libdir import with_library_dirs
-from nvct.plan import RootfsLayout, build_plan
-from nvct.request import parse_request
+from nvct.host.arch import host_arch
+from nvct.plan.build import RootfsLayout, build_plan
+from nvct.request.parse import parse_request
+from nvct.store.cache import inventory_fingerprint
+from nvct.store.libdir import with_library_dirs
 from tests.conftest import sim_config, sim_inventory
 
 
@@ -205,7 +205,7 @@ def test_fresh_cache_for_an_image_without_one_is_ldconfigs(
     """A busybox image has no ld.so.cache and no library: the driver's entries alone are,
     entry by entry and in order, what the host's ldconfig writes over it."""
     from integration.harness.images import busybox_rootfs
-    from nvct.hook.rootfs import Rootfs
+    from nvct.container.rootfs import Rootfs
 
     if os.geteuid() != 0:
         pytest.skip("ldconfig -r chroots: needs root")
@@ -258,7 +258,7 @@ def _busybox_like(root: Path, plan: Any) -> Path:
 def test_fresh_cache_only_when_ldconfig_would_find_nothing_else(
     h100x4: Any, tmp_path: Path, change: str, grouped: bool
 ) -> None:
-    from nvct.hook.rootfs import Rootfs
+    from nvct.container.rootfs import Rootfs
 
     plan = _plan(h100x4, tmp_path, "utility,compute", debian=False, grouped=grouped)
     root = _busybox_like(tmp_path / "image", plan)
@@ -290,7 +290,7 @@ def test_fresh_cache_declines_a_foreign_library_in_the_library_directory(
 ) -> None:
     """The hook checks once the library directory is mounted: what it holds is the driver's,
     anything else there is not."""
-    from nvct.hook.rootfs import Rootfs
+    from nvct.container.rootfs import Rootfs
 
     plan = _plan(h100x4, tmp_path, "utility,compute", debian=False, grouped=True)
     root = _busybox_like(tmp_path / "image", plan)

@@ -1,4 +1,4 @@
-"""The driver's libraries bound as one directory (nvct.libdir, nvct.plan.group_libraries)."""
+"""The driver's libraries bound as one directory (nvct.store.libdir, group_libraries)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from nvct.arch import host_arch
-from nvct.cache import inventory_fingerprint
-from nvct.errors import ApplyError
-from nvct.hook.rootfs import Rootfs
-from nvct.hook.workorder import from_plan
-from nvct.libdir import LD_CONF, ensure, remake_missing, with_library_dirs, write_ld_conf
-from nvct.plan import RootfsLayout, build_plan
-from nvct.request import parse_request
+from nvct.base.errors import ApplyError
+from nvct.container.rootfs import Rootfs
+from nvct.host.arch import host_arch
+from nvct.plan.build import RootfsLayout, build_plan
+from nvct.plan.workorder import from_plan
+from nvct.request.parse import parse_request
+from nvct.store.cache import inventory_fingerprint
+from nvct.store.libdir import LD_CONF, ensure, remake_missing, with_library_dirs, write_ld_conf
 from tests.conftest import sim_config, sim_inventory
 
 pytestmark = pytest.mark.root
@@ -196,7 +196,7 @@ def test_ld_conf_lists_the_directories_where_the_image_reads_ld_so_conf_d(h100x4
 def test_the_directory_takes_the_libraries_selinux_label(h100x4, tmp_path, monkeypatch) -> None:
     """Without SELinux on this machine, its calls are observed: the directory and its links
     get the label of the libraries' own directory."""
-    import nvct.libdir as libdir
+    import nvct.store.libdir as libdir
 
     labels: dict[str, bytes] = {}
     lib_dir = str(Path(h100x4.driver_root) / "usr/lib/x86_64-linux-gnu")

@@ -1,10 +1,10 @@
-"""nvct.overlay: which container roots count as "these image layers, untouched"."""
+"""nvct.container.overlay: which container roots count as "these image layers, untouched"."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from nvct.overlay import SMALL_LAYER_ENTRIES, fresh_overlay_identity
+from nvct.container.overlay import SMALL_LAYER_ENTRIES, fresh_overlay_identity
 
 
 def layers(tmp_path: Path, n: int = 2) -> list[Path]:

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from nvct.arch import host_arch
-from nvct.errors import RequestError, RequirementError
-from nvct.plan import RootfsLayout, build_plan
-from nvct.request import parse_request
+from nvct.base.errors import RequestError, RequirementError
+from nvct.host.arch import host_arch
+from nvct.plan.build import RootfsLayout, build_plan
+from nvct.request.parse import parse_request
 from tests.conftest import sim_config, sim_inventory
 from tests.nvidia_legacy import BINARIES, UTILITY_COMPUTE_LIBS
 
@@ -205,7 +205,7 @@ def test_config_toggles(h100x4, tmp_path) -> None:
 
 
 def test_inventory_cache_round_trip_and_invalidation(h100x4, tmp_path) -> None:
-    from nvct.host import load_inventory
+    from nvct.host.load import load_inventory
 
     cfg = sim_config(h100x4, tmp_path)
     fresh = load_inventory(cfg)

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from nvct.base.errors import RequestError, RequirementError
 from nvct.config import CAPABILITIES, Config
-from nvct.errors import RequestError, RequirementError
-from nvct.request import parse_request, request_from_spec
-from nvct.request_inputs import is_privileged
+from nvct.request.inputs import is_privileged
+from nvct.request.parse import parse_request, request_from_spec
 
 CONFIG = Config()
 

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nvct.errors import RequirementError
-from nvct.requirements import Facts, evaluate, parse_requirement, version_key
+from nvct.base.errors import RequirementError
+from nvct.request.requirements import Facts, evaluate, parse_requirement, version_key
 
 HOST = Facts(cuda="12.4", driver="550.54.15", arch="9.0", brand="Nvidia", where="GPU 0")
 

@@ -20,10 +20,10 @@ import pytest
 
 from integration.harness.shimd import ShimDaemon
 from integration.harness.skips import need_cc, require
-from nvct.runtime import launcher as launcher_mod
-from nvct.runtime.launcher import build_native, default_command
+from nvct.runtime.launch import build as launcher_mod
+from nvct.runtime.launch.build import build_native, default_command
 
-DAEMON = [sys.executable, "-m", "nvct.runtime.daemon"]
+DAEMON = [sys.executable, "-m", "nvct.runtime.launch.daemon"]
 
 
 @pytest.fixture(scope="module")
@@ -277,7 +277,7 @@ def test_a_create_in_a_worker_imports_nothing(h100x4, tmp_path) -> None:
     code = f"""
 import os, sys
 os.environ["NVCT_CONFIG"] = {str(cfg)!r}
-from nvct.runtime.daemon import preload
+from nvct.runtime.launch.daemon import preload
 preload()
 from nvct.runtime.__main__ import decide
 for bundle in ({str(first)!r}, {str(second)!r}):

@@ -1,4 +1,4 @@
-"""A private nvct shim daemon (``nvct.runtime.daemon``) for a test or the bench.
+"""A private nvct shim daemon (``nvct.runtime.launch.daemon``) for a test or the bench.
 
 Started on its own socket, ready once that socket answers, stopped by its pid (SIGTERM, then
 SIGKILL); the daemon removes its socket as it stops.

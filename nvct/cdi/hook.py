@@ -58,8 +58,8 @@ def parse_args(argv: list[str]) -> HookArgs:
 
 def container_root(state: dict[str, object]) -> str:
     """The container's rootfs: the state's ``root`` (crun), else ``root.path`` of the bundle."""
-    from nvct.errors import SpecError
-    from nvct.oci import load_spec, rootfs_path
+    from nvct.base.errors import SpecError
+    from nvct.base.oci import load_spec, rootfs_path
 
     root = state.get("root")
     bundle = state.get("bundle") or state.get("bundlePath")
@@ -74,9 +74,9 @@ def container_root(state: dict[str, object]) -> str:
 
 def run(args: HookArgs, state: dict[str, object]) -> None:
     """Create the symlinks, then run ldconfig, inside the container's root."""
-    from nvct.hook.ldconfig import run_ldconfig
-    from nvct.hook.links import create_symlink
-    from nvct.hook.rootfs import Rootfs
+    from nvct.container.ldconfig import run_ldconfig
+    from nvct.container.links import create_symlink
+    from nvct.container.rootfs import Rootfs
 
     with Rootfs(container_root(state)) as rootfs:
         for target, link in args.symlinks:
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         sys.stderr.write(f"nvct cdi hook: {err}\n{USAGE}\n")
         return 2
-    from nvct.errors import NvctError
+    from nvct.base.errors import NvctError
 
     try:
         state = json.loads(sys.stdin.buffer.read(1 << 20) or b"{}")

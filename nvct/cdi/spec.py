@@ -19,11 +19,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nvct.arch import Arch
 from nvct.config import CAPABILITIES, Config
-from nvct.inventory import DeviceNode, Inventory
-from nvct.plan import Plan, RootfsLayout, build_plan
-from nvct.request import parse_request
+from nvct.host.arch import Arch
+from nvct.host.inventory import DeviceNode, Inventory
+from nvct.plan.build import Plan, RootfsLayout, build_plan
+from nvct.request.parse import parse_request
 
 CDI_VERSION = "0.5.0"
 KIND = "nvidia.com/gpu"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
+from nvct.base.errors import EngineConfigError
 from nvct.cli.main import CliContext
-from nvct.errors import EngineConfigError
 
 
 @click.group()
@@ -57,10 +57,10 @@ def generate(
     obj: CliContext, output: Path | None, fmt: str | None, device_name_strategy: str
 ) -> None:
     """Generate a CDI spec (kind nvidia.com/gpu) from the host's driver."""
-    from nvct.arch import host_arch
     from nvct.cdi.spec import build_spec
     from nvct.engines.files import FileChange, apply_change, read_config
-    from nvct.host import load_inventory
+    from nvct.host.arch import host_arch
+    from nvct.host.load import load_inventory
 
     inventory = load_inventory(obj.config, use_cache=obj.use_cache)
     spec = build_spec(inventory, obj.config, host_arch(), strategy=device_name_strategy)

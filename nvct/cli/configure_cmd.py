@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from nvct.base.errors import EngineConfigError
 from nvct.cli.main import CliContext
 from nvct.engines import (
     ENGINES,
@@ -22,7 +23,6 @@ from nvct.engines import (
     find_program,
 )
 from nvct.engines import configure as configure_engine
-from nvct.errors import EngineConfigError
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 HOOK_PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import click
 
-from nvct import explain as explaining
-from nvct.arch import host_arch
+from nvct.base.errors import SpecError
+from nvct.base.oci import load_spec
 from nvct.cli.main import CliContext
-from nvct.errors import SpecError
-from nvct.host import load_inventory
-from nvct.oci import load_spec
+from nvct.host.arch import host_arch
+from nvct.host.load import load_inventory
+from nvct.plan import explain as explaining
 
 
 @click.command("explain")

@@ -6,14 +6,14 @@ import json
 
 import click
 
-from nvct.arch import host_arch
 from nvct.cli.main import CliContext
 from nvct.config import CAPABILITIES
-from nvct.host import load_inventory
-from nvct.libdir import shown_as_started
-from nvct.plan import build_plan
-from nvct.render import inventory_to_dict, inventory_to_text, plan_to_dict, plan_to_text
-from nvct.request import parse_request
+from nvct.host.arch import host_arch
+from nvct.host.load import load_inventory
+from nvct.plan.build import build_plan
+from nvct.plan.render import inventory_to_dict, inventory_to_text, plan_to_dict, plan_to_text
+from nvct.request.parse import parse_request
+from nvct.store.libdir import shown_as_started
 
 
 @click.command()

@@ -12,8 +12,8 @@ from typing import Any
 import click
 
 from nvct._version import __version__
+from nvct.base.errors import NvctError
 from nvct.config import Config, load_config
-from nvct.errors import NvctError
 
 # name -> "module:attribute"; imported only when the subcommand runs (fast --help, fast list).
 SUBCOMMANDS: dict[str, str] = {
@@ -66,7 +66,7 @@ class CliContext:
     def event(self, name: str, **fields: Any) -> None:
         """Record a change nvct made to the host in its JSON log (structlog, lazily set up)."""
         if self._logger is None:
-            from nvct.log import configure_structlog
+            from nvct.base.log import configure_structlog
 
             try:
                 config = self.config

@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from nvct.base.defaults import config_path
+from nvct.base.errors import ConfigError
 from nvct.config import Config, load_config
-from nvct.defaults import config_path
 from nvct.doctor.result import CheckResult, failed, passed
-from nvct.errors import ConfigError
 
 NAME = "config"
 

@@ -7,14 +7,14 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nvct.arch import Arch, host_arch
-from nvct.discover.libraries import nvml_library
-from nvct.discover.nvml import NvmlGpu, query_nvml
-from nvct.discover.rootpath import resolve_in_root
+from nvct.base.errors import DiscoveryError
 from nvct.doctor.context import DoctorContext
 from nvct.doctor.result import CheckResult, failed, passed, warned
-from nvct.errors import DiscoveryError
-from nvct.ldcache import read_ldcache
+from nvct.host.arch import Arch, host_arch
+from nvct.host.discover.libraries import nvml_library
+from nvct.host.discover.nvml import NvmlGpu, query_nvml
+from nvct.host.discover.rootpath import resolve_in_root
+from nvct.host.ldcache import read_ldcache
 
 NVML = "nvml"
 LDCACHE = "ldcache"

@@ -1,4 +1,4 @@
-"""Whether the driver's libraries can be bound as one directory (``nvct.libdir``).
+"""Whether the driver's libraries can be bound as one directory (``nvct.store.libdir``).
 
 That needs hard links from the cache dir to the libraries, so both on one filesystem; a
 separate ``/var`` silently costs every GPU start one mount per library instead. The cache dir
@@ -11,11 +11,11 @@ import os
 import stat
 from pathlib import Path
 
+from nvct.base.errors import DiscoveryError
 from nvct.doctor.context import DoctorContext
 from nvct.doctor.result import CheckResult, failed, passed, warned
-from nvct.errors import DiscoveryError
-from nvct.ldcache import read_ldcache
-from nvct.libdir import existing_parent
+from nvct.host.ldcache import read_ldcache
+from nvct.store.libdir import existing_parent
 
 LIBDIR = "library-dir"
 PROBE = "libnvidia-ml.so.1"

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from nvct.base.errors import EngineConfigError
 from nvct.engines.files import Applied, FileChange, apply_change, read_config
-from nvct.errors import EngineConfigError
 
 ENGINES = ("docker", "containerd", "crio", "podman")
 RUNTIME_BINARY = "nvct-runtime"

@@ -28,6 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from nvct.base.errors import EngineConfigError
 from nvct.engines import (
     RUNTIME_BINARY,
     Edit,
@@ -38,7 +39,6 @@ from nvct.engines import (
 )
 from nvct.engines import toml_edit as te
 from nvct.engines.files import FileChange
-from nvct.errors import EngineConfigError
 
 DEFAULT_CONFIG = Path("/etc/containerd/config.toml")
 RUNC_V2 = "io.containerd.runc.v2"

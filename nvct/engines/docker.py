@@ -16,6 +16,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from nvct.base.errors import EngineConfigError
 from nvct.engines import (
     RUNTIME_BINARY,
     Edit,
@@ -25,7 +26,6 @@ from nvct.engines import (
     same_file,
 )
 from nvct.engines.files import FileChange
-from nvct.errors import EngineConfigError
 
 DEFAULT_CONFIG = Path("/etc/docker/daemon.json")
 _INDENT = re.compile(r"^\{\s*\n([ \t]+)\S", re.MULTILINE)

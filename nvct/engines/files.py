@@ -16,7 +16,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from nvct.errors import EngineConfigError
+from nvct.base.errors import EngineConfigError
 
 BACKUP_SUFFIX = ".nvct-backup"
 MAX_CONFIG_BYTES = 4 << 20

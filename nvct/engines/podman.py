@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from nvct.base.errors import EngineConfigError
 from nvct.engines import HOOK_BINARY, Edit, EngineOptions
 from nvct.engines.files import FileChange
-from nvct.errors import EngineConfigError
 
 if sys.version_info >= (3, 11):
     import tomllib

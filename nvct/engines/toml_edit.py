@@ -19,7 +19,7 @@ import tomlkit.exceptions
 from tomlkit.container import Container
 from tomlkit.items import Table
 
-from nvct.errors import EngineConfigError
+from nvct.base.errors import EngineConfigError
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -17,8 +17,8 @@ TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings h
 if TYPE_CHECKING:
     from typing import Any
 
-    from nvct.log import EventLog
-    from nvct.oci import State
+    from nvct.base.log import EventLog
+    from nvct.base.oci import State
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,8 +35,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def prestart() -> int:
     """Carry out the container's work order; exit status 0 on success."""
-    from nvct.errors import NvctError
-    from nvct.log import EventLog
+    from nvct.base.errors import NvctError
+    from nvct.base.log import EventLog
 
     log = EventLog("nvct-hook", "")
     try:
@@ -52,7 +52,7 @@ def prestart() -> int:
 
 
 def _prestart(log: EventLog) -> int:
-    from nvct.oci import load_spec, parse_state, rootfs_path
+    from nvct.base.oci import load_spec, parse_state, rootfs_path
 
     t0 = time.perf_counter()
     state = parse_state(sys.stdin.buffer.read())
@@ -93,9 +93,9 @@ def _prestart(log: EventLog) -> int:
 def _apply(
     state: State, root: str, order: dict[str, Any], missing: list[list[Any]]
 ) -> tuple[Any, int, tuple[float, float]]:
-    from nvct.hook.apply import apply_order, create_device_nodes, enter_mount_namespace
-    from nvct.hook.cgroup import grant_devices
-    from nvct.hook.rootfs import Rootfs
+    from nvct.container.apply import apply_order, create_device_nodes, enter_mount_namespace
+    from nvct.container.cgroup import grant_devices
+    from nvct.container.rootfs import Rootfs
 
     start = time.perf_counter()
     grant_devices(state.pid, missing)  # host namespace: the cgroup fs as the host sees it
@@ -108,18 +108,18 @@ def _apply(
 
 def _plan_here(spec: dict[str, Any], root: str, log: EventLog) -> dict[str, Any] | None:
     """The work order when no shim planned this container (``docker --gpus``)."""
-    from nvct._site import ensure_site_packages
+    from nvct.base._site import ensure_site_packages
 
     ensure_site_packages()
-    from nvct import cache
-    from nvct.arch import host_arch
     from nvct.config import load_config
-    from nvct.hook.rootfs import Rootfs
-    from nvct.hook.workorder import from_plan
-    from nvct.host import load_inventory
-    from nvct.libdir import with_library_dirs
-    from nvct.plan import RootfsLayout, build_plan
-    from nvct.request import request_from_spec
+    from nvct.container.rootfs import Rootfs
+    from nvct.host.arch import host_arch
+    from nvct.host.load import load_inventory
+    from nvct.plan.build import RootfsLayout, build_plan
+    from nvct.plan.workorder import from_plan
+    from nvct.request.parse import request_from_spec
+    from nvct.store import cache
+    from nvct.store.libdir import with_library_dirs
 
     config = load_config()
     log.configure(config.log_file, config.log_level)

@@ -26,7 +26,7 @@ def hook_entry(python: str, hook_path: str, env: list[str]) -> dict[str, Any]:
     import nvct  # the package this shim runs from
 
     home = posixpath.dirname(posixpath.dirname(posixpath.abspath(nvct.__file__)))
-    flags = "-IS"  # no site: the hook's path with a work order is stdlib-only (see nvct._site)
+    flags = "-IS"  # no site: the hook's path with a work order is stdlib-only (see nvct.base._site)
     code = (
         f"import sys; sys.path.insert(0, {home!r}); "
         f"from {HOOK_MARK}.__main__ import main; sys.exit(main())"

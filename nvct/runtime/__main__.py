@@ -30,7 +30,7 @@ def decide(myself: str, raw_args: list[str]) -> tuple[int, str | None, list[str]
     Returns the exit status (when there is nothing to exec), the runtime to exec (None on
     error, already reported) and runc's argv without nvct's own flags. ``myself`` (this
     shim's path) is never chosen as the runtime. The shim daemon calls this too, in a child
-    with the launcher's working directory, environment and stderr (``nvct.runtime.daemon``).
+    with the launcher's working directory, environment and stderr (``nvct.runtime.launch.daemon``).
     """
     from nvct.runtime.args import parse_runc_args, strip_own_flags
     from nvct.runtime.lowlevel import find_low_level, runtimes_from_config
@@ -58,8 +58,8 @@ def decide(myself: str, raw_args: list[str]) -> tuple[int, str | None, list[str]
 
 
 def _create(args: RuncArgs, config_file: str | None) -> tuple[int, tuple[str, ...] | None]:
-    from nvct.errors import NvctError
-    from nvct.log import EventLog
+    from nvct.base.errors import NvctError
+    from nvct.base.log import EventLog
     from nvct.runtime.create import prepare_bundle
 
     log = EventLog("nvct-runtime", "")

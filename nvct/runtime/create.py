@@ -8,18 +8,18 @@ start, so a GPU container costs one Python process (this one):
 - read-only bind ``mounts`` for the driver's libraries, binaries, IPC sockets and firmware
   (the runtime resolves each destination inside the rootfs, as it does for any volume);
 - in the rootfs: the SONAME symlinks, and ``/etc/ld.so.cache``: the image's own cache with
-  the driver's entries added, in the order ldconfig writes them (``nvct.ldcache_format``),
+  the driver's entries added, in the order ldconfig writes them (``nvct.base.ldcache_format``),
   when that is exactly what ldconfig would make; otherwise rebuilt by the host's ldconfig,
   run chrooted in a private mount namespace where the driver libraries are bind-mounted for
-  it alone (``nvct.hook.ldconfig``).
+  it alone (``nvct.container.ldconfig``).
 
-When ldconfig had to run and the rootfs is a fresh overlay (see ``nvct.overlay``), the
+When ldconfig had to run and the rootfs is a fresh overlay (see ``nvct.container.overlay``), the
 ld.so.cache it made for the same work order over the same image layers is reused: later
 containers of that image need no ldconfig run.
 
 The first container of a kind is planned in full (config validation, inventory, request,
 requirements, plan); the resulting work order is cached under a key of every input (see
-``nvct.runtime.fastpath``) and revalidated against the driver's fingerprint, so later
+``nvct.runtime.order_key``) and revalidated against the driver's fingerprint, so later
 identical containers are prepared with the stdlib alone.
 """
 
@@ -29,25 +29,25 @@ import os
 import posixpath
 import time
 
-from nvct import cache
-from nvct.defaults import config_path
-from nvct.digest import sha256
-from nvct.errors import ConfigError
-from nvct.hook.rootfs import Rootfs, fd_path
-from nvct.ldcache_format import MAX_SIZE, image_cache_with
-from nvct.libdir import remake_missing, with_library_dirs, write_ld_conf
-from nvct.log import EventLog
-from nvct.oci import load_spec, rootfs_path, write_spec
-from nvct.overlay import fresh_overlay_identity
+from nvct.base.defaults import config_path
+from nvct.base.digest import sha256
+from nvct.base.errors import ConfigError
+from nvct.base.ldcache_format import MAX_SIZE, image_cache_with
+from nvct.base.log import EventLog
+from nvct.base.oci import load_spec, rootfs_path, write_spec
+from nvct.container.overlay import fresh_overlay_identity
+from nvct.container.rootfs import Rootfs, fd_path
 from nvct.runtime.args import RuncArgs
-from nvct.runtime.fastpath import cache_dir_of, order_key
+from nvct.runtime.order_key import cache_dir_of, order_key
 from nvct.runtime.spec_edits import edit_spec, remove_gpu_hooks
+from nvct.store import cache
+from nvct.store.libdir import remake_missing, with_library_dirs, write_ld_conf
 
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
 if TYPE_CHECKING:
     from typing import Any
 
-    from nvct.hook.ldconfig import Ldconfig
+    from nvct.container.ldconfig import Ldconfig
 
 
 def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tuple[str, ...]:
@@ -130,7 +130,7 @@ def _ld_cache_key(
     rootfs: Rootfs, cache_dir: str | None, key: str, entry: dict[str, Any]
 ) -> str | None:
     """The key of the ld.so.cache that ldconfig makes for this work order over this image:
-    its layers (a fresh overlay only, see ``nvct.overlay``), the work order (config bytes,
+    its layers (a fresh overlay only, see ``nvct.container.overlay``), the work order (config bytes,
     request, nvct), the driver and the ldconfig binary. None when it cannot be reused."""
     if not cache_dir or not key:
         return None
@@ -180,8 +180,8 @@ def stage_rootfs(rootfs: Rootfs, order: dict[str, Any], known: bytes | None) -> 
     else ldconfig is started over the order's libraries and returned for the caller to wait
     on (None when there is nothing to wait on).
     """
-    from nvct.hook.links import create_symlinks
-    from nvct.hook.rootfs import in_container
+    from nvct.container.links import create_symlinks
+    from nvct.container.rootfs import in_container
 
     remake_missing(order)
     create_symlinks(rootfs, order["symlinks"])
@@ -192,7 +192,7 @@ def stage_rootfs(rootfs: Rootfs, order: dict[str, Any], known: bytes | None) -> 
     if known is not None:
         in_container("/etc/ld.so.cache", rootfs.replace_file, "/etc/ld.so.cache", known, 0o644)
         return None
-    from nvct.hook.ldconfig import start_ldconfig
+    from nvct.container.ldconfig import start_ldconfig
 
     libs = [(s, t) for s, t, _ in order["mounts"] if t in dirs or posixpath.dirname(t) in dirs]
     return start_ldconfig(rootfs, order["ldconfig"], dirs, binds=libs)
@@ -219,15 +219,15 @@ def _read(path: str, required: bool) -> bytes:
 
 def plan_entry(spec: dict[str, Any], config_file: str | None, debian: bool) -> dict[str, Any]:
     """The full planning pass (no cache); returns the cache entry for these inputs."""
-    from nvct._site import ensure_site_packages
+    from nvct.base._site import ensure_site_packages
 
     ensure_site_packages()
-    from nvct.arch import host_arch
     from nvct.config import load_config
-    from nvct.hook import workorder
-    from nvct.host import load_inventory
-    from nvct.plan import RootfsLayout, build_plan
-    from nvct.request import request_from_spec
+    from nvct.host.arch import host_arch
+    from nvct.host.load import load_inventory
+    from nvct.plan import workorder
+    from nvct.plan.build import RootfsLayout, build_plan
+    from nvct.request.parse import request_from_spec
 
     config = load_config(config_file)
     roots = [str(config.driver_root), str(config.dev_root), str(config.proc_root)]

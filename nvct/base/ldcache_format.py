@@ -1,0 +1,295 @@
+"""glibc's ``ld.so.cache`` binary format: read its entries, add the driver's, write it back.
+
+Format (glibc ``sysdeps/generic/dl-cache.h``): an optional old libc5 block (magic
+``ld.so-1.7.0``, count, 12-byte entries) followed, aligned to 8, by the new header
+``glibc-ld.so.cache1.1``: nlibs, len_strings, flags, extension offset, then 24-byte entries
+(flags, key, value, osversion, hwcap). String offsets are relative to the new header.
+The loader binary-searches the entries, so they are kept in ldconfig's order: keys
+descending by ``_dl_cache_libcmp`` (digit runs compare as numbers), then flags descending,
+then the most specific hwcap first.
+
+``add_entries`` is what lets a container get its driver libraries into its ld.so.cache
+without running ldconfig over the image (a process, a mount namespace and a chroot, ~25 ms
+per start): the image's own cache plus the driver's entries, in the order ldconfig would
+write them. An image with no cache at all (busybox, static, distroless) gets the driver's
+entries alone when ldconfig would find no other library in it. Otherwise it declines
+(returns None, and ldconfig runs) whenever the result could differ from ldconfig's: an
+unreadable cache, a SONAME the image already lists (which one wins depends on the image's
+ld.so.conf order), glibc-hwcaps entries, or names outside ASCII.
+
+Stdlib ``struct`` only: this runs in the shim's create (and the hook).
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import stat
+import struct
+import sys
+
+TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
+if TYPE_CHECKING:
+    from typing import Any
+
+    from nvct.container.rootfs import Rootfs
+
+OLD_MAGIC = b"ld.so-1.7.0"
+NEW_MAGIC = b"glibc-ld.so.cache1.1"
+MAX_SIZE = 16 << 20  # larger caches (from an image, or nvct's own) are not read
+
+FLAG_ELF = 0x0001
+FLAG_ELF_LIBC6 = 0x0003
+FLAG_TYPE_MASK = 0x00FF
+FLAG_ARCH_MASK = 0xFF00
+HWCAP_EXTENSION = 1 << 62  # the hwcap field indexes glibc-hwcaps subdirectories
+# glibc's cache_file_new_flags_endian_{little,big}: the header flags ldconfig writes.
+_ENDIAN_FLAGS = 2 if sys.byteorder == "little" else 3
+# What a glibc ldconfig scans with no ld.so.conf, on Debian (plus multiarch), Fedora, Arch...
+_TRUSTED_DIRS = ("/lib", "/usr/lib", "/lib64", "/usr/lib64")
+# Subdirectories ldconfig descends into (glibc-hwcaps; tls and x86 platforms before 2.37).
+_HWCAP_SUBDIRS = ("glibc-hwcaps", "tls", "x86_64", "haswell", "xeon_phi", "avx512_1", "i686")
+
+NEW_HEADER = struct.Struct("<20sIIB3xI12x")  # magic+version, nlibs, len_strings, flags, ext
+NEW_ENTRY = struct.Struct("<iIIIQ")  # flags, key, value, osversion, hwcap
+_OLD_HEADER = struct.Struct("<11sxI")
+_OLD_ENTRY_SIZE = 12
+_MAX_STRING = 4096
+
+# (flags, key, value, osversion, hwcap), as in the file.
+Entry = tuple[int, bytes, bytes, int, int]
+
+
+class FormatError(ValueError):
+    """The data is not a glibc 1.1 ld.so.cache, or is truncated."""
+
+
+def read_entries(data: bytes) -> tuple[int, list[Entry]]:
+    """The new-format header's flags byte and the entries, in file order.
+
+    Raises:
+        FormatError: not a glibc 1.1 cache, or truncated.
+    """
+    offset = 0
+    if data.startswith(OLD_MAGIC):
+        if len(data) < _OLD_HEADER.size:
+            raise FormatError("truncated libc5 header")
+        _, old_count = _OLD_HEADER.unpack_from(data, 0)
+        offset = (_OLD_HEADER.size + old_count * _OLD_ENTRY_SIZE + 7) & ~7
+        if offset > len(data):
+            raise FormatError("libc5 block runs past the end of the file")
+    if data[offset : offset + len(NEW_MAGIC)] != NEW_MAGIC:
+        raise FormatError("not a glibc ld.so.cache (format 1.1)")
+    if offset + NEW_HEADER.size > len(data):
+        raise FormatError("truncated header")
+    _, nlibs, _, flags, _ = NEW_HEADER.unpack_from(data, offset)
+    start = offset + NEW_HEADER.size
+    end = start + nlibs * NEW_ENTRY.size
+    if end > len(data):
+        raise FormatError(f"header announces {nlibs} entries but the file is too short")
+    entries = []
+    for e_flags, key, value, osversion, hwcap in NEW_ENTRY.iter_unpack(data[start:end]):
+        entries.append(
+            (e_flags, _cstring(data, offset, key), _cstring(data, offset, value), osversion, hwcap)
+        )
+    return flags, entries
+
+
+def _cstring(data: bytes, base: int, offset: int) -> bytes:
+    at = base + offset
+    if at >= len(data):
+        raise FormatError(f"string offset {offset} outside the file")
+    end = data.find(b"\0", at, at + _MAX_STRING)
+    if end < 0:
+        raise FormatError(f"unterminated string at offset {offset}")
+    return data[at:end]
+
+
+def write_cache(flags: int, entries: list[Entry]) -> bytes:
+    """A new-format-only cache (every glibc loader since 2.3 reads it) of ``entries``, which
+    must already be in ldconfig's order; no extension section."""
+    strings: dict[bytes, int] = {}
+    table = bytearray()
+    base = NEW_HEADER.size + len(entries) * NEW_ENTRY.size
+
+    def offset_of(s: bytes) -> int:
+        at = strings.get(s)
+        if at is None:
+            at = strings[s] = base + len(table)
+            table.extend(s + b"\0")
+        return at
+
+    packed = bytearray()
+    for e_flags, key, value, osversion, hwcap in entries:
+        packed += NEW_ENTRY.pack(e_flags, offset_of(key), offset_of(value), osversion, hwcap)
+    header = NEW_HEADER.pack(NEW_MAGIC, len(entries), len(table), flags, 0)
+    return bytes(header + packed + table)
+
+
+def libcmp(a: bytes, b: bytes) -> int:
+    """glibc's ``_dl_cache_libcmp``: byte order, except that runs of digits compare as
+    numbers (``libfoo.so.10`` sorts after ``libfoo.so.9``)."""
+    i = j = 0
+    while i < len(a):
+        ca = a[i]
+        cb = b[j] if j < len(b) else 0
+        if 0x30 <= ca <= 0x39:
+            if not 0x30 <= cb <= 0x39:
+                return 1
+            i0, j0 = i, j
+            while i < len(a) and 0x30 <= a[i] <= 0x39:
+                i += 1
+            while j < len(b) and 0x30 <= b[j] <= 0x39:
+                j += 1
+            diff = int(a[i0:i]) - int(b[j0:j])
+            if diff:
+                return diff
+        elif 0x30 <= cb <= 0x39:
+            return -1
+        elif ca != cb:
+            return ca - cb
+        else:
+            i += 1
+            j += 1
+    return -(b[j] if j < len(b) else 0)
+
+
+def _before(a: Entry, b: Entry) -> bool:
+    """Whether ldconfig writes ``a`` before ``b`` (its ``compare``; hwcap entries, which
+    ``add_entries`` never mixes in, aside)."""
+    res = libcmp(b[1], a[1])
+    if res:
+        return res < 0
+    if a[0] != b[0]:
+        return a[0] > b[0]
+    return a[4] > b[4]
+
+
+def add_entries(data: bytes, extra: list[tuple[str, str, int]]) -> bytes | None:
+    """``data`` (an image's ld.so.cache) with the ``(soname, path, flags)`` entries added, in
+    ldconfig's order; None when only ldconfig can say what the cache must be."""
+    try:
+        flags, entries = read_entries(data)
+    except FormatError:
+        return None
+    return _with_entries(flags, entries, extra)
+
+
+def _with_entries(
+    flags: int, entries: list[Entry], extra: list[tuple[str, str, int]]
+) -> bytes | None:
+    """The cache of ``entries`` (in ldconfig's order) and ``extra``; None as ``add_entries``."""
+    names = {e[1] for e in entries}
+    for _, key, value, _, hwcap in entries:
+        if hwcap & HWCAP_EXTENSION or not (key.isascii() and value.isascii()):
+            return None
+    for soname, path, e_flags in extra:
+        key = soname.encode()
+        if key in names or not (soname.isascii() and path.isascii()):
+            return None
+        new: Entry = (e_flags, key, path.encode(), 0, 0)
+        lo, hi = 0, len(entries)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if _before(entries[mid], new):
+                lo = mid + 1
+            else:
+                hi = mid
+        entries.insert(lo, new)
+    return write_cache(flags, entries)
+
+
+def image_cache_with(rootfs: Rootfs, order: dict[str, Any]) -> tuple[str, bytes] | None:
+    """The container's ld.so.cache with a work order's ``ld_cache`` entries, and how it was
+    made: ``"merged"`` (the image's ``/etc/ld.so.cache`` plus the entries, ``add_entries``)
+    or ``"fresh"`` (an image with no cache and no library ldconfig would list but the
+    driver's: the entries alone, ``_only_driver_libraries``); None when ldconfig must run."""
+    entries = order.get("ld_cache")
+    if not entries:
+        return None
+    extra = [(s, p, f) for s, p, f in entries]
+    try:
+        data = rootfs.read_file("/etc/ld.so.cache", MAX_SIZE + 1)
+    except FileNotFoundError:
+        if not _only_driver_libraries(rootfs, order):
+            return None
+        fresh = _with_entries(_ENDIAN_FLAGS, [], extra)
+        return None if fresh is None else ("fresh", fresh)
+    except OSError:
+        return None  # not a regular file, unreadable: ldconfig decides
+    if len(data) > MAX_SIZE:
+        return None
+    merged = add_entries(data, extra)
+    return None if merged is None else ("merged", merged)
+
+
+def _only_driver_libraries(rootfs: Rootfs, order: dict[str, Any]) -> bool:
+    """Whether ldconfig, run over this rootfs, would list no library but the driver's: no
+    ``/etc/ld.so.conf`` to name more directories, and in every directory it may scan (its
+    trusted ones on any distribution, multiarch ones, the work order's) nothing that it could
+    take for a library or descend into. Busybox, static and distroless images qualify.
+
+    Conservative by construction: any name containing ``.so`` that the work order does not
+    put there, any symlink or unknown subdirectory, and two scanned paths that are one
+    directory (which path ldconfig would list then depends on its order) all decline.
+    """
+    if rootfs.exists("/etc/ld.so.conf"):
+        return False
+    dirs = list(order["ldconfig_dirs"])
+    ours = {
+        posixpath.split(path)
+        for path in (
+            *(e[1] for e in order["ld_cache"]),
+            *(link[0] for link in order["symlinks"]),
+            *(m[1] for m in order["mounts"]),
+        )
+    }
+    # What a library directory holds (the hook runs once it is mounted): its files and links.
+    for _host, target, files, links in order.get("libdirs", ()):
+        ours.update((target, name) for _, name in files)
+        ours.update((target, name) for name, _ in links)
+    # Directories the driver's files are put in (vdpau/, firmware/nvidia/...): ldconfig does
+    # not descend there.
+    our_dirs: set[str] = set()
+    for holder, _ in ours:
+        parent = holder
+        while parent not in our_dirs and parent != "/":
+            our_dirs.add(parent)
+            parent = posixpath.dirname(parent)
+    usr_less = [d[4:] for d in dirs if d.startswith("/usr/")]
+    pending = list(dict.fromkeys((*_TRUSTED_DIRS, *dirs, *usr_less)))
+    scanned = set(pending)
+    seen: set[tuple[int, int]] = set()
+    while pending:
+        directory = pending.pop()
+        try:
+            fd = rootfs.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        except FileNotFoundError:
+            continue  # ldconfig skips it too
+        except OSError:
+            return False
+        try:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) in seen:
+                return False
+            seen.add((st.st_dev, st.st_ino))
+            for name in os.listdir(fd):
+                if ".so" in name:
+                    if (directory, name) in ours:
+                        continue
+                    return False
+                mode = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode
+                if stat.S_ISREG(mode):
+                    continue  # not a library name: ldconfig skips regular files by name
+                sub = posixpath.join(directory, name)
+                if stat.S_ISDIR(mode) and sub in our_dirs and name not in _HWCAP_SUBDIRS:
+                    continue
+                if stat.S_ISDIR(mode) and (sub in scanned or "-linux-gnu" in name):
+                    if sub not in scanned:  # a multiarch directory: scanned like the rest
+                        scanned.add(sub)
+                        pending.append(sub)
+                    continue
+                return False
+        finally:
+            os.close(fd)
+    return True

@@ -1,0 +1,184 @@
+"""Run the host's ldconfig over a container's root, sealed off from the host.
+
+ldconfig runs as root with every capability, chrooted in a rootfs whose ``/etc`` (and
+anything ldconfig opens or writes) the image's author controls. A chroot confines absolute
+and ``..`` symlinks, but not procfs's magic links: with the container's procfs mounted at
+``<rootfs>/proc``, an image whose ``/etc`` is a symlink to ``/proc/1/root/etc`` has ldconfig
+write the *host's* ``/etc/ld.so.cache`` through the root of the runtime's init process (the
+CVE-2025-23267 class). So the child that becomes ldconfig first moves to a private copy of
+its mount namespace and detaches every procfs mounted at or under the rootfs there: nothing
+inside the chroot then leads out. The same private namespace lets a caller show ldconfig
+files that are not mounted in the container yet (``binds``), without the container ever
+seeing those mounts.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import resource
+import stat
+
+from nvct.base import linux
+from nvct.base.errors import ApplyError
+from nvct.container.rootfs import Rootfs, fd_path, make_mount_point_at
+
+TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+
+def run_ldconfig(
+    rootfs: Rootfs,
+    ldconfig: str,
+    dirs: Sequence[str],
+    binds: Sequence[tuple[str, str]] = (),
+) -> None:
+    """Refresh the rootfs's ``/etc/ld.so.cache`` with the host's ldconfig, run chrooted.
+
+    Raises:
+        ApplyError: ldconfig cannot be opened, the sandbox cannot be set up, or ldconfig fails.
+    """
+    start_ldconfig(rootfs, ldconfig, dirs, binds).wait()
+
+
+class Ldconfig:
+    """An ldconfig child under way; ``wait()`` for its verdict."""
+
+    def __init__(self, pid: int, output: int) -> None:
+        self.pid = pid
+        self.output = output
+
+    def wait(self) -> None:
+        """Wait for ldconfig to finish.
+
+        Raises:
+            ApplyError: the sandbox could not be set up, or ldconfig failed.
+        """
+        output = b""
+        while chunk := os.read(self.output, 65536):
+            output += chunk[: 4096 - len(output)] if len(output) < 4096 else b""
+        os.close(self.output)
+        _, status = os.waitpid(self.pid, 0)
+        code = os.waitstatus_to_exitcode(status)
+        if code != 0:
+            text = output.decode(errors="replace").strip().replace("\n", "; ")[:300]
+            raise ApplyError(f"ldconfig in the container failed (exit {code}): {text}")
+
+
+def start_ldconfig(
+    rootfs: Rootfs,
+    ldconfig: str,
+    dirs: Sequence[str],
+    binds: Sequence[tuple[str, str]] = (),
+) -> Ldconfig:
+    """Start the host's ldconfig chrooted in the rootfs, to refresh its ``/etc/ld.so.cache``.
+
+    ``binds`` are ``(host file, container path)`` pairs bind-mounted for ldconfig only, in its
+    private mount namespace (the shim runs ldconfig before the runtime mounts the driver).
+    The binary is opened on the host side and executed by descriptor: nothing from the image
+    is ever executed, and a static ldconfig needs nothing from the image to run.
+
+    Raises:
+        ApplyError: the host's ldconfig cannot be opened.
+    """
+    try:
+        exe = os.open(ldconfig, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as err:
+        raise ApplyError(
+            f"cannot open ldconfig {ldconfig}: {err.strerror}",
+            hint="set ldconfig in nvct's config.toml to the host's ldconfig",
+        ) from err
+    argv = ["ldconfig", "-X", "-f", "/etc/ld.so.conf", "-C", "/etc/ld.so.cache", *dirs]
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: seal off, confine, then exec by descriptor
+        try:
+            os.close(read_end)
+            os.dup2(write_end, 1)
+            os.dup2(write_end, 2)
+            os.fchdir(_sandbox(rootfs, binds))
+            os.chroot(".")
+            os.chdir("/")
+            resource.setrlimit(resource.RLIMIT_CPU, (10, 10))
+            resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 20, 64 << 20))
+            os.execve(exe, argv, {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+        except BaseException as err:  # report anything, then leave the child
+            os.write(2, f"{err}\n".encode())
+        os._exit(127)
+    os.close(write_end)
+    os.close(exe)
+    return Ldconfig(pid, read_end)
+
+
+def _sandbox(rootfs: Rootfs, binds: Sequence[tuple[str, str]]) -> int:
+    """In the child: a private mount namespace with no procfs under the rootfs, plus binds;
+    returns a descriptor of the rootfs in that namespace.
+
+    A descriptor opened before unshare(2) still walks the old namespace's mounts (procfs
+    included), so the rootfs is opened again by path and checked to be the same directory.
+    """
+    root = os.readlink(fd_path(rootfs.fd))
+    linux.unshare(linux.CLONE_NEWNS)
+    linux.mount(None, "/", None, linux.MS_REC | linux.MS_PRIVATE)
+    for point in sorted(procfs_mounts_under(root), key=len, reverse=True):
+        linux.umount2(point, linux.MNT_DETACH | linux.UMOUNT_NOFOLLOW)
+    private = Rootfs(root)
+    old, new = os.fstat(rootfs.fd), os.fstat(private.fd)
+    if (old.st_dev, old.st_ino) != (new.st_dev, new.st_ino):
+        raise ApplyError(f"{root} changed while ldconfig was being set up")
+    by_dir: dict[str, list[tuple[str, str]]] = {}
+    for source, target in binds:
+        by_dir.setdefault(posixpath.dirname(target), []).append((source, target))
+    for directory, files in by_dir.items():
+        parent = private.makedirs(directory)
+        try:
+            for source, target in files:
+                fd = _mount_point(private, parent, target, stat.S_ISDIR(os.stat(source).st_mode))
+                try:
+                    linux.mount(source, fd_path(fd), None, linux.MS_BIND)
+                finally:
+                    os.close(fd)
+        finally:
+            os.close(parent)
+    return private.fd
+
+
+def _mount_point(rootfs: Rootfs, parent: int, target: str, is_dir: bool) -> int:
+    """An O_PATH descriptor of ``target`` in its (resolved) ``parent``, created empty if
+    missing, as the runtime will create it; an image's symlink there is resolved in-root."""
+    make_mount_point_at(parent, target, is_dir=is_dir)
+    fd = os.open(
+        posixpath.basename(target), os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent
+    )
+    if stat.S_ISLNK(os.fstat(fd).st_mode):
+        os.close(fd)
+        return rootfs.open(target)
+    return fd
+
+
+def procfs_mounts_under(root: str) -> list[str]:
+    """Mount points of procfs instances at or below ``root``, from this process's mountinfo."""
+    with open("/proc/self/mountinfo", "rb") as f:
+        lines = f.read().decode(errors="surrogateescape").splitlines()
+    prefix = root.rstrip("/") + "/"
+    points = []
+    for line in lines:
+        fields = line.split(" ")
+        try:
+            fstype = fields[fields.index("-", 6) + 1]
+        except (ValueError, IndexError):
+            continue
+        point = _unescape(fields[4])
+        if fstype == "proc" and (point == root or point.startswith(prefix)):
+            points.append(point)
+    return points
+
+
+def _unescape(field: str) -> str:
+    """mountinfo writes space, tab, newline and backslash in paths as octal escapes."""
+    if "\\" not in field:
+        return field
+    for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
+        field = field.replace(code, char)
+    return field

@@ -1,0 +1,78 @@
+"""Driver binaries, IPC endpoints, GSP firmware and graphics configs under the driver root."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+from nvct.host.components import (
+    BINARIES,
+    BINARY_DIRS,
+    GRAPHICS_CONFIGS,
+    IPC_FABRICMANAGER,
+    IPC_MPS_DIR,
+    IPC_PERSISTENCED,
+)
+from nvct.host.discover.rootpath import resolve_in_root
+from nvct.host.inventory import DriverFile
+
+
+def discover_binaries(driver_root: Path) -> tuple[DriverFile, ...]:
+    """Each driver binary, first found in the usual bin dirs, if it is an executable file."""
+    out = []
+    for cap, names in BINARIES.items():
+        for name in names:
+            for directory in BINARY_DIRS:
+                found = resolve_in_root(driver_root, f"/{directory}/{name}")
+                if found is not None and _is_executable(found):
+                    out.append(
+                        DriverFile(host_path=str(found), kind="bin", capability=cap, name=name)
+                    )
+                    break
+    return tuple(out)
+
+
+def discover_ipcs(driver_root: Path) -> tuple[DriverFile, ...]:
+    """Sockets of nvidia-persistenced / fabricmanager and the MPS pipe directory."""
+    out = []
+    for path, cap, name, want in (
+        (IPC_PERSISTENCED, "utility", "persistenced", stat.S_ISSOCK),
+        (IPC_FABRICMANAGER, "utility", "fabricmanager", stat.S_ISSOCK),
+        (IPC_MPS_DIR, "compute", "mps", stat.S_ISDIR),
+    ):
+        found = resolve_in_root(driver_root, path)
+        if found is not None and want(found.stat().st_mode):
+            out.append(DriverFile(host_path=str(found), kind="ipc", capability=cap, name=name))
+    return tuple(out)
+
+
+def discover_firmware(driver_root: Path, version: str) -> tuple[DriverFile, ...]:
+    """GSP firmware images of this driver version."""
+    directory = resolve_in_root(driver_root, f"/lib/firmware/nvidia/{version}")
+    if directory is None or not directory.is_dir():
+        return ()
+    return tuple(
+        DriverFile(host_path=str(p), kind="firmware", capability="utility", name="gsp")
+        for p in sorted(directory.glob("gsp*.bin"))
+        if p.is_file()
+    )
+
+
+def discover_graphics_configs(driver_root: Path) -> tuple[DriverFile, ...]:
+    """ICD and platform JSON files that graphics loaders look up."""
+    out = []
+    for rel in GRAPHICS_CONFIGS:
+        found = resolve_in_root(driver_root, "/" + rel)
+        if found is not None and found.is_file():
+            out.append(
+                DriverFile(host_path=str(found), kind="config", capability="graphics", name=rel)
+            )
+    return tuple(out)
+
+
+def _is_executable(path: Path) -> bool:
+    try:
+        st = path.stat()
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and bool(st.st_mode & 0o111)

@@ -1,0 +1,124 @@
+"""The host's NVIDIA driver as facts: a plain, serialisable value.
+
+``Inventory`` is what discovery (``nvct.host.discover``) produces and what the plan builder
+consumes. It is cached on disk as JSON (``nvct.store.cache``), so it round-trips through
+``to_dict`` / ``from_dict`` exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeviceNode:
+    """A character device: where it is on the host and where it goes in a container."""
+
+    path: str  # path inside the container, e.g. /dev/nvidia0
+    host_path: str  # path on the host (under the dev root)
+    major: int
+    minor: int
+    mode: int = 0o666
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MigDevice:
+    """A MIG device: a GPU instance + compute instance of a parent GPU."""
+
+    index: int  # position among the parent's MIG devices (the "<gpu>:<mig>" form)
+    uuid: str
+    gpu_instance: int
+    compute_instance: int
+    profile: str
+    memory_mib: int
+    caps: tuple[DeviceNode, ...] = ()  # /dev/nvidia-caps/nvidia-cap<N> for the GI and CI
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Gpu:
+    """A physical GPU as NVML reports it."""
+
+    index: int
+    minor: int
+    uuid: str
+    pci_bus_id: str  # NVML form, 00000000:3B:00.0
+    name: str
+    brand: str
+    architecture: str
+    compute_capability: str  # "9.0"
+    memory_mib: int
+    persistence_mode: bool = False
+    mig_enabled: bool = False
+    migs: tuple[MigDevice, ...] = ()
+    node: DeviceNode | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DriverFile:
+    """A file of the driver (library, binary, IPC socket, firmware, config) on the host."""
+
+    host_path: str
+    kind: str  # lib | lib32 | bin | ipc | firmware | config
+    capability: str  # the capability that asks for it ("utility", ...)
+    name: str  # library prefix or binary name (for reasons and filters)
+    soname: str = ""  # libraries only
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Inventory:
+    """Everything nvct knows about the host's driver, GPUs and device nodes."""
+
+    driver_version: str
+    cuda_version: str  # "12.4"
+    driver_root: str
+    gpus: tuple[Gpu, ...]
+    control_nodes: tuple[DeviceNode, ...]  # nvidiactl, nvidia-uvm, nvidia-uvm-tools, modeset
+    files: tuple[DriverFile, ...]
+    warnings: tuple[str, ...] = field(default=())
+
+    def control_node(self, name: str) -> DeviceNode | None:
+        """The control node whose container path is /dev/<name>, if the host has it."""
+        for node in self.control_nodes:
+            if node.path == f"/dev/{name}":
+                return node
+        return None
+
+    def files_of(self, kind: str) -> tuple[DriverFile, ...]:
+        """Driver files of one kind, in discovery order."""
+        return tuple(f for f in self.files if f.kind == kind)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Inventory:
+        """The inverse of to_dict."""
+
+        def node(d: dict[str, Any] | None) -> DeviceNode | None:
+            return None if d is None else DeviceNode(**d)
+
+        gpus = tuple(
+            Gpu(
+                **{k: v for k, v in g.items() if k not in ("migs", "node")},
+                migs=tuple(
+                    MigDevice(
+                        **{k: v for k, v in m.items() if k != "caps"},
+                        caps=tuple(DeviceNode(**c) for c in m["caps"]),
+                    )
+                    for m in g["migs"]
+                ),
+                node=node(g["node"]),
+            )
+            for g in data["gpus"]
+        )
+        return cls(
+            driver_version=data["driver_version"],
+            cuda_version=data["cuda_version"],
+            driver_root=data["driver_root"],
+            gpus=gpus,
+            control_nodes=tuple(DeviceNode(**c) for c in data["control_nodes"]),
+            files=tuple(DriverFile(**f) for f in data["files"]),
+            warnings=tuple(data.get("warnings", ())),
+        )

@@ -1,0 +1,464 @@
+"""The injection plan: (what a container asks for) x (what the host has).
+
+``build_plan`` is pure. Every item carries the reason it is there, so ``nvct-cli list`` and
+``nvct-cli explain`` print exactly what the hook and the shim will do.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass, field, replace
+
+from nvct.base.errors import RequestError, RequirementError
+from nvct.base.ldcache_format import FLAG_ELF_LIBC6
+from nvct.config import Config
+from nvct.host.arch import Arch
+from nvct.host.components import MPS_BINARIES, expand_capabilities
+from nvct.host.inventory import DeviceNode, DriverFile, Gpu, Inventory, MigDevice
+from nvct.request.parse import Request
+from nvct.request.requirements import Facts, evaluate
+
+# Where a container sees the driver's libraries when they are bound as one directory: a
+# subdirectory of the directory they would otherwise be mounted in one by one.
+LIBRARY_SUBDIR = "nvidia-driver"
+RO_OPTIONS = ("bind", "ro", "nosuid", "nodev", "private")
+IPC_OPTIONS = ("bind", "rw", "nosuid", "nodev", "noexec", "private")
+
+
+@dataclass(frozen=True, slots=True)
+class Selected:
+    """A GPU (or MIG device of it) the request selected, with the token that named it."""
+
+    gpu: Gpu
+    mig: MigDevice | None
+    token: str
+
+    @property
+    def label(self) -> str:
+        """GPU 1 / MIG 0:1, for reasons and logs."""
+        if self.mig is None:
+            return f"GPU {self.gpu.index}"
+        return f"MIG {self.gpu.index}:{self.mig.index}"
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedDevice:
+    """A device node to create in the container and allow in its device cgroup."""
+
+    node: DeviceNode
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Mount:
+    """A bind mount from the host into the container."""
+
+    source: str
+    target: str
+    kind: str
+    options: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Symlink:
+    """A symlink to create in the container (``path`` -> ``target``, relative target)."""
+
+    path: str
+    target: str
+    reason: str
+
+
+Pairs = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LibraryDir:
+    """The driver's libraries of one container directory (``base``), bound as one directory.
+
+    ``host_dir`` holds hard links of ``files`` (host path, name) and the ``links`` (name,
+    target) among them (``nvct.store.libdir`` prepares it); the container sees it at
+    ``target`` (``base``/nvidia-driver), listed in its ld.so.cache and ld.so.conf.d.
+    """
+
+    base: str
+    target: str
+    host_dir: str
+    kind: str  # lib or lib32, as the libraries' own mounts
+    files: Pairs
+    links: Pairs
+
+
+@dataclass(frozen=True, slots=True)
+class RequirementResult:
+    """One requirement checked against one GPU (or the host when no GPU was selected)."""
+
+    source: str
+    expression: str
+    where: str
+    satisfied: bool
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class RootfsLayout:
+    """What the plan needs to know about the container image's filesystem."""
+
+    debian: bool = True  # /etc/debian_version exists: use the multiarch lib dir
+
+    def lib_dir(self, arch: Arch) -> str:
+        """Where 64-bit driver libraries go."""
+        return f"/usr/lib/{arch.multiarch64}" if self.debian else "/usr/lib64"
+
+    def lib32_dir(self, arch: Arch) -> str:
+        """Where 32-bit driver libraries go."""
+        if self.debian and arch.multiarch32:
+            return f"/usr/lib/{arch.multiarch32}"
+        return "/usr/lib"
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Everything nvct will do to one container."""
+
+    request: Request
+    driver_version: str
+    selected: tuple[Selected, ...] = ()
+    devices: tuple[PlannedDevice, ...] = ()
+    mounts: tuple[Mount, ...] = ()
+    symlinks: tuple[Symlink, ...] = ()
+    ldconfig_dirs: tuple[str, ...] = ()
+    # (SONAME, container path, ld.so.cache flags) of each library in ``ldconfig_dirs``: the
+    # entries ldconfig adds for them (``nvct.base.ldcache_format.add_entries``).
+    ld_cache_entries: tuple[tuple[str, str, int], ...] = ()
+    requirements: tuple[RequirementResult, ...] = ()
+    env: tuple[tuple[str, str], ...] = field(default=())
+    library_dirs: tuple[LibraryDir, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        """True when there is nothing to do."""
+        return not (self.devices or self.mounts or self.symlinks)
+
+
+def select_devices(request: Request, inventory: Inventory) -> tuple[Selected, ...]:
+    """Resolve the request's device tokens against the host's GPUs.
+
+    Raises:
+        RequestError: a token names no device; the message lists the devices that exist.
+    """
+    if request.visible in ("void", "none"):
+        return ()
+    if request.visible == "all":
+        out: list[Selected] = []
+        for gpu in inventory.gpus:
+            if gpu.mig_enabled and gpu.migs:
+                out.extend(Selected(gpu, mig, "all") for mig in gpu.migs)
+            else:
+                out.append(Selected(gpu, None, "all"))
+        return tuple(out)
+    selected: dict[tuple[str, str], Selected] = {}
+    for token in request.devices:
+        found = _lookup(token, inventory)
+        if found is None:
+            raise RequestError(
+                f"unknown device {_shown(token)} in {request.source}",
+                hint=f"this host has {_available(inventory)}",
+            )
+        key = (found.gpu.uuid, found.mig.uuid if found.mig else "")
+        selected.setdefault(key, found)
+    return tuple(selected.values())
+
+
+def _lookup(token: str, inventory: Inventory) -> Selected | None:
+    low = token.lower()
+    for gpu in inventory.gpus:
+        if low == gpu.uuid.lower() or (token.isdigit() and int(token) == gpu.index):
+            return Selected(gpu, None, token)
+        if _pci_matches(low, gpu.pci_bus_id):
+            return Selected(gpu, None, token)
+        for mig in gpu.migs:
+            if low == mig.uuid.lower() or token == f"{gpu.index}:{mig.index}":
+                return Selected(gpu, mig, token)
+    return None
+
+
+def _pci_matches(token: str, bus_id: str) -> bool:
+    """PCI ids compare with the domain widened to NVML's 8 hex digits."""
+    if ":" not in token or "." not in token:
+        return False
+    parts = token.split(":")
+    if len(parts) == 2:  # bus:device.function without a domain
+        parts = ["0", *parts]
+    if len(parts) != 3:
+        return False
+    try:
+        normalized = f"{int(parts[0], 16):08x}:{parts[1].zfill(2)}:{parts[2].zfill(4)}"
+    except ValueError:
+        return False
+    return normalized == bus_id.lower()
+
+
+def _shown(token: str) -> str:
+    return repr(token if len(token) <= 48 else token[:48] + "...")
+
+
+def _available(inventory: Inventory) -> str:
+    if not inventory.gpus:
+        return "no GPUs"
+    items = []
+    for gpu in inventory.gpus[:16]:
+        items.append(f"{gpu.index} ({gpu.uuid})")
+        items.extend(f"{gpu.index}:{m.index} ({m.uuid})" for m in gpu.migs)
+    more = f" and {len(inventory.gpus) - 16} more" if len(inventory.gpus) > 16 else ""
+    return ", ".join(items) + more
+
+
+def check_requirements(
+    request: Request, inventory: Inventory, selected: tuple[Selected, ...]
+) -> tuple[RequirementResult, ...]:
+    """Evaluate each requirement per selected GPU (per MIG parent), else once for the host."""
+    gpus = list({s.gpu.uuid: s.gpu for s in selected}.values())
+    facts = [
+        Facts(
+            cuda=inventory.cuda_version,
+            driver=inventory.driver_version,
+            arch=g.compute_capability,
+            brand=g.brand,
+            where=f"GPU {g.index}",
+        )
+        for g in gpus
+    ] or [Facts(cuda=inventory.cuda_version, driver=inventory.driver_version)]
+    results = []
+    for req in request.requirements:
+        for fact in facts:
+            ok, detail = evaluate(req, fact)
+            results.append(RequirementResult(req.source, req.expression, fact.where, ok, detail))
+    return tuple(results)
+
+
+def build_plan(
+    request: Request,
+    inventory: Inventory,
+    config: Config,
+    arch: Arch,
+    layout: RootfsLayout | None = None,
+    *,
+    enforce_requirements: bool = True,
+) -> Plan:
+    """The plan for one container.
+
+    Raises:
+        RequestError: unknown device, or a device node the host lacks.
+        RequirementError: an NVIDIA_REQUIRE_* constraint fails (when enforced).
+    """
+    if not request.wants_gpu:
+        return Plan(request=request, driver_version=inventory.driver_version)
+    layout = layout or RootfsLayout()
+    selected = select_devices(request, inventory)
+    results = check_requirements(request, inventory, selected)
+    failed = [r for r in results if not r.satisfied]
+    if failed and enforce_requirements:
+        first = failed[0]
+        raise RequirementError(
+            f"unsatisfied condition {first.source}={first.expression!r} on {first.where}: "
+            f"{first.detail}",
+            hint="update the host driver, or use an image built for an older CUDA "
+            "(or set NVIDIA_DISABLE_REQUIRE=true)",
+        )
+    caps = request.capabilities
+    devices = _devices(caps, inventory, selected)
+    mounts, symlinks, ldconfig_dirs, entries = _driver_files(caps, inventory, config, arch, layout)
+    return Plan(
+        request=request,
+        driver_version=inventory.driver_version,
+        selected=selected,
+        devices=devices,
+        mounts=mounts,
+        symlinks=symlinks,
+        ldconfig_dirs=ldconfig_dirs,
+        ld_cache_entries=entries,
+        requirements=results,
+    )
+
+
+def _devices(
+    caps: frozenset[str], inventory: Inventory, selected: tuple[Selected, ...]
+) -> tuple[PlannedDevice, ...]:
+    out: dict[str, PlannedDevice] = {}
+
+    def add(node: DeviceNode | None, reason: str, name: str) -> None:
+        if node is None:
+            raise RequestError(
+                f"device node {name} is missing under the dev root",
+                hint="load the NVIDIA kernel modules (nvidia-modprobe) or fix dev-root",
+            )
+        out.setdefault(node.path, PlannedDevice(node, reason))
+
+    add(inventory.control_node("nvidiactl"), "driver control device", "/dev/nvidiactl")
+    if caps & {"compute", "video"}:
+        for name in ("nvidia-uvm", "nvidia-uvm-tools"):
+            node = inventory.control_node(name)
+            if node is not None:  # optional, as in libnvidia-container
+                out.setdefault(
+                    node.path, PlannedDevice(node, "capability compute (unified memory)")
+                )
+    if "display" in caps:
+        add(inventory.control_node("nvidia-modeset"), "capability display", "/dev/nvidia-modeset")
+    for sel in selected:
+        add(sel.gpu.node, f"{sel.label} ({sel.token})", f"/dev/nvidia{sel.gpu.minor}")
+        if sel.mig is not None:
+            for cap in sel.mig.caps:
+                add(cap, f"{sel.label} access ({sel.mig.uuid})", cap.path)
+    return tuple(out.values())
+
+
+def _driver_files(
+    caps: frozenset[str], inventory: Inventory, config: Config, arch: Arch, layout: RootfsLayout
+) -> tuple[
+    tuple[Mount, ...], tuple[Symlink, ...], tuple[str, ...], tuple[tuple[str, str, int], ...]
+]:
+    lib_caps = expand_capabilities(caps)
+    lib_dir, lib32_dir = layout.lib_dir(arch), layout.lib32_dir(arch)
+    version = inventory.driver_version
+    mounts: list[Mount] = []
+    links: dict[str, Symlink] = {}
+    dirs: list[str] = []
+    entries: dict[tuple[str, int], str] = {}
+
+    for f in inventory.files:
+        target: str | None = None
+        options: tuple[str, ...] = RO_OPTIONS
+        reason = f"capability {f.capability}"
+        if f.kind in ("lib", "lib32"):
+            if f.capability not in lib_caps or (f.kind == "lib32" and "compat32" not in caps):
+                continue
+            base = lib_dir if f.kind == "lib" else lib32_dir
+            target = _library(f, base, arch, links, entries)
+            if base not in dirs:
+                dirs.append(base)
+        elif f.kind == "bin":
+            if f.capability not in caps or (f.name in MPS_BINARIES and not config.inject_mps):
+                continue
+            target = f"/usr/bin/{f.name}"
+        elif f.kind == "ipc":
+            enabled = {
+                "persistenced": config.inject_persistenced,
+                "fabricmanager": config.inject_fabricmanager,
+                "mps": config.inject_mps,
+            }[f.name]
+            if f.capability not in caps or not enabled:
+                continue
+            target = _container_path(inventory, f)
+            options = IPC_OPTIONS
+            reason = f"capability {f.capability} ({f.name} IPC)"
+        elif f.kind == "firmware":
+            if not config.inject_gsp_firmware:
+                continue
+            target = _container_path(inventory, f)
+            reason = f"GSP firmware of driver {version}"
+        elif f.kind == "config":
+            if "graphics" not in caps and "display" not in caps:
+                continue
+            target = _container_path(inventory, f)
+            reason = "capability graphics (loader config)"
+        if target is not None:
+            mounts.append(Mount(f.host_path, target, f.kind, options, reason))
+
+    mounted = {posixpath.basename(m.target) for m in mounts}
+    extra = (
+        ("compute", lib_dir, "libcuda.so", "libcuda.so.1"),
+        ("video", lib_dir, "libnvidia-opticalflow.so", "libnvidia-opticalflow.so.1"),
+        ("graphics", lib_dir, "libGLX_indirect.so.0", f"libGLX_nvidia.so.{version}"),
+    )
+    for cap, base, name, target in extra:
+        if cap in lib_caps and (target in mounted or f"{base}/{target}" in links):
+            links.setdefault(
+                f"{base}/{name}", Symlink(f"{base}/{name}", target, f"capability {cap}")
+            )
+            # ldconfig lists a link to a SONAME (libcuda.so -> libcuda.so.1) under its own
+            # name; a link to the file itself (libGLX_indirect.so.0) adds nothing.
+            linked = [flags for (_, flags), path in entries.items() if path == f"{base}/{target}"]
+            for flags in linked:
+                entries.setdefault((name, flags), f"{base}/{name}")
+    cache = tuple((soname, path, flags) for (soname, flags), path in entries.items())
+    return tuple(mounts), tuple(links.values()), tuple(dirs), cache
+
+
+def _library(
+    f: DriverFile,
+    base: str,
+    arch: Arch,
+    links: dict[str, Symlink],
+    entries: dict[tuple[str, int], str],
+) -> str:
+    """Where library ``f`` goes under ``base``; records its SONAME link and its ld.so.cache
+    entry (ldconfig's key is the SONAME, or the file name when there is none)."""
+    name = posixpath.basename(f.host_path)
+    sub = "vdpau/" if posixpath.basename(posixpath.dirname(f.host_path)) == "vdpau" else ""
+    soname = f.soname or name
+    flags = arch.ldcache_flags64 if f.kind == "lib" else (arch.ldcache_flags32 or 0)
+    if not sub:  # ldconfig reads no subdirectory of its directories
+        entries.setdefault((soname, flags | FLAG_ELF_LIBC6), f"{base}/{soname}")
+    if soname != name:
+        link = f"{base}/{sub}{soname}"
+        links.setdefault(link, Symlink(link, name, f"SONAME of {f.name}"))
+    return f"{base}/{sub}{name}"
+
+
+def _container_path(inventory: Inventory, f: DriverFile) -> str:
+    root = inventory.driver_root.rstrip("/")
+    path = f.host_path
+    return path[len(root) :] if root and path.startswith(root + "/") else path
+
+
+def library_groups(plan: Plan) -> list[tuple[str, str, Pairs, Pairs]]:
+    """``(base, kind, files, links)`` of each directory the plan mounts libraries in one by
+    one: those that can be bound there as one directory instead (``group_libraries``),
+    ``files`` as (host path, name), ``links`` as (name, target). Subdirectories (vdpau/)
+    stay file mounts: their users look for them at that path, not through ld.so.cache."""
+    groups: dict[str, tuple[str, list[tuple[str, str]], list[tuple[str, str]]]] = {}
+    for m in plan.mounts:
+        if m.kind in ("lib", "lib32") and posixpath.dirname(m.target) in plan.ldconfig_dirs:
+            _, files, _ = groups.setdefault(posixpath.dirname(m.target), (m.kind, [], []))
+            files.append((m.source, posixpath.basename(m.target)))
+    for link in plan.symlinks:
+        group = groups.get(posixpath.dirname(link.path))
+        if group is not None:
+            group[2].append((posixpath.basename(link.path), link.target))
+    return [(base, kind, tuple(f), tuple(k)) for base, (kind, f, k) in groups.items()]
+
+
+def group_libraries(plan: Plan, host_dirs: dict[str, str]) -> Plan:
+    """``plan`` with the libraries of each ``base`` in ``host_dirs`` bound as one directory:
+    ``host_dirs[base]`` (prepared from ``library_groups``) at ``base``/nvidia-driver, in place
+    of one mount per library and one symlink per SONAME in the container's layer. The
+    ld.so.cache entries and ldconfig's directories follow them there."""
+    if not host_dirs:
+        return plan
+    dirs: list[LibraryDir] = []
+    for base, kind, files, links in library_groups(plan):
+        if base in host_dirs:
+            target = f"{base}/{LIBRARY_SUBDIR}"
+            dirs.append(LibraryDir(base, target, host_dirs[base], kind, files, links))
+    by_base = {d.base: d for d in dirs}
+    mounts: list[Mount] = []
+    for m in plan.mounts:
+        d = by_base.get(posixpath.dirname(m.target))
+        if d is None or m.kind not in ("lib", "lib32"):
+            mounts.append(m)
+        elif not any(x.target == d.target for x in mounts):
+            reason = f"{len(d.files)} driver libraries and {len(d.links)} links, one directory"
+            mounts.append(Mount(d.host_dir, d.target, "libdir", RO_OPTIONS, reason))
+    entries = []
+    for soname, path, flags in plan.ld_cache_entries:
+        d = by_base.get(posixpath.dirname(path))
+        entries.append((soname, f"{d.target}/{posixpath.basename(path)}" if d else path, flags))
+    return replace(
+        plan,
+        mounts=tuple(mounts),
+        symlinks=tuple(s for s in plan.symlinks if posixpath.dirname(s.path) not in by_base),
+        ldconfig_dirs=tuple(by_base[b].target if b in by_base else b for b in plan.ldconfig_dirs),
+        ld_cache_entries=tuple(entries),
+        library_dirs=tuple(dirs),
+    )

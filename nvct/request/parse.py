@@ -1,0 +1,176 @@
+"""What a container asks for, read from its OCI spec and nvct's policy.
+
+Pure: takes the env list, mount destinations and capabilities of a ``config.json``
+(plus ``Config``) and returns a ``Request``. Semantics follow NVIDIA's toolkit so images
+keep working: ``NVIDIA_VISIBLE_DEVICES``, ``NVIDIA_DRIVER_CAPABILITIES``,
+``NVIDIA_REQUIRE_*``, ``NVIDIA_DISABLE_REQUIRE`` and legacy ``CUDA_VERSION`` images.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from nvct.base.errors import RequestError, RequirementError
+from nvct.config import CAPABILITIES, Config
+from nvct.request.inputs import DEVICE_MOUNT_DIR, env_map, is_privileged, mount_destinations
+from nvct.request.requirements import Requirement, parse_requirement
+
+VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+DRIVER_CAPABILITIES = "NVIDIA_DRIVER_CAPABILITIES"
+REQUIRE_PREFIX = "NVIDIA_REQUIRE_"
+DISABLE_REQUIRE = "NVIDIA_DISABLE_REQUIRE"
+MAX_DEVICES = 1024
+_TRUE = {"1", "t", "true", "yes", "y", "on"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Request:
+    """A container's GPU request after policy.
+
+    ``visible`` is ``void`` (no GPU handling at all), ``none`` (driver, no GPU), ``all`` or
+    ``list`` (then ``devices`` holds the tokens in order).
+    """
+
+    visible: str
+    devices: tuple[str, ...] = ()
+    capabilities: frozenset[str] = frozenset()
+    requirements: tuple[Requirement, ...] = ()
+    source: str = ""
+    decisions: tuple[str, ...] = ()
+
+    @property
+    def wants_gpu(self) -> bool:
+        """True when nvct must act on the container."""
+        return self.visible != "void"
+
+
+VOID = Request(visible="void", source="nothing asked")
+
+
+def request_from_spec(spec: Mapping[str, Any], config: Config) -> Request:
+    """The Request of an OCI runtime spec (``config.json`` as a dict)."""
+    process = spec.get("process") or {}
+    return parse_request(
+        env_map(process.get("env") or ()),
+        mounts=mount_destinations(spec),
+        privileged=is_privileged(spec),
+        config=config,
+    )
+
+
+def parse_request(
+    env: Mapping[str, str],
+    *,
+    mounts: Sequence[str] = (),
+    privileged: bool = True,
+    config: Config,
+) -> Request:
+    """Apply the toolkit's env rules and nvct's policy.
+
+    Raises:
+        RequestError: a capability is unknown or the device list is malformed.
+        RequirementError: an ``NVIDIA_REQUIRE_*`` expression is malformed.
+    """
+    decisions: list[str] = []
+    legacy_image = "CUDA_VERSION" in env and "NVIDIA_REQUIRE_CUDA" not in env
+    tokens: list[str] | None = None
+    source = VISIBLE_DEVICES
+
+    mount_tokens = [
+        m[len(DEVICE_MOUNT_DIR) :].strip("/")
+        for m in mounts
+        if m.startswith(DEVICE_MOUNT_DIR) and m[len(DEVICE_MOUNT_DIR) :].strip("/")
+    ]
+    if mount_tokens and config.accept_volume_mounts:
+        tokens = _split_devices(",".join(mount_tokens), DEVICE_MOUNT_DIR)
+        source = "volume mounts under " + DEVICE_MOUNT_DIR
+        decisions.append(f"devices taken from {len(mount_tokens)} volume mount(s)")
+    elif VISIBLE_DEVICES in env:
+        if privileged or config.accept_envvar_when_unprivileged:
+            tokens = _split_devices(env[VISIBLE_DEVICES], VISIBLE_DEVICES)
+        else:
+            decisions.append(
+                f"{VISIBLE_DEVICES} ignored: the container is unprivileged and "
+                "accept-envvar-when-unprivileged is false"
+            )
+            return Request(visible="void", source="policy", decisions=tuple(decisions))
+    elif legacy_image:
+        tokens = ["all"]
+        source = "CUDA_VERSION (legacy image)"
+        decisions.append("legacy CUDA image without NVIDIA_VISIBLE_DEVICES: all GPUs")
+
+    if tokens is None:
+        return VOID
+    if not tokens or "void" in tokens:
+        return Request(visible="void", source=source, decisions=tuple(decisions))
+    visible, devices = "list", tuple(dict.fromkeys(tokens))
+    for token in tokens:
+        if token in ("all", "none"):
+            visible, devices = token, ()
+            break
+
+    return Request(
+        visible=visible,
+        devices=devices,
+        capabilities=_capabilities(env, legacy_image, config),
+        requirements=_requirements(env, legacy_image, config, decisions),
+        source=source,
+        decisions=tuple(decisions),
+    )
+
+
+def _split_devices(value: str, source: str) -> list[str]:
+    if not value.isprintable() or not value.isascii():
+        raise RequestError(
+            f"{source} contains non-printable or non-ASCII characters",
+            hint="list GPU indices, GPU-/MIG- UUIDs, PCI bus ids, 'all', 'none' or 'void'",
+        )
+    tokens = [t.strip() for t in value.split(",") if t.strip()]
+    if len(tokens) > MAX_DEVICES:
+        raise RequestError(
+            f"{source} lists {len(tokens)} devices",
+            hint=f"list at most {MAX_DEVICES}, or use 'all'",
+        )
+    return tokens
+
+
+def _capabilities(env: Mapping[str, str], legacy_image: bool, config: Config) -> frozenset[str]:
+    raw = env.get(DRIVER_CAPABILITIES)
+    if raw is None and legacy_image:
+        return frozenset(CAPABILITIES)
+    names = [c.strip() for c in (raw or "").split(",") if c.strip()]
+    if not names:
+        return frozenset(config.default_capabilities)
+    if "all" in names:
+        return frozenset(CAPABILITIES)
+    unknown = [n for n in names if n not in CAPABILITIES]
+    if unknown:
+        shown = ", ".join(repr(u[:32]) for u in unknown[:5])
+        raise RequestError(
+            f"{DRIVER_CAPABILITIES} has unknown capability {shown}",
+            hint=f"use 'all' or a comma list of {', '.join(CAPABILITIES)}",
+        )
+    return frozenset(names)
+
+
+def _requirements(
+    env: Mapping[str, str], legacy_image: bool, config: Config, decisions: list[str]
+) -> tuple[Requirement, ...]:
+    if config.disable_require or env.get(DISABLE_REQUIRE, "").strip().lower() in _TRUE:
+        if any(k.startswith(REQUIRE_PREFIX) for k in env):
+            decisions.append("requirements not checked: NVIDIA_DISABLE_REQUIRE / disable-require")
+        return ()
+    reqs = [
+        parse_requirement(value, source=key)
+        for key, value in sorted(env.items())
+        if key.startswith(REQUIRE_PREFIX) and key != "NVIDIA_REQUIRE_JETPACK" and value.strip()
+    ]
+    if legacy_image:
+        major_minor = ".".join(env["CUDA_VERSION"].split(".")[:2])
+        try:
+            reqs.append(parse_requirement(f"cuda>={major_minor}", source="CUDA_VERSION"))
+        except RequirementError:  # an odd CUDA_VERSION must not block the image
+            decisions.append(f"CUDA_VERSION {env['CUDA_VERSION'][:32]!r} is not a version")
+    return tuple(reqs)

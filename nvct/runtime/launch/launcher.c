@@ -1,0 +1,525 @@
+/* nvct-runtime, native launcher.
+ *
+ * containerd calls the runtime about 4 times per container (create, start, state, delete).
+ * Every call but a GPU container's create is exec'd straight to runc/crun from here, with no
+ * interpreter and no child process. A GPU container's create is prepared by nvct's Python
+ * shim: by the resident shim daemon when one answers on the socket below (its modules and
+ * caches are warm, so a create costs a fork, not an interpreter start), else by starting
+ * the shim here. The daemon prepares the bundle and names the runtime; this process then
+ * execs it with its own argv, environment and file descriptors, so runc cannot tell the two
+ * paths apart. The behaviour mirrors launcher.sh, the launcher for hosts with no compiler.
+ *
+ * Built by `python -m nvct.runtime.launch.build --native`, which generates the header with:
+ *   NVCT_PYTHON       argv (NULL-terminated) that runs the Python shim;
+ *   NVCT_DEFAULT_CONFIG  the config used when NVCT_CONFIG is unset;
+ *   NVCT_SOCKET       the daemon's socket ("" = never ask a daemon);
+ *   NVCT_CODE_ID      identity of the nvct code this launcher belongs to: a daemon running
+ *                     other code (an upgrade it missed) declines, and the shim runs here.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include NVCT_LAUNCHER_CONFIG
+
+#define DAEMON_TIMEOUT_S 120
+#define MAX_FILE (64 << 20)
+
+extern char **environ;
+
+static const char *const MARKERS[] = {
+    "NVIDIA_VISIBLE_DEVICES", "CUDA_VERSION", "nvidia-container-devices",
+    "nvidia-container-runtime-hook", "nvidia-container-toolkit", NULL,
+};
+
+static const char *const DEFAULT_DIRS[] = {
+    "/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin", NULL,
+};
+
+static void fail(const char *message, const char *fix)
+{
+    fprintf(stderr, "nvct-runtime: error: %s (fix: %s)\n", message, fix);
+    exit(1);
+}
+
+/* A NULL-terminated argv: the `nhead` words of `head`, then the `n` of `args`. */
+static char **argv_of(const char *const *head, int nhead, char **args, int n)
+{
+    char **argv = calloc((size_t)(nhead + n + 1), sizeof *argv);
+    if (!argv)
+        fail("out of memory", "free memory");
+    for (int i = 0; i < nhead; i++)
+        argv[i] = (char *)head[i];
+    for (int i = 0; i < n; i++)
+        argv[nhead + i] = args[i];
+    return argv;
+}
+
+static void exec_python(char **args, int n)
+{
+    int np = 0;
+    while (NVCT_PYTHON[np])
+        np++;
+    char **argv = argv_of(NVCT_PYTHON, np, args, n);
+    execv(argv[0], argv);
+    fprintf(stderr, "nvct-runtime: error: cannot run the shim %s: %s (fix: reinstall nvct)\n",
+            argv[0], strerror(errno));
+    exit(127);
+}
+
+/* The whole file, NUL-terminated; NULL when it cannot be read. */
+static char *read_file(const char *path, size_t *size)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    size_t cap = 65536, len = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        if (len == cap) {
+            if (cap >= MAX_FILE) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            cap *= 2;
+            char *bigger = realloc(buf, cap + 1);
+            if (!bigger) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = bigger;
+        }
+        ssize_t got = read(fd, buf + len, cap - len);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        if (got == 0) {
+            buf[len] = '\0';
+            *size = len;
+            break;
+        }
+        len += (size_t)got;
+    }
+    close(fd);
+    return buf;
+}
+
+/* A container asks for nothing when its config.json names no NVIDIA variable, device mount
+ * or GPU hook; an unreadable config.json goes to the shim, which reports it properly. */
+static int asks_for_gpus(const char *bundle)
+{
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s/config.json", bundle) >= (int)sizeof path)
+        return 1;
+    size_t size = 0;
+    char *spec = read_file(path, &size);
+    if (!spec)
+        return 1;
+    int found = 0;
+    for (int i = 0; MARKERS[i] && !found; i++)
+        found = memmem(spec, size, MARKERS[i], strlen(MARKERS[i])) != NULL;
+    free(spec);
+    return found;
+}
+
+#define MAX_LOW_LEVEL 16
+
+static int only_comment(const char *p)
+{
+    p += strspn(p, " \t\r");
+    return *p == '\0' || *p == '#';
+}
+
+/* `low-level = ["crun", '/usr/local/sbin/runc']` from `p` (the start of the key): the names,
+ * NUL-terminated in place, into `names`; their count, or -1 for anything else. */
+static int parse_list(char *p, const char **names, int max)
+{
+    p += strlen("low-level");
+    p += strspn(p, " \t");
+    if (*p++ != '=')
+        return -1;
+    p += strspn(p, " \t");
+    if (*p++ != '[')
+        return -1;
+    int count = 0;
+    for (;;) {
+        p += strspn(p, " \t");
+        if (*p == ']')
+            break;
+        char quote = *p;
+        if ((quote != '"' && quote != '\'') || count == max)
+            return -1;
+        char *name = ++p;
+        char *close = strchr(name, quote);
+        if (!close || close == name || memchr(name, '\\', (size_t)(close - name)))
+            return -1;
+        *close = '\0';
+        names[count++] = name;
+        p = close + 1;
+        p += strspn(p, " \t");
+        if (*p == ',')
+            p++;
+        else if (*p != ']')
+            return -1;
+    }
+    return count > 0 && only_comment(p + 1) ? count : -1;
+}
+
+/* The config's [runtime] low-level list, read here when it is written plainly on one line
+ * (basic or literal strings without escapes): the count of names put in `names` (they point
+ * into `*text`, which stays allocated); 0 when the config names no list (runc, then crun);
+ * -1 for any other spelling, which only the TOML parser (the Python shim) may read. */
+static int config_low_level(const char *cfg, char **text, const char **names, int max)
+{
+    static const char KEY_CHARS[] =
+        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-";
+    size_t size = 0;
+    *text = read_file(cfg, &size);
+    if (!*text || !memmem(*text, size, "low-level", 9))
+        return 0;
+    if (memmem(*text, size, "\"\"\"", 3) || memmem(*text, size, "'''", 3))
+        return -1; /* a multi-line string could hold anything */
+    int in_runtime = 0, count = 0;
+    for (char *line = *text; line < *text + size;) {
+        char *end = memchr(line, '\n', (size_t)(*text + size - line));
+        if (end)
+            *end = '\0';
+        char *p = line + strspn(line, " \t");
+        if (*p == '[') { /* a table header: [runtime], [ runtime ] # ... */
+            char *q = p + 1 + strspn(p + 1, " \t");
+            size_t len = strspn(q, KEY_CHARS);
+            char *after = q + len + strspn(q + len, " \t");
+            int plain = len > 0 && *after == ']' && only_comment(after + 1);
+            if (!plain && strstr(p, "runtime"))
+                return -1; /* ["runtime"], [[runtime]]: the parser decides */
+            in_runtime = plain && len == 7 && strncmp(q, "runtime", 7) == 0;
+        } else if (strncmp(p, "low-level", 9) == 0 && p[9] && strchr(" \t=", p[9])) {
+            if (!in_runtime || count)
+                return -1;
+            count = parse_list(p, names, max);
+            if (count < 0)
+                return -1;
+        } else if (*p != '#' && strstr(p, "low-level")) {
+            char *eq = strchr(p, '=');
+            if (!eq || strstr(p, "low-level") < eq)
+                return -1; /* in a key: quoted, dotted (runtime.low-level), ... */
+        }
+        if (!end)
+            break;
+        line = end + 1;
+    }
+    return count;
+}
+
+static int is_runnable(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
+}
+
+/* Exec `path` when it is an executable file other than this launcher (returns if not). */
+static void try_exec(const char *path, char **argv, const char *self)
+{
+    char real[PATH_MAX];
+    if (!is_runnable(path) || (self[0] && realpath(path, real) && strcmp(real, self) == 0))
+        return;
+    argv[0] = (char *)path;
+    execv(path, argv);
+}
+
+/* Exec the first of `names` found: a path as it is, a name in PATH, then in the usual sbin
+ * and bin directories (the shim's own order, nvct.runtime.lowlevel). */
+static void exec_first(const char *const *names, int count, char **args, int n)
+{
+    const char *found = ""; /* argv[0] becomes the runtime found */
+    char **argv = argv_of(&found, 1, args, n);
+    char self[PATH_MAX] = "";
+    if (!realpath("/proc/self/exe", self))
+        self[0] = '\0';
+    const char *path_env = getenv("PATH");
+    char candidate[PATH_MAX];
+    for (int i = 0; i < count; i++) {
+        if (strchr(names[i], '/')) {
+            try_exec(names[i], argv, self);
+            continue;
+        }
+        char *dirs = strdup(path_env ? path_env : "");
+        if (!dirs)
+            fail("out of memory", "free memory");
+        char *save = NULL;
+        for (char *d = strtok_r(dirs, ":", &save); d; d = strtok_r(NULL, ":", &save))
+            if (snprintf(candidate, sizeof candidate, "%s/%s", d, names[i]) <
+                (int)sizeof candidate)
+                try_exec(candidate, argv, self);
+        free(dirs);
+        for (int k = 0; DEFAULT_DIRS[k]; k++)
+            if (snprintf(candidate, sizeof candidate, "%s/%s", DEFAULT_DIRS[k], names[i]) <
+                (int)sizeof candidate)
+                try_exec(candidate, argv, self);
+    }
+}
+
+/* Exec the low-level runtime for a call that needs no GPU work; the Python shim when only it
+ * can tell which (a low-level list spelled otherwise) or when none is found (its error names
+ * the fix). */
+static void exec_low_level(const char *cfg, char **args, int n)
+{
+    static const char *const DEFAULTS[] = {"runc", "crun"};
+    const char *names[MAX_LOW_LEVEL];
+    char *text = NULL;
+    int count = config_low_level(cfg, &text, names, MAX_LOW_LEVEL);
+    if (count == 0)
+        exec_first(DEFAULTS, 2, args, n);
+    else if (count > 0)
+        exec_first(names, count, args, n);
+    exec_python(args, n);
+}
+
+/* --- the shim daemon ------------------------------------------------------------------- */
+
+struct buf {
+    char *data;
+    size_t len, cap;
+};
+
+static void put(struct buf *b, const char *s)
+{
+    size_t n = strlen(s) + 1;
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (b->len + n > cap)
+            cap *= 2;
+        char *bigger = realloc(b->data, cap);
+        if (!bigger)
+            fail("out of memory", "free memory");
+        b->data = bigger;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, s, n);
+    b->len += n;
+}
+
+static int send_all(int fd, const char *data, size_t len)
+{
+    while (len) {
+        ssize_t sent = send(fd, data, len, MSG_NOSIGNAL);
+        if (sent < 0 && errno == EINTR)
+            continue;
+        if (sent < 0)
+            return -1;
+        data += sent;
+        len -= (size_t)sent;
+    }
+    return 0;
+}
+
+/* The request: a 4-byte length, then NUL-terminated strings: code id, working directory,
+ * umask, this executable, argc, the arguments, the environment. Our stderr travels with it
+ * (SCM_RIGHTS), so the shim's messages reach whoever reads ours. */
+static int send_request(int fd, char **args, int n)
+{
+    struct buf b = {0};
+    char num[32], cwd[PATH_MAX], exe[PATH_MAX];
+    if (!getcwd(cwd, sizeof cwd))
+        return -1;
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    exe[len > 0 ? len : 0] = '\0';
+    mode_t mask = umask(0);
+    umask(mask);
+    put(&b, NVCT_CODE_ID);
+    put(&b, cwd);
+    snprintf(num, sizeof num, "%o", (unsigned)mask);
+    put(&b, num);
+    put(&b, exe);
+    snprintf(num, sizeof num, "%d", n);
+    put(&b, num);
+    for (int i = 0; i < n; i++)
+        put(&b, args[i]);
+    for (char **e = environ; *e; e++)
+        put(&b, *e);
+    uint32_t total = (uint32_t)b.len;
+
+    char control[CMSG_SPACE(sizeof(int))];
+    memset(control, 0, sizeof control);
+    struct iovec iov = {.iov_base = &total, .iov_len = sizeof total};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control,
+                         .msg_controllen = sizeof control};
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    int err_fd = STDERR_FILENO;
+    memcpy(CMSG_DATA(cm), &err_fd, sizeof err_fd);
+    ssize_t sent;
+    do
+        sent = sendmsg(fd, &msg, MSG_NOSIGNAL);
+    while (sent < 0 && errno == EINTR);
+    int rc = sent == (ssize_t)sizeof total ? send_all(fd, b.data, b.len) : -1;
+    free(b.data);
+    return rc;
+}
+
+/* Ask the daemon to prepare the bundle. Returns only when the shim must run here instead
+ * (no daemon, or one that declined before touching anything); else execs or exits. */
+static void ask_daemon(char **args, int n)
+{
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    if (!NVCT_SOCKET[0] || strlen(NVCT_SOCKET) >= sizeof addr.sun_path)
+        return;
+    strcpy(addr.sun_path, NVCT_SOCKET);
+    /* Non-blocking connect: a missing daemon or a full backlog fails at once, and nothing
+     * has been asked yet, so the shim can still run here. */
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return;
+    if (connect(fd, (struct sockaddr *)&addr, sizeof addr) < 0) {
+        close(fd);
+        return;
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    struct timeval tv = {.tv_sec = DAEMON_TIMEOUT_S};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    if (send_request(fd, args, n) < 0) {
+        /* The daemon reads a request whole before it acts on it: a partial one is dropped. */
+        close(fd);
+        return;
+    }
+    shutdown(fd, SHUT_WR);
+    char reply[PATH_MAX + 64];
+    size_t len = 0;
+    int timed_out = 0;
+    while (len < sizeof reply - 1) {
+        ssize_t got = recv(fd, reply + len, sizeof reply - 1 - len, 0);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0 && errno == ECONNRESET && len == 0) {
+            /* Reset with our request unread: nobody read it whole, so nothing was done
+             * (a stopping daemon closing its queue). */
+            close(fd);
+            return;
+        }
+        if (got < 0) {
+            timed_out = errno == EAGAIN || errno == EWOULDBLOCK;
+            break;
+        }
+        if (got == 0)
+            break;
+        len += (size_t)got;
+        if (memchr(reply, '\n', len))
+            break;
+    }
+    close(fd);
+    reply[len] = '\0';
+    char *nl = strchr(reply, '\n');
+    if (nl) {
+        *nl = '\0';
+        if (strncmp(reply, "exec ", 5) == 0) {
+            const char *runtime = reply + 5;
+            char **argv = argv_of(&runtime, 1, args, n);
+            execv(argv[0], argv);
+            fprintf(stderr, "nvct-runtime: error: cannot run %s: %s (fix: check [runtime] "
+                            "low-level in nvct's config.toml)\n",
+                    argv[0], strerror(errno));
+            exit(1);
+        }
+        if (strncmp(reply, "exit ", 5) == 0)
+            exit(atoi(reply + 5) ? atoi(reply + 5) : 1);
+        if (strncmp(reply, "fallback", 8) == 0)
+            return;
+    }
+    /* The daemon may have begun on the bundle: fail closed rather than prepare it twice. */
+    fprintf(stderr,
+            "nvct-runtime: error: the nvct shim daemon on %s %s (fix: see its log; restart it, "
+            "or stop it and nvct-runtime prepares containers itself)\n",
+            NVCT_SOCKET, timed_out ? "did not answer in time" : "ended without an answer");
+    exit(1);
+}
+
+/* --- runc's command line ----------------------------------------------------------------- */
+
+/* runc accepts --flag and -flag alike; `name` is the --flag form */
+static int is(const char *a, const char *name)
+{
+    return strcmp(a, name) == 0 || strcmp(a, name + 1) == 0;
+}
+
+static int is_with_value(const char *a, const char *name)
+{
+    size_t n = strlen(name);
+    return (strncmp(a, name, n) == 0 && a[n] == '=') ||
+           (strncmp(a, name + 1, n - 1) == 0 && a[n - 1] == '=');
+}
+
+int main(int argc, char **argv)
+{
+    const char *env_cfg = getenv("NVCT_CONFIG");
+    const char *cfg = env_cfg && env_cfg[0] ? env_cfg : NVCT_DEFAULT_CONFIG;
+    if (!(env_cfg && env_cfg[0]) && strcmp(cfg, "/etc/nvct/config.toml") != 0)
+        setenv("NVCT_CONFIG", cfg, 1); /* a launcher made for another config */
+
+    /* --nvct-config PATH is ours: runc must not see it */
+    char **args = calloc((size_t)argc + 1, sizeof *args);
+    if (!args)
+        fail("out of memory", "free memory");
+    int n = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--nvct-config") == 0) {
+            if (i + 1 < argc)
+                cfg = argv[++i];
+            setenv("NVCT_CONFIG", cfg, 1);
+        } else if (strncmp(argv[i], "--nvct-config=", 14) == 0) {
+            cfg = argv[i] + 14;
+            setenv("NVCT_CONFIG", cfg, 1);
+        } else {
+            args[n++] = argv[i];
+        }
+    }
+
+    /* runc's global flags that take a value; the first other non-flag word is the
+     * subcommand. After it, --bundle/-b names the bundle (the last one wins, as in runc). */
+    const char *sub = NULL, *bundle = ".";
+    for (int i = 0; i < n; i++) {
+        const char *a = args[i];
+        if (!sub) {
+            if (is(a, "--log") || is(a, "--log-format") || is(a, "--root") ||
+                is(a, "--criu") || is(a, "--rootless"))
+                i++;
+            else if (a[0] != '-')
+                sub = a;
+        } else if (is(a, "--bundle") || strcmp(a, "-b") == 0) {
+            if (i + 1 < n)
+                bundle = args[i + 1];
+            i++;
+        } else if (is_with_value(a, "--bundle") || strncmp(a, "-b=", 3) == 0) {
+            bundle = strchr(a, '=') + 1;
+        } else if (is(a, "--console-socket") || is(a, "--pid-file") ||
+                   is(a, "--preserve-fds")) {
+            i++;
+        }
+    }
+
+    if (sub && (strcmp(sub, "create") == 0 || strcmp(sub, "run") == 0) &&
+        asks_for_gpus(bundle)) {
+        ask_daemon(args, n);
+        exec_python(args, n);
+    }
+    exec_low_level(cfg, args, n);
+    return 127;
+}
