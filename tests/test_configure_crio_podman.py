@@ -9,7 +9,7 @@ from pathlib import Path
 from nvct.cli.configure_cmd import HOOK_PATH_ENV
 from nvct.cli.main import main
 from nvct.engines import EngineOptions, configure, crio, podman
-from nvct.hook.entry import hook_entry
+from nvct.hook.entry import hooksd_entry
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -52,7 +52,7 @@ def test_crio_existing_drop_in_keeps_its_content() -> None:
 
 
 def test_repo_hook_file_is_what_configure_installs() -> None:
-    packaged = hook_entry("", "/usr/bin/nvct-hook", [HOOK_PATH_ENV])
+    packaged = hooksd_entry("", "/usr/bin/nvct-hook", [HOOK_PATH_ENV])
     assert (REPO / "hooks" / "oci-nvct-hook.json").read_text() == podman.render(packaged)
     doc = json.loads((REPO / "hooks" / "oci-nvct-hook.json").read_text())
     assert doc["version"] == "1.0.0" and doc["stages"] == ["prestart"]

@@ -12,11 +12,12 @@ import pytest
 from nvct.base.errors import SpecError
 from nvct.doctor.context import Completed
 from nvct.host.arch import host_arch
-from nvct.plan.build import RootfsLayout, build_plan
+from nvct.host.fingerprint import inventory_fingerprint
+from nvct.plan.build import build_plan
 from nvct.plan.explain import docker_inspect, explain, input_from_bundle, input_from_inspect
+from nvct.plan.libdirs import with_library_dirs
+from nvct.plan.model import RootfsLayout
 from nvct.request.parse import request_from_spec
-from nvct.store.cache import inventory_fingerprint
-from nvct.store.libdir import with_library_dirs
 from tests.conftest import sim_config, sim_inventory
 from tests.test_cli import cli, roots
 

@@ -14,16 +14,17 @@ from nvct.base.ldcache_format import (
     HWCAP_EXTENSION,
     NEW_MAGIC,
     add_entries,
-    image_cache_with,
     libcmp,
     read_entries,
     write_cache,
 )
+from nvct.container.ld_cache import image_cache_with
 from nvct.host.arch import host_arch
-from nvct.plan.build import RootfsLayout, build_plan
+from nvct.host.fingerprint import inventory_fingerprint
+from nvct.plan.build import build_plan
+from nvct.plan.libdirs import with_library_dirs
+from nvct.plan.model import RootfsLayout
 from nvct.request.parse import parse_request
-from nvct.store.cache import inventory_fingerprint
-from nvct.store.libdir import with_library_dirs
 from tests.conftest import sim_config, sim_inventory
 
 

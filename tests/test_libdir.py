@@ -11,13 +11,16 @@ from pathlib import Path
 import pytest
 
 from nvct.base.errors import ApplyError
+from nvct.container.ld_conf import LD_CONF, write_ld_conf
 from nvct.container.rootfs import Rootfs
 from nvct.host.arch import host_arch
-from nvct.plan.build import RootfsLayout, build_plan
+from nvct.host.fingerprint import inventory_fingerprint
+from nvct.plan.build import build_plan
+from nvct.plan.libdirs import with_library_dirs
+from nvct.plan.model import RootfsLayout
 from nvct.plan.workorder import from_plan
 from nvct.request.parse import parse_request
-from nvct.store.cache import inventory_fingerprint
-from nvct.store.libdir import LD_CONF, ensure, remake_missing, with_library_dirs, write_ld_conf
+from nvct.store.libdir import ensure, remake_missing
 from tests.conftest import sim_config, sim_inventory
 
 pytestmark = pytest.mark.root
@@ -143,8 +146,13 @@ def test_a_directory_that_cannot_be_made_refuses_the_start(h100x4, tmp_path) -> 
     _, grouped = plans(h100x4, tmp_path, "compute,utility")
     order = from_plan(grouped, sim_config(h100x4, tmp_path))
     missing = str(tmp_path / "gone.so")
-    order["libdirs"][0][0] = str(tmp_path / "cache/libdirs/other")
-    order["libdirs"][0][2] = [[missing, "libcuda.so.1"]]
+    _, target, _, links = order["libdirs"][0]
+    order["libdirs"][0] = (
+        str(tmp_path / "cache/libdirs/other"),
+        target,
+        [(missing, "libcuda.so.1")],
+        links,
+    )
     with pytest.raises(ApplyError, match=r"cannot prepare the driver's library directory .*fix"):
         remake_missing(order)
     assert not (tmp_path / "cache/libdirs/other").exists()

@@ -9,7 +9,8 @@ import pytest
 
 from nvct.base.errors import RequestError, RequirementError
 from nvct.host.arch import host_arch
-from nvct.plan.build import RootfsLayout, build_plan
+from nvct.plan.build import build_plan
+from nvct.plan.model import RootfsLayout
 from nvct.request.parse import parse_request
 from tests.conftest import sim_config, sim_inventory
 from tests.nvidia_legacy import BINARIES, UTILITY_COMPUTE_LIBS

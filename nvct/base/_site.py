@@ -7,7 +7,16 @@ The packages' private tree carries the libraries itself, so nothing is added the
 
 from __future__ import annotations
 
+import os
 import sys
+
+
+def nvct_home() -> str:
+    """The directory this nvct package is imported from (a venv's site-packages, a checkout,
+    the packages' private tree): what a command nvct writes puts on ``sys.path``."""
+    import nvct
+
+    return os.path.dirname(os.path.dirname(os.path.abspath(nvct.__file__)))
 
 
 def ensure_site_packages() -> None:

@@ -1,4 +1,4 @@
-"""Where nvct's config lives and its cache default; stdlib only (used on hot paths)."""
+"""Where nvct's config, cache and shim socket live by default; stdlib only (hot paths)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import os
 DEFAULT_PATH = "/etc/nvct/config.toml"
 ENV_VAR = "NVCT_CONFIG"
 DEFAULT_CACHE_DIR = "/var/cache/nvct"
+# Where the native launcher hands a GPU container's create to the shim daemon.
+DEFAULT_SOCKET = "/run/nvct/shim.sock"
 
 
 def config_path(explicit: str | None = None) -> tuple[str, bool]:

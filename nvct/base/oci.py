@@ -8,6 +8,13 @@ from nvct.base import fastjson
 from nvct.base.atomic import write_atomic
 from nvct.base.errors import SpecError
 
+# GPU hooks a container spec may carry that nvct replaces: NVIDIA's, and nvct's own.
+REPLACED_HOOKS = frozenset(
+    {"nvidia-container-runtime-hook", "nvidia-container-toolkit", "nvct-hook"}
+)
+# In the arguments of the hook entries nvct writes (``nvct.hook.entry``): python -c "...".
+HOOK_MARK = "nvct.hook"
+
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
 if TYPE_CHECKING:
     from typing import Any

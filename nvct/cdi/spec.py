@@ -22,7 +22,8 @@ from typing import Any
 from nvct.config import CAPABILITIES, Config
 from nvct.host.arch import Arch
 from nvct.host.inventory import DeviceNode, Inventory
-from nvct.plan.build import Plan, RootfsLayout, build_plan
+from nvct.plan.compose import plan_container
+from nvct.plan.model import Plan, RootfsLayout
 from nvct.request.parse import parse_request
 
 CDI_VERSION = "0.5.0"
@@ -56,7 +57,15 @@ def _plan(
         {"NVIDIA_VISIBLE_DEVICES": visible, "NVIDIA_DRIVER_CAPABILITIES": ",".join(caps)},
         config=config,
     )
-    return build_plan(request, inventory, config, arch, RootfsLayout(), enforce_requirements=False)
+    return plan_container(
+        request,
+        config,
+        RootfsLayout(),
+        library_dirs="none",
+        inventory=inventory,
+        arch=arch,
+        enforce_requirements=False,
+    ).plan
 
 
 def devices(

@@ -72,13 +72,13 @@ def build_options(
     if undo:
         return opts
     if engine == "podman":
-        from nvct.hook.entry import hook_entry
+        from nvct.hook.entry import hooksd_entry
 
         env = [HOOK_PATH_ENV]
         if nvct_config:
             env.append(f"NVCT_CONFIG={Path(nvct_config).absolute()}")
         hook_path = find_program(HOOK_BINARY, runtime_path)
-        return dataclasses.replace(opts, hook=hook_entry(sys.executable, hook_path, env))
+        return dataclasses.replace(opts, hook=hooksd_entry(sys.executable, hook_path, env))
     args = ("--nvct-config", str(Path(nvct_config).absolute())) if nvct_config else ()
     return dataclasses.replace(
         opts, runtime_path=find_program(RUNTIME_BINARY, runtime_path), runtime_args=args

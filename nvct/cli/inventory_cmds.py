@@ -8,12 +8,11 @@ import click
 
 from nvct.cli.main import CliContext
 from nvct.config import CAPABILITIES
-from nvct.host.arch import host_arch
 from nvct.host.load import load_inventory
-from nvct.plan.build import build_plan
+from nvct.plan.compose import plan_container
+from nvct.plan.model import RootfsLayout
 from nvct.plan.render import inventory_to_dict, inventory_to_text, plan_to_dict, plan_to_text
 from nvct.request.parse import parse_request
-from nvct.store.libdir import shown_as_started
 
 
 @click.command()
@@ -55,8 +54,14 @@ def list_cmd(obj: CliContext, devices: str, capabilities: str | None, as_json: b
         env["NVIDIA_DRIVER_CAPABILITIES"] = capabilities
     request = parse_request(env, config=config)
     inventory = load_inventory(config, use_cache=obj.use_cache)
-    plan = build_plan(request, inventory, config, host_arch(), enforce_requirements=False)
-    plan = shown_as_started(plan, config)
+    plan = plan_container(
+        request,
+        config,
+        RootfsLayout(),
+        library_dirs="show",
+        inventory=inventory,
+        enforce_requirements=False,
+    ).plan
     if as_json:
         click.echo(json.dumps(plan_to_dict(plan), indent=2))
     else:

@@ -1,9 +1,8 @@
-"""Carry out a plan inside a container's mount namespace, before its process runs.
+"""Device nodes and bind mounts inside a container's mount namespace, before its process runs
+(the hook's part; ``nvct.container.stage`` calls ``bind_mount`` for each of a work order's mounts).
 
-Order: device nodes the spec lacks (and their cgroup grant, done by the caller), then bind
-mounts, symlinks, and finally the host's ldconfig chrooted into the rootfs. Every path in
-the rootfs is resolved with ``Rootfs`` (never outside it), mounts target the resolved
-descriptor, and each mount is verified after it is made. On any error the hook exits
+Every path in the rootfs is resolved with ``Rootfs`` (never outside it), mounts target the
+resolved descriptor, and each mount is verified after it is made. On any error the hook exits
 non-zero; the runtime then tears the container (and this mount namespace) down, so no
 half-configured container runs.
 """
@@ -13,17 +12,16 @@ from __future__ import annotations
 import os
 import posixpath
 import stat
-import time
 
 from nvct.base import linux
 from nvct.base.errors import ApplyError
-from nvct.container.links import create_symlinks
 from nvct.container.rootfs import Rootfs, fd_path, in_container
-from nvct.store.libdir import write_ld_conf
 
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
 if TYPE_CHECKING:
-    from typing import Any
+    from collections.abc import Sequence
+
+    from nvct.plan.workorder import DeviceRow
 
 _FLAG_BY_OPTION = {
     "ro": linux.MS_RDONLY,
@@ -31,19 +29,6 @@ _FLAG_BY_OPTION = {
     "nodev": linux.MS_NODEV,
     "noexec": linux.MS_NOEXEC,
 }
-
-
-class ApplyStats:
-    """Counts for the hook's log line."""
-
-    __slots__ = ("ld_cache", "mounts", "phases_ms", "skipped_symlinks", "symlinks")
-
-    def __init__(self) -> None:
-        self.ld_cache = "none"  # how the container's ld.so.cache was made: merged | ldconfig
-        self.mounts = 0
-        self.symlinks = 0
-        self.skipped_symlinks = 0
-        self.phases_ms: dict[str, float] = {}
 
 
 def enter_mount_namespace(pid: int) -> None:
@@ -60,7 +45,7 @@ def enter_mount_namespace(pid: int) -> None:
         os.close(fd)
 
 
-def create_device_nodes(rootfs: Rootfs, nodes: list[list[Any]]) -> int:
+def create_device_nodes(rootfs: Rootfs, nodes: Sequence[DeviceRow]) -> int:
     """mknod ``[path, major, minor, mode]`` nodes in the container (a hook run without the shim)."""
     for path, major, minor, mode in nodes:
         parent = in_container(path, rootfs.makedirs, posixpath.dirname(path))
@@ -124,37 +109,3 @@ def bind_mount(rootfs: Rootfs, source: str, target: str, options: list[str]) -> 
         raise ApplyError(f"cannot restrict the mount on {target}: {err.strerror}") from err
     finally:
         os.close(fd)
-
-
-def apply_order(order: dict[str, Any], rootfs: Rootfs) -> ApplyStats:
-    """Mounts, symlinks and ldconfig of a work order (device nodes are handled separately)."""
-    stats = ApplyStats()
-    start = time.perf_counter()
-    for source, target, options in order["mounts"]:
-        in_container(target, bind_mount, rootfs, source, target, options)
-        stats.mounts += 1
-    start = _lap(stats, "mounts", start)
-    stats.symlinks, stats.skipped_symlinks = create_symlinks(rootfs, order["symlinks"])
-    write_ld_conf(rootfs, order)
-    start = _lap(stats, "symlinks", start)
-    if order["ldconfig_dirs"]:
-        from nvct.base.ldcache_format import image_cache_with
-
-        made = image_cache_with(rootfs, order)
-        if made is not None:
-            path = "/etc/ld.so.cache"
-            in_container(path, rootfs.replace_file, path, made[1], 0o644)
-            stats.ld_cache = made[0]
-        else:
-            from nvct.container.ldconfig import run_ldconfig
-
-            run_ldconfig(rootfs, order["ldconfig"], tuple(order["ldconfig_dirs"]))
-            stats.ld_cache = "ldconfig"
-    _lap(stats, "ldconfig", start)
-    return stats
-
-
-def _lap(stats: ApplyStats, phase: str, start: float) -> float:
-    now = time.perf_counter()
-    stats.phases_ms[phase] = round((now - start) * 1000, 2)
-    return now

@@ -14,7 +14,9 @@ from nvct.base.errors import ApplyError
 
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
 if TYPE_CHECKING:
-    from typing import Any
+    from collections.abc import Sequence
+
+    from nvct.plan.workorder import DeviceRow
 
 
 def devices_cgroup_dir(pid: int, proc_root: str = "/proc") -> str | None:
@@ -49,7 +51,7 @@ def _v1_mountpoint(pid: int, proc_root: str) -> str | None:
     return None
 
 
-def grant_devices(pid: int, nodes: list[list[Any]], proc_root: str = "/proc") -> None:
+def grant_devices(pid: int, nodes: Sequence[DeviceRow], proc_root: str = "/proc") -> None:
     """Allow read/write/mknod of ``[path, major, minor, mode]`` nodes in the cgroup of ``pid``.
 
     Raises:

@@ -16,7 +16,10 @@ from nvct.container.rootfs import in_container
 
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from nvct.container.rootfs import Rootfs
+    from nvct.plan.workorder import LinkRow
 
 
 def create_symlink(rootfs: Rootfs, path: str, target: str) -> bool:
@@ -24,10 +27,10 @@ def create_symlink(rootfs: Rootfs, path: str, target: str) -> bool:
 
     Returns False when an image file of that name was kept.
     """
-    return create_symlinks(rootfs, [[path, target]]) == (1, 0)
+    return create_symlinks(rootfs, [(path, target)]) == (1, 0)
 
 
-def create_symlinks(rootfs: Rootfs, links: list[list[str]]) -> tuple[int, int]:
+def create_symlinks(rootfs: Rootfs, links: Sequence[LinkRow]) -> tuple[int, int]:
     """Create a work order's ``[path, target]`` symlinks; returns (created, kept from image).
 
     Each directory is resolved (and made) once for all the links it holds.

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
     from nvct.base.log import EventLog
     from nvct.base.oci import State
+    from nvct.container.stage import Staged
+    from nvct.plan.workorder import DeviceRow, WorkOrder
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,35 +93,36 @@ def _prestart(log: EventLog) -> int:
 
 
 def _apply(
-    state: State, root: str, order: dict[str, Any], missing: list[list[Any]]
-) -> tuple[Any, int, tuple[float, float]]:
-    from nvct.container.apply import apply_order, create_device_nodes, enter_mount_namespace
+    state: State, root: str, order: WorkOrder, missing: list[DeviceRow]
+) -> tuple[Staged, int, tuple[float, float]]:
+    from nvct.container.apply import create_device_nodes, enter_mount_namespace
     from nvct.container.cgroup import grant_devices
     from nvct.container.rootfs import Rootfs
+    from nvct.container.stage import stage_rootfs
 
     start = time.perf_counter()
     grant_devices(state.pid, missing)  # host namespace: the cgroup fs as the host sees it
     enter_mount_namespace(state.pid)
     with Rootfs(root) as rootfs:
         created = create_device_nodes(rootfs, missing)
-        stats = apply_order(order, rootfs)
-    return stats, created, (start, time.perf_counter())
+        staged = stage_rootfs(rootfs, order, bind_mounts=True)
+        if staged.ldconfig is not None:
+            waited = time.perf_counter()
+            staged.ldconfig.wait()
+            staged.lap("ldconfig", waited)
+    return staged, created, (start, time.perf_counter())
 
 
-def _plan_here(spec: dict[str, Any], root: str, log: EventLog) -> dict[str, Any] | None:
+def _plan_here(spec: dict[str, Any], root: str, log: EventLog) -> WorkOrder | None:
     """The work order when no shim planned this container (``docker --gpus``)."""
     from nvct.base._site import ensure_site_packages
 
     ensure_site_packages()
     from nvct.config import load_config
     from nvct.container.rootfs import Rootfs
-    from nvct.host.arch import host_arch
-    from nvct.host.load import load_inventory
-    from nvct.plan.build import RootfsLayout, build_plan
-    from nvct.plan.workorder import from_plan
+    from nvct.plan.compose import plan_container
+    from nvct.plan.model import RootfsLayout
     from nvct.request.parse import request_from_spec
-    from nvct.store import cache
-    from nvct.store.libdir import with_library_dirs
 
     config = load_config()
     log.configure(config.log_file, config.log_level)
@@ -127,13 +130,9 @@ def _plan_here(spec: dict[str, Any], root: str, log: EventLog) -> dict[str, Any]
     if not request.wants_gpu:
         log.debug("no_gpu_requested", decisions=list(request.decisions))
         return None
-    fingerprint = cache.inventory_fingerprint(config.driver_root, config.dev_root, config.proc_root)
-    inventory = load_inventory(config, fingerprint=fingerprint)
     with Rootfs(root) as rootfs:
         layout = RootfsLayout(debian=rootfs.exists("/etc/debian_version"))
-    plan = build_plan(request, inventory, config, host_arch(), layout)
-    plan = with_library_dirs(plan, config, fingerprint, create=True)
-    return from_plan(plan, config)
+    return plan_container(request, config, layout, library_dirs="create").order
 
 
 if __name__ == "__main__":

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import posixpath
 
-from nvct.runtime.spec_edits import HOOK_MARK
+from nvct.base._site import nvct_home
+from nvct.base.oci import HOOK_MARK
 
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
 if TYPE_CHECKING:
     from typing import Any
 
 
-def hook_entry(python: str, hook_path: str, env: list[str]) -> dict[str, Any]:
+def hooksd_entry(python: str, hook_path: str, env: list[str]) -> dict[str, Any]:
     """The prestart hook nvct adds: ``hook_path prestart``, or nvct's hook run by ``python``.
 
     The default form works wherever this nvct came from (a venv, an editable checkout, the
@@ -23,9 +24,7 @@ def hook_entry(python: str, hook_path: str, env: list[str]) -> dict[str, Any]:
     """
     if hook_path:
         return {"path": hook_path, "args": [posixpath.basename(hook_path), "prestart"], "env": env}
-    import nvct  # the package this shim runs from
-
-    home = posixpath.dirname(posixpath.dirname(posixpath.abspath(nvct.__file__)))
+    home = nvct_home()
     flags = "-IS"  # no site: the hook's path with a work order is stdlib-only (see nvct.base._site)
     code = (
         f"import sys; sys.path.insert(0, {home!r}); "

@@ -7,138 +7,26 @@
 from __future__ import annotations
 
 import posixpath
-from dataclasses import dataclass, field, replace
 
 from nvct.base.errors import RequestError, RequirementError
 from nvct.base.ldcache_format import FLAG_ELF_LIBC6
 from nvct.config import Config
 from nvct.host.arch import Arch
 from nvct.host.components import MPS_BINARIES, expand_capabilities
-from nvct.host.inventory import DeviceNode, DriverFile, Gpu, Inventory, MigDevice
+from nvct.host.inventory import DeviceNode, DriverFile, Inventory
+from nvct.plan.model import (
+    IPC_OPTIONS,
+    RO_OPTIONS,
+    Mount,
+    Plan,
+    PlannedDevice,
+    RequirementResult,
+    RootfsLayout,
+    Selected,
+    Symlink,
+)
 from nvct.request.parse import Request
 from nvct.request.requirements import Facts, evaluate
-
-# Where a container sees the driver's libraries when they are bound as one directory: a
-# subdirectory of the directory they would otherwise be mounted in one by one.
-LIBRARY_SUBDIR = "nvidia-driver"
-RO_OPTIONS = ("bind", "ro", "nosuid", "nodev", "private")
-IPC_OPTIONS = ("bind", "rw", "nosuid", "nodev", "noexec", "private")
-
-
-@dataclass(frozen=True, slots=True)
-class Selected:
-    """A GPU (or MIG device of it) the request selected, with the token that named it."""
-
-    gpu: Gpu
-    mig: MigDevice | None
-    token: str
-
-    @property
-    def label(self) -> str:
-        """GPU 1 / MIG 0:1, for reasons and logs."""
-        if self.mig is None:
-            return f"GPU {self.gpu.index}"
-        return f"MIG {self.gpu.index}:{self.mig.index}"
-
-
-@dataclass(frozen=True, slots=True)
-class PlannedDevice:
-    """A device node to create in the container and allow in its device cgroup."""
-
-    node: DeviceNode
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Mount:
-    """A bind mount from the host into the container."""
-
-    source: str
-    target: str
-    kind: str
-    options: tuple[str, ...]
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Symlink:
-    """A symlink to create in the container (``path`` -> ``target``, relative target)."""
-
-    path: str
-    target: str
-    reason: str
-
-
-Pairs = tuple[tuple[str, str], ...]
-
-
-@dataclass(frozen=True, slots=True)
-class LibraryDir:
-    """The driver's libraries of one container directory (``base``), bound as one directory.
-
-    ``host_dir`` holds hard links of ``files`` (host path, name) and the ``links`` (name,
-    target) among them (``nvct.store.libdir`` prepares it); the container sees it at
-    ``target`` (``base``/nvidia-driver), listed in its ld.so.cache and ld.so.conf.d.
-    """
-
-    base: str
-    target: str
-    host_dir: str
-    kind: str  # lib or lib32, as the libraries' own mounts
-    files: Pairs
-    links: Pairs
-
-
-@dataclass(frozen=True, slots=True)
-class RequirementResult:
-    """One requirement checked against one GPU (or the host when no GPU was selected)."""
-
-    source: str
-    expression: str
-    where: str
-    satisfied: bool
-    detail: str
-
-
-@dataclass(frozen=True, slots=True)
-class RootfsLayout:
-    """What the plan needs to know about the container image's filesystem."""
-
-    debian: bool = True  # /etc/debian_version exists: use the multiarch lib dir
-
-    def lib_dir(self, arch: Arch) -> str:
-        """Where 64-bit driver libraries go."""
-        return f"/usr/lib/{arch.multiarch64}" if self.debian else "/usr/lib64"
-
-    def lib32_dir(self, arch: Arch) -> str:
-        """Where 32-bit driver libraries go."""
-        if self.debian and arch.multiarch32:
-            return f"/usr/lib/{arch.multiarch32}"
-        return "/usr/lib"
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    """Everything nvct will do to one container."""
-
-    request: Request
-    driver_version: str
-    selected: tuple[Selected, ...] = ()
-    devices: tuple[PlannedDevice, ...] = ()
-    mounts: tuple[Mount, ...] = ()
-    symlinks: tuple[Symlink, ...] = ()
-    ldconfig_dirs: tuple[str, ...] = ()
-    # (SONAME, container path, ld.so.cache flags) of each library in ``ldconfig_dirs``: the
-    # entries ldconfig adds for them (``nvct.base.ldcache_format.add_entries``).
-    ld_cache_entries: tuple[tuple[str, str, int], ...] = ()
-    requirements: tuple[RequirementResult, ...] = ()
-    env: tuple[tuple[str, str], ...] = field(default=())
-    library_dirs: tuple[LibraryDir, ...] = ()
-
-    @property
-    def empty(self) -> bool:
-        """True when there is nothing to do."""
-        return not (self.devices or self.mounts or self.symlinks)
 
 
 def select_devices(request: Request, inventory: Inventory) -> tuple[Selected, ...]:
@@ -410,55 +298,3 @@ def _container_path(inventory: Inventory, f: DriverFile) -> str:
     root = inventory.driver_root.rstrip("/")
     path = f.host_path
     return path[len(root) :] if root and path.startswith(root + "/") else path
-
-
-def library_groups(plan: Plan) -> list[tuple[str, str, Pairs, Pairs]]:
-    """``(base, kind, files, links)`` of each directory the plan mounts libraries in one by
-    one: those that can be bound there as one directory instead (``group_libraries``),
-    ``files`` as (host path, name), ``links`` as (name, target). Subdirectories (vdpau/)
-    stay file mounts: their users look for them at that path, not through ld.so.cache."""
-    groups: dict[str, tuple[str, list[tuple[str, str]], list[tuple[str, str]]]] = {}
-    for m in plan.mounts:
-        if m.kind in ("lib", "lib32") and posixpath.dirname(m.target) in plan.ldconfig_dirs:
-            _, files, _ = groups.setdefault(posixpath.dirname(m.target), (m.kind, [], []))
-            files.append((m.source, posixpath.basename(m.target)))
-    for link in plan.symlinks:
-        group = groups.get(posixpath.dirname(link.path))
-        if group is not None:
-            group[2].append((posixpath.basename(link.path), link.target))
-    return [(base, kind, tuple(f), tuple(k)) for base, (kind, f, k) in groups.items()]
-
-
-def group_libraries(plan: Plan, host_dirs: dict[str, str]) -> Plan:
-    """``plan`` with the libraries of each ``base`` in ``host_dirs`` bound as one directory:
-    ``host_dirs[base]`` (prepared from ``library_groups``) at ``base``/nvidia-driver, in place
-    of one mount per library and one symlink per SONAME in the container's layer. The
-    ld.so.cache entries and ldconfig's directories follow them there."""
-    if not host_dirs:
-        return plan
-    dirs: list[LibraryDir] = []
-    for base, kind, files, links in library_groups(plan):
-        if base in host_dirs:
-            target = f"{base}/{LIBRARY_SUBDIR}"
-            dirs.append(LibraryDir(base, target, host_dirs[base], kind, files, links))
-    by_base = {d.base: d for d in dirs}
-    mounts: list[Mount] = []
-    for m in plan.mounts:
-        d = by_base.get(posixpath.dirname(m.target))
-        if d is None or m.kind not in ("lib", "lib32"):
-            mounts.append(m)
-        elif not any(x.target == d.target for x in mounts):
-            reason = f"{len(d.files)} driver libraries and {len(d.links)} links, one directory"
-            mounts.append(Mount(d.host_dir, d.target, "libdir", RO_OPTIONS, reason))
-    entries = []
-    for soname, path, flags in plan.ld_cache_entries:
-        d = by_base.get(posixpath.dirname(path))
-        entries.append((soname, f"{d.target}/{posixpath.basename(path)}" if d else path, flags))
-    return replace(
-        plan,
-        mounts=tuple(mounts),
-        symlinks=tuple(s for s in plan.symlinks if posixpath.dirname(s.path) not in by_base),
-        ldconfig_dirs=tuple(by_base[b].target if b in by_base else b for b in plan.ldconfig_dirs),
-        ld_cache_entries=tuple(entries),
-        library_dirs=tuple(dirs),
-    )

@@ -17,10 +17,10 @@ from nvct.base.errors import NvctError, SpecError
 from nvct.config import Config
 from nvct.host.arch import Arch
 from nvct.host.inventory import Inventory
-from nvct.plan.build import Plan, RootfsLayout, build_plan
+from nvct.plan.compose import plan_container
+from nvct.plan.model import Plan, RootfsLayout
 from nvct.request.inputs import env_map, is_privileged
 from nvct.request.parse import Request, parse_request, request_from_spec
-from nvct.store.libdir import shown_as_started
 
 SYS_ADMIN = frozenset({"SYS_ADMIN", "CAP_SYS_ADMIN", "ALL"})
 
@@ -176,10 +176,15 @@ def explain(
     if not request.wants_gpu:
         return Explanation(inp, layout, request)
     try:
-        plan = build_plan(
-            request, inventory(), config, arch, layout.layout, enforce_requirements=False
-        )
-        plan = shown_as_started(plan, config)
+        plan = plan_container(
+            request,
+            config,
+            layout.layout,
+            library_dirs="show",
+            inventory=inventory(),
+            arch=arch,
+            enforce_requirements=False,
+        ).plan
     except NvctError as err:
         return Explanation(inp, layout, request, error=err.one_line())
     return Explanation(inp, layout, request, plan)

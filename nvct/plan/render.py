@@ -6,7 +6,7 @@ from dataclasses import asdict
 from typing import Any
 
 from nvct.host.inventory import Inventory
-from nvct.plan.build import Plan
+from nvct.plan.model import Plan
 
 
 def plan_to_dict(plan: Plan) -> dict[str, Any]:

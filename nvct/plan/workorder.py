@@ -4,7 +4,7 @@ The shim caches it per kind of container (so a repeated start needs no config, i
 planning code) and applies it before the runtime starts; the hook (``docker --gpus``, podman)
 applies the one it plans itself. Format::
 
-    {"v": 3, "devices": [[path, major, minor, mode], ...],
+    {"v": 4, "devices": [[path, major, minor, mode], ...],
      "mounts": [[host_path, container_path, [options]], ...],
      "symlinks": [[path, target], ...], "ldconfig": "/sbin/ldconfig",
      "ldconfig_dirs": [...], "ld_cache": [[soname, path, flags], ...],
@@ -17,32 +17,70 @@ applies the one it plans itself. Format::
 
 from __future__ import annotations
 
+from nvct.store.cache import ORDER_VERSION
+
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import TypedDict
 
     from nvct.config import Config
-    from nvct.plan.build import Plan
+    from nvct.plan.model import Plan
+
+    # Rows are tuples when planned and lists once read back from JSON: readers unpack them.
+    DeviceRow = tuple[str, int, int, int]  # container path, major, minor, mode
+    MountRow = tuple[str, str, list[str]]  # host path, container path, options
+    LinkRow = tuple[str, str]  # path in the container, target
+    LdCacheRow = tuple[str, str, int]  # SONAME, path in the container, ld.so.cache flags
+    FileRow = tuple[str, str]  # host path, name in the library directory
+    LibdirRow = tuple[str, str, list[FileRow], list[LinkRow]]  # host dir, container dir, ...
+
+    class WorkOrder(TypedDict):
+        """A plan as the shim and the hook carry it out (the format above)."""
+
+        v: int
+        devices: list[DeviceRow]
+        mounts: list[MountRow]
+        symlinks: list[LinkRow]
+        ldconfig: str
+        ldconfig_dirs: list[str]
+        ld_cache: list[LdCacheRow]
+        libdirs: list[LibdirRow]
+        log: tuple[str, str]  # log file, level
+        gpus: list[str]
+        capabilities: list[str]
+
+    class _CacheEntryRequired(TypedDict):
+        roots: list[str]  # driver, dev and proc roots the fingerprint covers
+        fingerprint: str
+        runtimes: list[str]  # the low-level runtimes to exec
+        log: tuple[str, str]
+        order: WorkOrder | None  # None: the container asks for no GPU
+
+    class CacheEntry(_CacheEntryRequired, total=False):
+        """What the shim caches per kind of container (``nvct.runtime.order_key``)."""
+
+        decisions: list[str]  # why no GPU (order None)
+        gpus: list[str]  # the selected GPUs' labels, for the log
+        key: str  # the order key, checked when read back
 
 
-VERSION = 4
+VERSION = ORDER_VERSION
 
 
-def from_plan(plan: Plan, config: Config) -> dict[str, Any]:
+def from_plan(plan: Plan, config: Config) -> WorkOrder:
     """The work order of a plan."""
     return {
         "v": VERSION,
-        "devices": [[d.node.path, d.node.major, d.node.minor, d.node.mode] for d in plan.devices],
-        "mounts": [[m.source, m.target, list(m.options)] for m in plan.mounts],
-        "symlinks": [[s.path, s.target] for s in plan.symlinks],
+        "devices": [(d.node.path, d.node.major, d.node.minor, d.node.mode) for d in plan.devices],
+        "mounts": [(m.source, m.target, list(m.options)) for m in plan.mounts],
+        "symlinks": [(s.path, s.target) for s in plan.symlinks],
         "ldconfig": str(config.ldconfig),
         "ldconfig_dirs": list(plan.ldconfig_dirs),
-        "ld_cache": [list(e) for e in plan.ld_cache_entries],
+        "ld_cache": list(plan.ld_cache_entries),
         "libdirs": [
-            [d.host_dir, d.target, [list(f) for f in d.files], [list(k) for k in d.links]]
-            for d in plan.library_dirs
+            (d.host_dir, d.target, list(d.files), list(d.links)) for d in plan.library_dirs
         ],
-        "log": [config.log_file, config.log_level],
+        "log": (config.log_file, config.log_level),
         "gpus": [s.gpu.uuid if s.mig is None else s.mig.uuid for s in plan.selected],
         "capabilities": sorted(plan.request.capabilities),
     }

@@ -26,28 +26,28 @@ identical containers are prepared with the stdlib alone.
 from __future__ import annotations
 
 import os
-import posixpath
 import time
 
 from nvct.base.defaults import config_path
 from nvct.base.digest import sha256
 from nvct.base.errors import ConfigError
-from nvct.base.ldcache_format import MAX_SIZE, image_cache_with
+from nvct.base.ldcache_format import MAX_SIZE
 from nvct.base.log import EventLog
 from nvct.base.oci import load_spec, rootfs_path, write_spec
 from nvct.container.overlay import fresh_overlay_identity
 from nvct.container.rootfs import Rootfs, fd_path
+from nvct.container.stage import stage_rootfs
+from nvct.host.fingerprint import inventory_fingerprint
 from nvct.runtime.args import RuncArgs
 from nvct.runtime.order_key import cache_dir_of, order_key
 from nvct.runtime.spec_edits import edit_spec, remove_gpu_hooks
 from nvct.store import cache
-from nvct.store.libdir import remake_missing, with_library_dirs, write_ld_conf
 
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
 if TYPE_CHECKING:
     from typing import Any
 
-    from nvct.container.ldconfig import Ldconfig
+    from nvct.plan.workorder import CacheEntry
 
 
 def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tuple[str, ...]:
@@ -75,17 +75,17 @@ def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tu
             log.debug("passthrough_create", decisions=entry.get("decisions", []), cached=cached)
             return tuple(entry["runtimes"])
         planned = time.perf_counter()
-        ld_cache, known, reuse = _ld_cache_for(rootfs, order, cache_dir, key, entry)
-        ldconfig = stage_rootfs(rootfs, order, known)
-        staged = time.perf_counter()
+        earlier = _EarlierLdCache(rootfs, cache_dir, key, entry)
+        staged = stage_rootfs(rootfs, order, bind_mounts=False, reused=earlier.read)
+        staged_at = time.perf_counter()
         # The spec is edited while ldconfig runs; the container starts only if both succeed.
         edit_spec(spec, order["devices"], order["mounts"])
         write_spec(bundle, spec)
         edited = time.perf_counter()
-        if ldconfig is not None:
-            ldconfig.wait()
-            if cache_dir and reuse:
-                _remember_ld_cache(rootfs, cache_dir, reuse)
+        if staged.ldconfig is not None:
+            staged.ldconfig.wait()
+            if cache_dir and earlier.key:
+                _remember_ld_cache(rootfs, cache_dir, earlier.key)
     done = time.perf_counter()
     log.info(
         "container_prepared",
@@ -94,11 +94,11 @@ def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tu
         mounts=len(order["mounts"]),
         symlinks=len(order["symlinks"]),
         cached=cached,
-        ld_cache=ld_cache,
+        ld_cache=staged.ld_cache,
         phases_ms={
             "plan": _ms(planned - t0),
-            "rootfs": _ms(staged - planned),  # links; the ld.so.cache, or ldconfig's start
-            "spec": _ms(edited - staged),
+            "rootfs": _ms(staged_at - planned),  # links; the ld.so.cache, or ldconfig's start
+            "spec": _ms(edited - staged_at),
             "ldconfig": _ms(done - edited),  # what is left of it to wait for
         },
         total_ms=_ms(done - t0),
@@ -108,7 +108,7 @@ def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tu
 
 def _entry(
     spec: dict[str, Any], path: str, raw: bytes, config_file: str | None, debian: bool
-) -> tuple[dict[str, Any], bool, str | None, str]:
+) -> tuple[CacheEntry, bool, str | None, str]:
     """The cache entry for this container, planned on a miss; whether it was cached; the
     cache directory (None: caching is off) and the entry's key."""
     cache_dir = cache_dir_of(raw)
@@ -117,7 +117,7 @@ def _entry(
         entry = cache.read_order(cache_dir, key)
         if (
             entry is not None
-            and cache.inventory_fingerprint(*entry["roots"]) == entry["fingerprint"]
+            and inventory_fingerprint(*entry["roots"]) == entry["fingerprint"]
         ):
             return entry, True, cache_dir, key
     entry = plan_entry(spec, config_file, debian)  # a miss, or the driver changed since
@@ -126,9 +126,7 @@ def _entry(
     return entry, False, cache_dir, key
 
 
-def _ld_cache_key(
-    rootfs: Rootfs, cache_dir: str | None, key: str, entry: dict[str, Any]
-) -> str | None:
+def _ld_cache_key(rootfs: Rootfs, cache_dir: str | None, key: str, entry: CacheEntry) -> str | None:
     """The key of the ld.so.cache that ldconfig makes for this work order over this image:
     its layers (a fresh overlay only, see ``nvct.container.overlay``), the work order (config bytes,
     request, nvct), the driver and the ldconfig binary. None when it cannot be reused."""
@@ -137,13 +135,36 @@ def _ld_cache_key(
     identity = fresh_overlay_identity(os.readlink(fd_path(rootfs.fd)))
     if identity is None:
         return None
+    order = entry["order"]
+    if order is None:
+        return None
     try:
-        st = os.stat(entry["order"]["ldconfig"])
+        st = os.stat(order["ldconfig"])
     except OSError:
         return None
     tool = f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
     parts = (identity, key, entry["fingerprint"], tool)
     return sha256("\0".join(parts).encode()).hexdigest()[:40]
+
+
+class _EarlierLdCache:
+    """What ldconfig made before for this work order over this image: looked up only when
+    the image's own cache cannot simply be merged (``choose_ld_cache``); ``key`` is then
+    where what ldconfig makes now is kept (None: it cannot be reused)."""
+
+    __slots__ = ("cache_dir", "entry", "key", "order_key", "rootfs")
+
+    def __init__(
+        self, rootfs: Rootfs, cache_dir: str | None, key: str, entry: CacheEntry
+    ) -> None:
+        self.rootfs, self.cache_dir, self.order_key, self.entry = rootfs, cache_dir, key, entry
+        self.key: str | None = None
+
+    def read(self) -> bytes | None:
+        self.key = _ld_cache_key(self.rootfs, self.cache_dir, self.order_key, self.entry)
+        if not self.cache_dir or not self.key:
+            return None
+        return cache.read_ld_cache(self.cache_dir, self.key)
 
 
 def _remember_ld_cache(rootfs: Rootfs, cache_dir: str, reuse: str) -> None:
@@ -153,49 +174,6 @@ def _remember_ld_cache(rootfs: Rootfs, cache_dir: str, reuse: str) -> None:
     except OSError:
         return
     cache.write_ld_cache(cache_dir, reuse, data)
-
-
-def _ld_cache_for(
-    rootfs: Rootfs, order: dict[str, Any], cache_dir: str | None, key: str, entry: dict[str, Any]
-) -> tuple[str, bytes | None, str | None]:
-    """The container's ld.so.cache when it can be had without ldconfig, and how: the image's
-    own cache with the driver's entries added ("merged", when that is exactly what ldconfig
-    would write), the driver's entries alone for an image with no cache and no other library
-    ("fresh"), or what ldconfig made before for this work order over this image
-    ("reused"); else None ("ldconfig"), and the key to keep what ldconfig will make under
-    (if any)."""
-    if not order["ldconfig_dirs"]:
-        return "none", None, None
-    made = image_cache_with(rootfs, order)
-    if made is not None:
-        return made[0], made[1], None
-    reuse = _ld_cache_key(rootfs, cache_dir, key, entry)
-    known = cache.read_ld_cache(cache_dir, reuse) if cache_dir and reuse else None
-    return ("reused" if known is not None else "ldconfig"), known, reuse
-
-
-def stage_rootfs(rootfs: Rootfs, order: dict[str, Any], known: bytes | None) -> Ldconfig | None:
-    """The rootfs half of a work order, done before the runtime mounts anything: the SONAME
-    symlinks, then the container's ld.so.cache: ``known`` when it is (see ``_ld_cache_for``),
-    else ldconfig is started over the order's libraries and returned for the caller to wait
-    on (None when there is nothing to wait on).
-    """
-    from nvct.container.links import create_symlinks
-    from nvct.container.rootfs import in_container
-
-    remake_missing(order)
-    create_symlinks(rootfs, order["symlinks"])
-    write_ld_conf(rootfs, order)
-    dirs = order["ldconfig_dirs"]
-    if not dirs:
-        return None
-    if known is not None:
-        in_container("/etc/ld.so.cache", rootfs.replace_file, "/etc/ld.so.cache", known, 0o644)
-        return None
-    from nvct.container.ldconfig import start_ldconfig
-
-    libs = [(s, t) for s, t, _ in order["mounts"] if t in dirs or posixpath.dirname(t) in dirs]
-    return start_ldconfig(rootfs, order["ldconfig"], dirs, binds=libs)
 
 
 def _ms(seconds: float) -> float:
@@ -217,35 +195,33 @@ def _read(path: str, required: bool) -> bytes:
         raise ConfigError(f"cannot read config file {path}: {err.strerror}") from err
 
 
-def plan_entry(spec: dict[str, Any], config_file: str | None, debian: bool) -> dict[str, Any]:
+def plan_entry(spec: dict[str, Any], config_file: str | None, debian: bool) -> CacheEntry:
     """The full planning pass (no cache); returns the cache entry for these inputs."""
     from nvct.base._site import ensure_site_packages
 
     ensure_site_packages()
     from nvct.config import load_config
-    from nvct.host.arch import host_arch
-    from nvct.host.load import load_inventory
-    from nvct.plan import workorder
-    from nvct.plan.build import RootfsLayout, build_plan
+    from nvct.plan.compose import plan_container
+    from nvct.plan.model import RootfsLayout
     from nvct.request.parse import request_from_spec
 
     config = load_config(config_file)
     roots = [str(config.driver_root), str(config.dev_root), str(config.proc_root)]
-    entry: dict[str, Any] = {
+    entry: CacheEntry = {
         "roots": roots,
-        "fingerprint": cache.inventory_fingerprint(*roots),
+        "fingerprint": inventory_fingerprint(*roots),
         "runtimes": list(config.low_level_runtimes),
-        "log": [config.log_file, config.log_level],
+        "log": (config.log_file, config.log_level),
         "order": None,
     }
     request = request_from_spec(spec, config)
     if not request.wants_gpu:
         return {**entry, "decisions": list(request.decisions)}
-    inventory = load_inventory(config, fingerprint=entry["fingerprint"])
-    plan = build_plan(request, inventory, config, host_arch(), RootfsLayout(debian=debian))
-    plan = with_library_dirs(plan, config, entry["fingerprint"], create=True)
-    return {
-        **entry,
-        "order": workorder.from_plan(plan, config),
-        "gpus": [s.label for s in plan.selected],
-    }
+    planned = plan_container(
+        request,
+        config,
+        RootfsLayout(debian=debian),
+        library_dirs="create",
+        fingerprint=entry["fingerprint"],
+    )
+    return {**entry, "order": planned.order, "gpus": [s.label for s in planned.plan.selected]}

@@ -14,16 +14,15 @@ from __future__ import annotations
 
 import posixpath
 
+from nvct.base.oci import HOOK_MARK, REPLACED_HOOKS
+
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Any
 
+    from nvct.plan.workorder import DeviceRow, MountRow
 
-REPLACED_HOOKS = frozenset(
-    {"nvidia-container-runtime-hook", "nvidia-container-toolkit", "nvct-hook"}
-)
-# In the arguments of the hook entries nvct writes (``nvct.hook.entry``): python -c "...".
-HOOK_MARK = "nvct.hook"
 
 
 def _is_gpu_hook(hook: Any) -> bool:
@@ -34,7 +33,9 @@ def _is_gpu_hook(hook: Any) -> bool:
     return posixpath.basename(path) in REPLACED_HOOKS or any(HOOK_MARK in str(a) for a in args)
 
 
-def edit_spec(spec: dict[str, Any], nodes: list[list[Any]], mounts: list[list[Any]]) -> None:
+def edit_spec(
+    spec: dict[str, Any], nodes: Sequence[DeviceRow], mounts: Sequence[MountRow]
+) -> None:
     """Apply the shim's edits to ``spec`` in place (idempotent).
 
     ``nodes`` are the work order's ``[path, major, minor, mode]`` entries and ``mounts`` its

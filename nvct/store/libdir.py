@@ -8,11 +8,11 @@ paths of a 1-GPU start (``docker diff``).
 
 The directory is ``<cache-dir>/libdirs/<key>``: hard links of the driver's files (the same
 inodes, so no copy and no space) and the links among them. The key hashes nvct's version,
-the driver's fingerprint (``nvct.store.cache.inventory_fingerprint``) and the file list, so a new
+the driver's fingerprint (``nvct.host.fingerprint``) and the file list, so a new
 or reinstalled driver, or another selection, gets a new directory. It is built under a
 temporary name and renamed into place, so concurrent starts never see half of one. Hard
 links need the cache dir on the driver's filesystem; where they cannot be made, the plan
-keeps one mount per library (``nvct.plan``).
+keeps one mount per library (``nvct.plan.libdirs``).
 
 A directory whose files are the last links to their inodes (the driver was upgraded or
 removed) only pins disk space: it is removed, once an hour old, when a new one is built.
@@ -30,11 +30,8 @@ from nvct.base.digest import sha256
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from typing import Any
 
-    from nvct.config import Config
-    from nvct.container.rootfs import Rootfs
-    from nvct.plan.build import Plan
+    from nvct.plan.workorder import WorkOrder
 
 SUBDIR = "libdirs"
 XATTR_SELINUX = "security.selinux"
@@ -108,39 +105,6 @@ def ensure(path: str, files: Sequence[Sequence[str]], links: Sequence[Sequence[s
     _sweep_orphans(root, keep=key)
 
 
-def with_library_dirs(plan: Plan, config: Config, fingerprint: str, *, create: bool) -> Plan:
-    """``plan`` with its libraries bound as directories (``nvct.plan.build.group_libraries``) where
-    the config allows it (``inject.library-mounts = "directory"`` and a ``cache-dir``) and
-    the directory exists or can be made; else ``plan`` as it is. With ``create`` false
-    (``list``, ``explain``) nothing is written: a directory that does not exist yet counts
-    when the cache dir is on the libraries' filesystem."""
-    from nvct.plan.build import group_libraries, library_groups
-
-    if config.library_mounts != "directory" or not config.cache_dir:
-        return plan
-    chosen: dict[str, str] = {}
-    for base, _kind, files, links in library_groups(plan):
-        path = host_dir(str(config.cache_dir), fingerprint, files, links)
-        if create:
-            try:
-                ensure(path, files, links)
-            except OSError:
-                continue
-        elif not (ready(path) or _same_filesystem(str(config.cache_dir), files)):
-            continue
-        chosen[base] = path
-    return group_libraries(plan, chosen)
-
-
-def shown_as_started(plan: Plan, config: Config) -> Plan:
-    """``plan`` as a container start would carry it out (``list``, ``explain``): with the
-    library directories it would use, none of them made here."""
-    from nvct.store.cache import inventory_fingerprint
-
-    fingerprint = inventory_fingerprint(config.driver_root, config.dev_root, config.proc_root)
-    return with_library_dirs(plan, config, fingerprint, create=False)
-
-
 def existing_parent(path: str) -> str:
     """``path``, or its nearest existing parent: where a cache dir not made yet will be."""
     while not os.path.exists(path) and path not in ("", "/"):
@@ -148,7 +112,7 @@ def existing_parent(path: str) -> str:
     return path or "/"
 
 
-def _same_filesystem(cache_dir: str, files: Sequence[Sequence[str]]) -> bool:
+def same_filesystem(cache_dir: str, files: Sequence[Sequence[str]]) -> bool:
     try:
         dev = os.stat(existing_parent(cache_dir)).st_dev
         return all(os.stat(source).st_dev == dev for source, _ in files)
@@ -214,10 +178,7 @@ def _remove_tree(path: str) -> None:
     os.rmdir(path)
 
 
-LD_CONF = "/etc/ld.so.conf.d/000-nvidia-driver.conf"
-
-
-def remake_missing(order: dict[str, Any]) -> None:
+def remake_missing(order: WorkOrder) -> None:
     """Remake the library directories of a (cached) work order that are gone or incomplete:
     a cache dir cleaned since the order was planned.
 
@@ -235,20 +196,3 @@ def remake_missing(order: dict[str, Any]) -> None:
                 hint='set inject.library-mounts = "files" in nvct\'s config.toml, or a '
                 "cache-dir on the driver libraries' filesystem",
             ) from err
-
-
-def write_ld_conf(rootfs: Rootfs, order: dict[str, Any]) -> bool:
-    """List the order's library directories in the container's ``/etc/ld.so.conf.d``, so
-    that an ldconfig the container runs later (a package install) keeps the driver in its
-    cache; only where the image has that directory (and so an ldconfig that reads it).
-    Returns whether the file was written."""
-    from nvct.container.rootfs import in_container
-
-    dirs = [d[1] for d in order.get("libdirs", ())]
-    if not dirs or not rootfs.is_dir("/etc/ld.so.conf.d"):
-        return False
-    text = "# The host's NVIDIA driver libraries, bound here by nvct\n" + "".join(
-        f"{d}\n" for d in dirs
-    )
-    in_container(LD_CONF, rootfs.replace_file, LD_CONF, text.encode(), 0o644)
-    return True

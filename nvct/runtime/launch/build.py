@@ -25,11 +25,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+from nvct.base._site import nvct_home
 from nvct.base.atomic import write_atomic
-from nvct.base.defaults import DEFAULT_PATH
+from nvct.base.defaults import DEFAULT_PATH, DEFAULT_SOCKET
 from nvct.runtime.launch.code_id import code_id
 
-DEFAULT_SOCKET = "/run/nvct/shim.sock"
 SOURCE = Path(__file__).parent / "launcher.c"
 
 
@@ -47,9 +47,7 @@ def render(python_command: str, config: str = DEFAULT_PATH) -> str:
 
 def default_command() -> str:
     """This interpreter, isolated and without site (``-I -S``), told where nvct lives."""
-    import nvct
-
-    home = os.path.dirname(os.path.dirname(os.path.abspath(nvct.__file__)))
+    home = nvct_home()
     code = (
         f"import sys; sys.path.insert(0, {home!r}); "
         "from nvct.runtime.__main__ import main; sys.exit(main())"

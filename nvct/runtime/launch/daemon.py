@@ -33,7 +33,7 @@ import sys
 import traceback
 from typing import Any
 
-from nvct.runtime.launch.build import DEFAULT_SOCKET
+from nvct.base.defaults import DEFAULT_SOCKET
 from nvct.runtime.launch.code_id import code_id
 from nvct.runtime.launch.prefork import Pool
 
@@ -59,6 +59,8 @@ PRELOAD = (
     "nvct.host.load",
     "nvct.host.ldcache",
     "nvct.plan.build",
+    "nvct.plan.compose",
+    "nvct.plan.libdirs",
     "nvct.request.parse",
     "nvct.runtime.__main__",
     "nvct.runtime.args",

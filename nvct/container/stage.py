@@ -1,0 +1,111 @@
+"""Stage a container's rootfs from a work order: the one sequence the shim and the hook share.
+
+Library directories the order binds are made whole again (a cache cleaner may have taken a
+file), the driver's files are bind-mounted when the caller mounts them itself (the hook; the
+shim leaves mounts to the runtime, through the spec), then the SONAME links, the
+``ld.so.conf.d`` entry, and the container's ld.so.cache: one made without ldconfig (merged,
+fresh or reused: ``choose_ld_cache``), or the host's ldconfig, started here and returned for
+the caller to wait on (the shim edits the spec meanwhile).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import time
+
+from nvct.container.ld_cache import image_cache_with
+from nvct.container.ld_conf import write_ld_conf
+from nvct.container.links import create_symlinks
+from nvct.container.rootfs import Rootfs, in_container
+from nvct.store.libdir import remake_missing
+
+TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from nvct.container.ldconfig import Ldconfig
+    from nvct.plan.workorder import WorkOrder
+
+LD_SO_CACHE = "/etc/ld.so.cache"
+
+
+class Staged:
+    """What staging did, for the caller's log line, and ldconfig when it still runs."""
+
+    __slots__ = ("ld_cache", "ldconfig", "mounts", "phases_ms", "skipped_symlinks", "symlinks")
+
+    def __init__(self) -> None:
+        self.ld_cache = "none"  # none | merged | fresh | reused | ldconfig
+        self.ldconfig: Ldconfig | None = None
+        self.mounts = 0
+        self.symlinks = 0
+        self.skipped_symlinks = 0
+        self.phases_ms: dict[str, float] = {}
+
+    def lap(self, phase: str, start: float) -> float:
+        """Record ``phase`` as the time since ``start``; return now."""
+        now = time.perf_counter()
+        self.phases_ms[phase] = round((now - start) * 1000, 2)
+        return now
+
+
+def choose_ld_cache(
+    rootfs: Rootfs, order: WorkOrder, reused: Callable[[], bytes | None] | None = None
+) -> tuple[str, bytes | None]:
+    """How the container gets its ld.so.cache, and its bytes when ldconfig is not needed:
+    ``"none"`` (no library directory), ``"merged"``/``"fresh"`` (``image_cache_with``),
+    ``"reused"`` (what ``reused`` returns: ldconfig's earlier result for this image), or
+    ``"ldconfig"`` (None: only ldconfig can decide)."""
+    if not order["ldconfig_dirs"]:
+        return "none", None
+    made = image_cache_with(rootfs, order)
+    if made is not None:
+        return made
+    known = reused() if reused is not None else None
+    return ("reused", known) if known is not None else ("ldconfig", None)
+
+
+def stage_rootfs(
+    rootfs: Rootfs,
+    order: WorkOrder,
+    *,
+    bind_mounts: bool,
+    reused: Callable[[], bytes | None] | None = None,
+) -> Staged:
+    """Carry out the rootfs half of ``order`` (see the module doc). With ``bind_mounts`` the
+    driver's files are mounted here (the hook, in the container's mount namespace); without,
+    ldconfig gets them bound in its own private namespace. ``reused``: see
+    ``choose_ld_cache``.
+
+    Raises:
+        ApplyError: a step failed; the container must not start.
+    """
+    staged = Staged()
+    start = time.perf_counter()
+    remake_missing(order)
+    if bind_mounts:
+        from nvct.container.apply import bind_mount
+
+        for source, target, options in order["mounts"]:
+            in_container(target, bind_mount, rootfs, source, target, options)
+            staged.mounts += 1
+        start = staged.lap("mounts", start)
+    staged.symlinks, staged.skipped_symlinks = create_symlinks(rootfs, order["symlinks"])
+    write_ld_conf(rootfs, order)
+    start = staged.lap("symlinks", start)
+    staged.ld_cache, known = choose_ld_cache(rootfs, order, reused)
+    if known is not None:
+        in_container(LD_SO_CACHE, rootfs.replace_file, LD_SO_CACHE, known, 0o644)
+    elif staged.ld_cache == "ldconfig":
+        from nvct.container.ldconfig import start_ldconfig
+
+        dirs = order["ldconfig_dirs"]
+        # Without the hook's mounts, ldconfig gets the libraries bound in its own namespace.
+        binds = [
+            (source, target)
+            for source, target, _ in order["mounts"]
+            if not bind_mounts and (target in dirs or posixpath.dirname(target) in dirs)
+        ]
+        staged.ldconfig = start_ldconfig(rootfs, order["ldconfig"], dirs, binds=binds)
+    staged.lap("ld_cache", start)
+    return staged

@@ -1,0 +1,76 @@
+"""The driver's fingerprint: what a cached inventory, work order or library directory was
+derived from, checked with stats and listdirs alone (cheap enough for every container start).
+
+It covers the driver root's ld.so.cache identity, the NVIDIA device nodes under the dev root,
+the MIG capability tree and driver version in procfs, and the IPC endpoints. Any change gives a
+new fingerprint, hence a fresh discovery and fresh plans. Stdlib only: a cached create
+revalidates its work order with it.
+"""
+
+from __future__ import annotations
+
+import os
+
+from nvct._version import __version__
+from nvct.base.digest import sha256
+from nvct.host.components import IPC_FABRICMANAGER, IPC_MPS_DIR, IPC_PERSISTENCED
+from nvct.store.cache import listdir
+
+
+def inventory_fingerprint(
+    driver_root: str | os.PathLike[str],
+    dev_root: str | os.PathLike[str],
+    proc_root: str | os.PathLike[str],
+) -> str:
+    """A hash of the host facts the inventory depends on (cheap: stats and listdirs)."""
+    driver, dev, proc = os.fspath(driver_root), os.fspath(dev_root), os.fspath(proc_root)
+    parts: list[str] = [__version__, driver, dev, proc]
+    parts.append(_stat_id(os.path.join(driver, "etc/ld.so.cache")))
+    for rel in (IPC_PERSISTENCED, IPC_FABRICMANAGER, IPC_MPS_DIR):
+        parts.append(_stat_id(os.path.join(driver, rel.lstrip("/")), inode=False))
+    for directory in (os.path.join(dev, "dev"), os.path.join(dev, "dev/nvidia-caps")):
+        parts.extend(_nodes(directory))
+    try:
+        with open(os.path.join(proc, "driver/nvidia/version"), encoding="utf-8") as f:
+            parts.append(f.read())
+    except OSError:
+        parts.append("-")
+    parts.extend(_mig_instances(os.path.join(proc, "driver/nvidia/capabilities")))
+    return sha256("\0".join(parts).encode()).hexdigest()[:32]
+
+
+def _stat_id(path: str, *, inode: bool = True) -> str:
+    name = os.path.basename(path)
+    try:
+        st = os.stat(path)
+    except OSError:
+        return f"{name}:-"
+    ident = f"{name}:{st.st_mode:o}:{st.st_size}:{st.st_mtime_ns}"
+    return ident + (f":{st.st_ino}" if inode else "")
+
+
+def _nodes(directory: str) -> list[str]:
+    try:
+        entries = os.scandir(directory)
+    except OSError:
+        return [f"{os.path.basename(directory)}:-"]
+    out = []
+    with entries:
+        for entry in entries:
+            if entry.name.startswith("nvidia"):
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                out.append(f"{entry.name}:{st.st_mode:o}:{st.st_rdev}")
+    return sorted(out)
+
+
+def _mig_instances(caps: str) -> list[str]:
+    """``gpu<N>/mig/gi<G>/ci<C>`` entries: MIG reconfiguration changes the fingerprint."""
+    out: list[str] = []
+    for gpu in listdir(caps, "gpu"):
+        mig = os.path.join(caps, gpu, "mig")
+        for gi in listdir(mig, "gi"):
+            out.extend(f"{gpu}/mig/{gi}/{ci}" for ci in listdir(os.path.join(mig, gi), "ci"))
+    return sorted(out)

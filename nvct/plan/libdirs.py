@@ -1,0 +1,89 @@
+"""The driver's libraries bound as one directory per library directory of the plan.
+
+``library_groups`` says which libraries could share one bind, ``group_libraries`` rewrites a
+plan to bind them so (``nvct.store.libdir`` keeps the host directories), and
+``with_library_dirs`` chooses where the config and the host allow it.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import replace
+
+from nvct.config import Config
+from nvct.plan.model import LIBRARY_SUBDIR, RO_OPTIONS, LibraryDir, Mount, Pairs, Plan
+from nvct.store.libdir import ensure, host_dir, ready, same_filesystem
+
+
+def library_groups(plan: Plan) -> list[tuple[str, str, Pairs, Pairs]]:
+    """``(base, kind, files, links)`` of each directory the plan mounts libraries in one by
+    one: those that can be bound there as one directory instead (``group_libraries``),
+    ``files`` as (host path, name), ``links`` as (name, target). Subdirectories (vdpau/)
+    stay file mounts: their users look for them at that path, not through ld.so.cache."""
+    groups: dict[str, tuple[str, list[tuple[str, str]], list[tuple[str, str]]]] = {}
+    for m in plan.mounts:
+        if m.kind in ("lib", "lib32") and posixpath.dirname(m.target) in plan.ldconfig_dirs:
+            _, files, _ = groups.setdefault(posixpath.dirname(m.target), (m.kind, [], []))
+            files.append((m.source, posixpath.basename(m.target)))
+    for link in plan.symlinks:
+        group = groups.get(posixpath.dirname(link.path))
+        if group is not None:
+            group[2].append((posixpath.basename(link.path), link.target))
+    return [(base, kind, tuple(f), tuple(k)) for base, (kind, f, k) in groups.items()]
+
+
+def group_libraries(plan: Plan, host_dirs: dict[str, str]) -> Plan:
+    """``plan`` with the libraries of each ``base`` in ``host_dirs`` bound as one directory:
+    ``host_dirs[base]`` (prepared from ``library_groups``) at ``base``/nvidia-driver, in place
+    of one mount per library and one symlink per SONAME in the container's layer. The
+    ld.so.cache entries and ldconfig's directories follow them there."""
+    if not host_dirs:
+        return plan
+    dirs: list[LibraryDir] = []
+    for base, kind, files, links in library_groups(plan):
+        if base in host_dirs:
+            target = f"{base}/{LIBRARY_SUBDIR}"
+            dirs.append(LibraryDir(base, target, host_dirs[base], kind, files, links))
+    by_base = {d.base: d for d in dirs}
+    mounts: list[Mount] = []
+    for m in plan.mounts:
+        d = by_base.get(posixpath.dirname(m.target))
+        if d is None or m.kind not in ("lib", "lib32"):
+            mounts.append(m)
+        elif not any(x.target == d.target for x in mounts):
+            reason = f"{len(d.files)} driver libraries and {len(d.links)} links, one directory"
+            mounts.append(Mount(d.host_dir, d.target, "libdir", RO_OPTIONS, reason))
+    entries = []
+    for soname, path, flags in plan.ld_cache_entries:
+        d = by_base.get(posixpath.dirname(path))
+        entries.append((soname, f"{d.target}/{posixpath.basename(path)}" if d else path, flags))
+    return replace(
+        plan,
+        mounts=tuple(mounts),
+        symlinks=tuple(s for s in plan.symlinks if posixpath.dirname(s.path) not in by_base),
+        ldconfig_dirs=tuple(by_base[b].target if b in by_base else b for b in plan.ldconfig_dirs),
+        ld_cache_entries=tuple(entries),
+        library_dirs=tuple(dirs),
+    )
+
+
+def with_library_dirs(plan: Plan, config: Config, fingerprint: str, *, create: bool) -> Plan:
+    """``plan`` with its libraries bound as directories (``group_libraries``) where
+    the config allows it (``inject.library-mounts = "directory"`` and a ``cache-dir``) and
+    the directory exists or can be made; else ``plan`` as it is. With ``create`` false
+    (``list``, ``explain``) nothing is written: a directory that does not exist yet counts
+    when the cache dir is on the libraries' filesystem."""
+    if config.library_mounts != "directory" or not config.cache_dir:
+        return plan
+    chosen: dict[str, str] = {}
+    for base, _kind, files, links in library_groups(plan):
+        path = host_dir(str(config.cache_dir), fingerprint, files, links)
+        if create:
+            try:
+                ensure(path, files, links)
+            except OSError:
+                continue
+        elif not (ready(path) or same_filesystem(str(config.cache_dir), files)):
+            continue
+        chosen[base] = path
+    return group_libraries(plan, chosen)
