@@ -4,6 +4,7 @@ runc. Both must behave alike; every test runs on both."""
 from __future__ import annotations
 
 import json
+import re
 import os
 import shlex
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from integration.harness.skips import need_cc, require
+from nvct.runtime.launch import build, tables
 from nvct.runtime.launch.build import build_native, install
 
 KINDS = ["shell", "native"]
@@ -211,3 +213,47 @@ def test_runc_anywhere_comes_before_crun(launcher, tmp_path) -> None:
     crun.chmod(0o755)
     env = {**env, "PATH": f"{first}:{env['PATH']}"}
     assert call((path, env), "state", "id").startswith("RUNC state id")
+
+
+# --- The lists both launchers take from the shim's constants (nvct.runtime.launch.tables) ----
+
+
+@pytest.mark.parametrize("marker", tables.gpu_markers())
+def test_each_gpu_marker_of_the_shim_sends_a_create_to_python(launcher, tmp_path, marker) -> None:
+    """A launcher built now carries every marker the shim's request inputs define: a spec
+    holding any one of them reaches the shim (a dropped one would start a GPU container
+    without its GPUs)."""
+    b = bundle(tmp_path, [f"X={marker}"])
+    assert call(launcher, "create", "--bundle", str(b), "id").startswith("FAKEPY")
+
+
+def test_each_runc_value_flag_of_the_shim_is_skipped_with_its_value(launcher, tmp_path) -> None:
+    """Every global value flag, in both spellings, consumes its value (which is no
+    subcommand), and every subcommand value flag consumes its value (which is no bundle)."""
+    gpu = bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
+    plain = tmp_path / "plain"  # the working directory: the bundle when none is named
+    plain.mkdir()
+    (plain / "config.json").write_text(json.dumps({"process": {"env": ["PATH=/bin"]}}))
+    for flag in tables.global_value_flags():
+        for form in (flag, flag[1:]):
+            out = call(launcher, form, "create", "state", "id")
+            assert out.startswith(f"RUNC {form} create state id"), (form, out)
+    for flag in tables.sub_value_flags():
+        out = call(launcher, "create", flag, str(gpu), "id", cwd=plain)
+        assert out.startswith("RUNC"), (flag, out)  # the value named no bundle
+    for flag in tables.bundle_flags():
+        for form in (flag, flag[1:]):
+            assert call(launcher, "create", form, str(gpu), "id").startswith("FAKEPY"), form
+            assert call(launcher, "create", f"{form}={gpu}", "id").startswith("FAKEPY"), form
+
+
+def test_the_launcher_sources_hold_no_copy_of_the_shims_lists() -> None:
+    """launcher.c and launcher.sh name none of the generated strings themselves."""
+    source = re.sub(r"/\*.*?\*/", "", Path(build.SOURCE).read_text(), flags=re.DOTALL)
+    script = (Path(build.SOURCE).parent / "launcher.sh").read_text().splitlines()
+    template = "\n".join(line for line in script if not line.lstrip().startswith("#"))
+    words = (*tables.gpu_markers(), *tables.global_value_flags(), *tables.sub_value_flags())
+    for text in (*words, *tables.search_dirs(), *tables.runtimes()):
+        assert f'"{text}"' not in source, text
+        # as a word of the script (the shebang's /bin/sh is not a search directory)
+        assert not re.search(rf"(?<![\w/!-]){re.escape(text)}(?![\w/-])", template), text

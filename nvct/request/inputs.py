@@ -14,12 +14,10 @@ if TYPE_CHECKING:
 
 
 DEVICE_MOUNT_DIR = "/var/run/nvidia-container-devices/"
-_ENV_NAMES = (
-    "NVIDIA_VISIBLE_DEVICES",
-    "NVIDIA_DRIVER_CAPABILITIES",
-    "NVIDIA_DISABLE_REQUIRE",
-    "CUDA_VERSION",
-)
+# The variables whose presence can make a container ask for GPUs (a legacy CUDA image asks
+# for all of them); the launchers look for these names before starting Python.
+GPU_ENV = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VERSION")
+_ENV_NAMES = (*GPU_ENV, "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_DISABLE_REQUIRE")
 
 
 def env_map(env: Iterable[str]) -> dict[str, str]:

@@ -7,7 +7,8 @@ Mirrors runc's urfave/cli flags: global flags before the subcommand, ``--flag va
 from __future__ import annotations
 
 GLOBAL_VALUE_FLAGS = frozenset({"log", "log-format", "root", "criu", "rootless"})
-SUB_VALUE_FLAGS = frozenset({"bundle", "b", "console-socket", "pid-file", "preserve-fds"})
+BUNDLE_FLAGS = frozenset({"bundle", "b"})
+SUB_VALUE_FLAGS = BUNDLE_FLAGS | {"console-socket", "pid-file", "preserve-fds"}
 OWN_CONFIG_FLAG = "--nvct-config"
 
 
@@ -69,7 +70,7 @@ def parse_runc_args(argv: list[str]) -> RuncArgs:
                 i += 1
             if takes_value:
                 values[name] = value
-                if subcommand and name in ("bundle", "b"):
+                if subcommand and name in BUNDLE_FLAGS:
                     bundle = value
             continue
         if not subcommand:

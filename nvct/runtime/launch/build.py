@@ -28,6 +28,7 @@ from pathlib import Path
 from nvct.base._site import nvct_home
 from nvct.base.atomic import write_atomic
 from nvct.base.defaults import DEFAULT_PATH, DEFAULT_SOCKET
+from nvct.runtime.launch import tables
 from nvct.runtime.launch.code_id import code_id
 
 SOURCE = Path(__file__).parent / "launcher.c"
@@ -40,9 +41,25 @@ class BuildError(Exception):
 def render(python_command: str, config: str = DEFAULT_PATH) -> str:
     """The launcher script with ``python_command`` as the way to start the Python shim."""
     template = (Path(__file__).parent / "launcher.sh").read_text()
-    return template.replace("@RUNTIME_PY@", python_command).replace(
-        "@DEFAULT_CONFIG@", shlex.quote(config)
-    )
+    values = {
+        "@GLOBAL_VALUE_FLAGS@": _shell_flags(tables.global_value_flags()),
+        "@BUNDLE_FLAGS_WITH_VALUE@": _shell_flags(tables.bundle_flags(), "=*"),
+        "@BUNDLE_FLAGS@": _shell_flags(tables.bundle_flags()),
+        "@SUB_VALUE_FLAGS@": _shell_flags(tables.sub_value_flags()),
+        "@MARKERS@": " ".join(f"-e {shlex.quote(m)}" for m in tables.gpu_markers()),
+        "@RUNTIMES@": " ".join(shlex.quote(r) for r in tables.runtimes()),
+        "@SEARCH_DIRS@": " ".join(shlex.quote(d) for d in tables.search_dirs()),
+        "@DEFAULT_CONFIG@": shlex.quote(config),
+        "@RUNTIME_PY@": python_command,
+    }
+    for name, value in values.items():
+        template = template.replace(name, value)
+    return template
+
+
+def _shell_flags(flags: tuple[str, ...], suffix: str = "") -> str:
+    """A ``case`` pattern matching each ``--flag`` and its ``-flag`` form (runc takes both)."""
+    return " | ".join(f"{form}{suffix}" for flag in flags for form in (flag, flag[1:]))
 
 
 def default_command() -> str:
@@ -72,6 +89,11 @@ def c_string(text: str) -> str:
     return '"' + "".join(out) + '"'
 
 
+def c_array(name: str, items: tuple[str, ...]) -> str:
+    """A NULL-terminated ``static const char *const`` array."""
+    return f"static const char *const {name}[] = {{{', '.join(map(c_string, items))}, 0}};\n"
+
+
 def header(python_command: str, config: str, socket: str) -> str:
     """The generated configuration header launcher.c includes."""
     argv = shlex.split(python_command)
@@ -87,6 +109,12 @@ def header(python_command: str, config: str, socket: str) -> str:
         f"#define NVCT_DEFAULT_CONFIG {c_string(config)}\n"
         f"#define NVCT_SOCKET {c_string(socket)}\n"
         f"#define NVCT_CODE_ID {c_string(code_id())}\n"
+        + c_array("NVCT_MARKERS", tables.gpu_markers())
+        + c_array("NVCT_GLOBAL_VALUE_FLAGS", tables.global_value_flags())
+        + c_array("NVCT_BUNDLE_FLAGS", tables.bundle_flags())
+        + c_array("NVCT_SUB_VALUE_FLAGS", tables.sub_value_flags())
+        + c_array("NVCT_SEARCH_DIRS", tables.search_dirs())
+        + c_array("NVCT_RUNTIMES", tables.runtimes())
     )
 
 

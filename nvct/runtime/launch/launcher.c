@@ -37,14 +37,9 @@
 
 extern char **environ;
 
-static const char *const MARKERS[] = {
-    "NVIDIA_VISIBLE_DEVICES", "CUDA_VERSION", "nvidia-container-devices",
-    "nvidia-container-runtime-hook", "nvidia-container-toolkit", NULL,
-};
-
-static const char *const DEFAULT_DIRS[] = {
-    "/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin", NULL,
-};
+/* NVCT_MARKERS, NVCT_GLOBAL_VALUE_FLAGS, NVCT_BUNDLE_FLAGS, NVCT_SUB_VALUE_FLAGS,
+ * NVCT_SEARCH_DIRS and NVCT_RUNTIMES (NULL-terminated) come with the generated header, from the
+ * Python shim's own constants (nvct.runtime.launch.tables): they cannot drift from it. */
 
 static void fail(const char *message, const char *fix)
 {
@@ -132,8 +127,8 @@ static int asks_for_gpus(const char *bundle)
     if (!spec)
         return 1;
     int found = 0;
-    for (int i = 0; MARKERS[i] && !found; i++)
-        found = memmem(spec, size, MARKERS[i], strlen(MARKERS[i])) != NULL;
+    for (int i = 0; NVCT_MARKERS[i] && !found; i++)
+        found = memmem(spec, size, NVCT_MARKERS[i], strlen(NVCT_MARKERS[i])) != NULL;
     free(spec);
     return found;
 }
@@ -268,8 +263,8 @@ static void exec_first(const char *const *names, int count, char **args, int n)
                 (int)sizeof candidate)
                 try_exec(candidate, argv, self);
         free(dirs);
-        for (int k = 0; DEFAULT_DIRS[k]; k++)
-            if (snprintf(candidate, sizeof candidate, "%s/%s", DEFAULT_DIRS[k], names[i]) <
+        for (int k = 0; NVCT_SEARCH_DIRS[k]; k++)
+            if (snprintf(candidate, sizeof candidate, "%s/%s", NVCT_SEARCH_DIRS[k], names[i]) <
                 (int)sizeof candidate)
                 try_exec(candidate, argv, self);
     }
@@ -280,12 +275,15 @@ static void exec_first(const char *const *names, int count, char **args, int n)
  * the fix). */
 static void exec_low_level(const char *cfg, char **args, int n)
 {
-    static const char *const DEFAULTS[] = {"runc", "crun"};
     const char *names[MAX_LOW_LEVEL];
     char *text = NULL;
     int count = config_low_level(cfg, &text, names, MAX_LOW_LEVEL);
-    if (count == 0)
-        exec_first(DEFAULTS, 2, args, n);
+    if (count == 0) {
+        int defaults = 0;
+        while (NVCT_RUNTIMES[defaults])
+            defaults++;
+        exec_first(NVCT_RUNTIMES, defaults, args, n);
+    }
     else if (count > 0)
         exec_first(names, count, args, n);
     exec_python(args, n);
@@ -467,6 +465,22 @@ static int is_with_value(const char *a, const char *name)
            (strncmp(a, name + 1, n - 1) == 0 && a[n - 1] == '=');
 }
 
+static int is_any(const char *a, const char *const *names)
+{
+    for (int i = 0; names[i]; i++)
+        if (is(a, names[i]))
+            return 1;
+    return 0;
+}
+
+static int is_any_with_value(const char *a, const char *const *names)
+{
+    for (int i = 0; names[i]; i++)
+        if (is_with_value(a, names[i]))
+            return 1;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *env_cfg = getenv("NVCT_CONFIG");
@@ -498,19 +512,17 @@ int main(int argc, char **argv)
     for (int i = 0; i < n; i++) {
         const char *a = args[i];
         if (!sub) {
-            if (is(a, "--log") || is(a, "--log-format") || is(a, "--root") ||
-                is(a, "--criu") || is(a, "--rootless"))
+            if (is_any(a, NVCT_GLOBAL_VALUE_FLAGS))
                 i++;
             else if (a[0] != '-')
                 sub = a;
-        } else if (is(a, "--bundle") || strcmp(a, "-b") == 0) {
+        } else if (is_any(a, NVCT_BUNDLE_FLAGS)) {
             if (i + 1 < n)
                 bundle = args[i + 1];
             i++;
-        } else if (is_with_value(a, "--bundle") || strncmp(a, "-b=", 3) == 0) {
+        } else if (is_any_with_value(a, NVCT_BUNDLE_FLAGS)) {
             bundle = strchr(a, '=') + 1;
-        } else if (is(a, "--console-socket") || is(a, "--pid-file") ||
-                   is(a, "--preserve-fds")) {
+        } else if (is_any(a, NVCT_SUB_VALUE_FLAGS)) {
             i++;
         }
     }
