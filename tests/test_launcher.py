@@ -4,8 +4,8 @@ runc. Both must behave alike; every test runs on both."""
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import shlex
 import subprocess
 from pathlib import Path

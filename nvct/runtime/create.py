@@ -115,10 +115,7 @@ def _entry(
     key = order_key(path, raw, debian, spec) if cache_dir else ""
     if cache_dir and key:
         entry = cache.read_order(cache_dir, key)
-        if (
-            entry is not None
-            and inventory_fingerprint(*entry["roots"]) == entry["fingerprint"]
-        ):
+        if entry is not None and inventory_fingerprint(*entry["roots"]) == entry["fingerprint"]:
             return entry, True, cache_dir, key
     entry = plan_entry(spec, config_file, debian)  # a miss, or the driver changed since
     if cache_dir and key:
@@ -154,9 +151,7 @@ class _EarlierLdCache:
 
     __slots__ = ("cache_dir", "entry", "key", "order_key", "rootfs")
 
-    def __init__(
-        self, rootfs: Rootfs, cache_dir: str | None, key: str, entry: CacheEntry
-    ) -> None:
+    def __init__(self, rootfs: Rootfs, cache_dir: str | None, key: str, entry: CacheEntry) -> None:
         self.rootfs, self.cache_dir, self.order_key, self.entry = rootfs, cache_dir, key, entry
         self.key: str | None = None
 

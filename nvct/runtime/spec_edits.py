@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from nvct.plan.workorder import DeviceRow, MountRow
 
 
-
 def _is_gpu_hook(hook: Any) -> bool:
     if not isinstance(hook, dict):
         return False
@@ -33,9 +32,7 @@ def _is_gpu_hook(hook: Any) -> bool:
     return posixpath.basename(path) in REPLACED_HOOKS or any(HOOK_MARK in str(a) for a in args)
 
 
-def edit_spec(
-    spec: dict[str, Any], nodes: Sequence[DeviceRow], mounts: Sequence[MountRow]
-) -> None:
+def edit_spec(spec: dict[str, Any], nodes: Sequence[DeviceRow], mounts: Sequence[MountRow]) -> None:
     """Apply the shim's edits to ``spec`` in place (idempotent).
 
     ``nodes`` are the work order's ``[path, major, minor, mode]`` entries and ``mounts`` its
