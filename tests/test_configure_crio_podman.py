@@ -9,7 +9,7 @@ from pathlib import Path
 from nvct.cli.configure_cmd import HOOK_PATH_ENV
 from nvct.cli.main import main
 from nvct.engines import EngineOptions, configure, crio, podman
-from nvct.hook.entry import hooksd_entry
+from nvct.engines.hooksd import hooksd_entry
 
 if sys.version_info >= (3, 11):
     import tomllib

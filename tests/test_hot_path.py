@@ -114,3 +114,36 @@ def test_cached_create_calls_stay_lean() -> None:
         [sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True
     ).stdout.strip()
     assert out == "", f"the cached create loads {out}"
+
+
+# The hot-path rule as a package rule: what a cached create may import of nvct. Besides the
+# three packages, two stdlib-only modules of the stages it skips: the driver's fingerprint (and
+# the IPC paths it stats), which a cached work order is revalidated against on every start,
+# and the spec's request inputs, which the order key hashes.
+CACHED_CREATE_PACKAGES = ("nvct.base.", "nvct.container.", "nvct.store.", "nvct.runtime.")
+CACHED_CREATE_MODULES = {
+    *("nvct", "nvct._version", "nvct.host", "nvct.request"),
+    *("nvct.host.fingerprint", "nvct.host.components", "nvct.request.inputs"),
+}
+
+
+def test_a_cached_create_imports_only_the_helpers_the_container_package_and_the_store() -> None:
+    modules = HOT_MODULES["runtime create, cached work order, ld.so.cache merged or reused"][1]
+    code = (
+        "import importlib, sys\n"
+        f"for m in {modules!r}: importlib.import_module(m)\n"
+        "import nvct.container.ldconfig  # started when only ldconfig can make the cache\n"
+        "print(' '.join(m for m in sys.modules if m == 'nvct' or m.startswith('nvct.')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert "nvct.runtime.create" in out
+    outside = [
+        m
+        for m in out
+        if not m.startswith(CACHED_CREATE_PACKAGES)
+        and m not in CACHED_CREATE_MODULES
+        and m + "." not in CACHED_CREATE_PACKAGES  # the package itself
+    ]
+    assert outside == [], f"a cached create imports {outside}"

@@ -12,7 +12,7 @@ from nvct.base.errors import SpecError
 REPLACED_HOOKS = frozenset(
     {"nvidia-container-runtime-hook", "nvidia-container-toolkit", "nvct-hook"}
 )
-# In the arguments of the hook entries nvct writes (``nvct.hook.entry``): python -c "...".
+# In the arguments of the hook entries nvct writes (``nvct.engines.hooksd``): python -c "...".
 HOOK_MARK = "nvct.hook"
 
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here

@@ -72,7 +72,7 @@ def build_options(
     if undo:
         return opts
     if engine == "podman":
-        from nvct.hook.entry import hooksd_entry
+        from nvct.engines.hooksd import hooksd_entry
 
         env = [HOOK_PATH_ENV]
         if nvct_config:

@@ -1,11 +1,12 @@
 """Stage a container's rootfs from a work order: the one sequence the shim and the hook share.
 
-Library directories the order binds are made whole again (a cache cleaner may have taken a
+The way the container's ld.so.cache will be made is chosen first, on the rootfs as the image
+left it; then library directories the order binds are made whole again (a cache cleaner may have taken a
 file), the driver's files are bind-mounted when the caller mounts them itself (the hook; the
 shim leaves mounts to the runtime, through the spec), then the SONAME links, the
-``ld.so.conf.d`` entry, and the container's ld.so.cache: one made without ldconfig (merged,
-fresh or reused: ``choose_ld_cache``), or the host's ldconfig, started here and returned for
-the caller to wait on (the shim edits the spec meanwhile).
+``ld.so.conf.d`` entry, and the ld.so.cache: one made without ldconfig (merged, fresh or
+reused: ``choose_ld_cache``), or the host's ldconfig, started here and returned for the caller
+to wait on (the shim edits the spec meanwhile).
 """
 
 from __future__ import annotations
@@ -82,6 +83,9 @@ def stage_rootfs(
     """
     staged = Staged()
     start = time.perf_counter()
+    # Decided first, on the rootfs as the image left it: a fresh overlay's empty upper layer
+    # is what lets ldconfig's earlier result for the image be reused.
+    staged.ld_cache, known = choose_ld_cache(rootfs, order, reused)
     remake_missing(order)
     if bind_mounts:
         from nvct.container.apply import bind_mount
@@ -93,7 +97,6 @@ def stage_rootfs(
     staged.symlinks, staged.skipped_symlinks = create_symlinks(rootfs, order["symlinks"])
     write_ld_conf(rootfs, order)
     start = staged.lap("symlinks", start)
-    staged.ld_cache, known = choose_ld_cache(rootfs, order, reused)
     if known is not None:
         in_container(LD_SO_CACHE, rootfs.replace_file, LD_SO_CACHE, known, 0o644)
     elif staged.ld_cache == "ldconfig":

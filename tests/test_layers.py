@@ -1,0 +1,103 @@
+"""The import graph follows the stages: helpers <- store <- container, config <- host, request
+<- plan <- frontends, and no frontend imports another.
+
+Read from the source (every ``import`` that can run, lazy ones inside functions included), so
+a violation fails here before it becomes a cycle. Imports under ``if TYPE_CHECKING:`` never
+run (mypy reads them) and are left out: the container package names the work order's types,
+which the plan defines.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "nvct"
+
+# Each unit (a top-level package or module of nvct) and the units it may import.
+LIBRARY = {
+    "_version": set(),
+    "base": {"_version", "nvct"},
+    "store": {"base", "_version"},
+    "container": {"base", "store"},
+    "config": {"base", "store"},
+    "host": {"base", "store", "config", "_version"},
+    "request": {"base", "config"},
+    "plan": {"base", "store", "container", "config", "host", "request"},
+}
+FRONTENDS = {"runtime", "hook", "cli", "cdi", "doctor", "engines"}
+# The CLI is the command line of the doctor, the engine configuration and CDI.
+CLI_SERVES = {"doctor", "engines", "cdi"}
+
+
+def _unit(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "nvct"
+
+
+def _runtime_imports(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text())
+    typing_only = {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING"
+        for n in ast.walk(node)
+    }
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("nvct"):
+            if node.module == "nvct":
+                found.extend((node.lineno, f"nvct.{a.name}") for a in node.names)
+            else:
+                found.append((node.lineno, node.module))
+        elif isinstance(node, ast.Import):
+            found.extend((node.lineno, a.name) for a in node.names if a.name.startswith("nvct"))
+    return found
+
+
+def _edges() -> list[tuple[str, str, str]]:
+    edges = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE.parent)
+        source = _unit(".".join(rel.with_suffix("").parts))
+        for line, module in _runtime_imports(path):
+            target = _unit(module)
+            if target != source:
+                edges.append((f"{rel}:{line}", source, target))
+    return edges
+
+
+def test_every_unit_is_placed() -> None:
+    units = {p.stem if p.is_file() else p.name for p in PACKAGE.iterdir()}
+    units -= {"__init__", "__pycache__", "py"}
+    assert units <= set(LIBRARY) | FRONTENDS, units - set(LIBRARY) - FRONTENDS
+
+
+def test_no_upward_import_from_the_library() -> None:
+    wrong = [
+        f"{where}: {source} imports {target}"
+        for where, source, target in _edges()
+        if source in LIBRARY and target not in LIBRARY[source]
+    ]
+    assert wrong == []
+
+
+def test_no_frontend_imports_another() -> None:
+    wrong = [
+        f"{where}: {source} imports {target}"
+        for where, source, target in _edges()
+        if source in FRONTENDS
+        and target in FRONTENDS
+        and not (source == "cli" and target in CLI_SERVES)
+    ]
+    assert wrong == []
+
+
+@pytest.mark.parametrize("unit", sorted(set(LIBRARY) - {"_version"}))
+def test_the_rule_is_not_vacuous(unit: str) -> None:
+    """Every library unit is imported somewhere (the graph was read)."""
+    assert any(target == unit for _, _, target in _edges())
