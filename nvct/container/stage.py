@@ -1,9 +1,9 @@
 """Stage a container's rootfs from a work order: the one sequence the shim and the hook share.
 
 The way the container's ld.so.cache will be made is chosen first, on the rootfs as the image
-left it; then library directories the order binds are made whole again (a cache cleaner may have taken a
-file), the driver's files are bind-mounted when the caller mounts them itself (the hook; the
-shim leaves mounts to the runtime, through the spec), then the SONAME links, the
+left it; then library directories the order binds are made whole again (a cache cleaner may
+have taken a file), the driver's files are bind-mounted when the caller mounts them itself
+(the hook; the shim leaves mounts to the runtime, through the spec), then the SONAME links, the
 ``ld.so.conf.d`` entry, and the ld.so.cache: one made without ldconfig (merged, fresh or
 reused: ``choose_ld_cache``), or the host's ldconfig, started here and returned for the caller
 to wait on (the shim edits the spec meanwhile).
