@@ -72,6 +72,9 @@ def _schema() -> dict[str, Any]:
                     "library-mounts": {"enum": list(LIBRARY_MOUNTS)},
                 }
             ),
+            "cdi": section(
+                {"spec-dirs": {"type": "array", "items": {"type": "string", "pattern": "^/"}}}
+            ),
             "log": section(
                 {
                     "file": {"type": "string"},
@@ -105,6 +108,7 @@ class Config:
     inject_mps: bool = True
     inject_gsp_firmware: bool = True
     library_mounts: str = "directory"
+    cdi_spec_dirs: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi")
     log_file: str = "/var/log/nvct.log"
     log_level: str = "info"
     source: str = field(default="(defaults)", compare=False)
@@ -127,6 +131,7 @@ _KEYMAP: dict[tuple[str, ...], str] = {
     ("inject", "mps"): "inject_mps",
     ("inject", "gsp-firmware"): "inject_gsp_firmware",
     ("inject", "library-mounts"): "library_mounts",
+    ("cdi", "spec-dirs"): "cdi_spec_dirs",
     ("log", "file"): "log_file",
     ("log", "level"): "log_level",
 }

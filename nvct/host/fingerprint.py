@@ -16,6 +16,8 @@ from nvct.base.digest import sha256
 from nvct.host.components import IPC_FABRICMANAGER, IPC_MPS_DIR, IPC_PERSISTENCED
 from nvct.store.cache import listdir
 
+CDI_SUFFIXES = (".json", ".yaml", ".yml")
+
 
 def inventory_fingerprint(
     driver_root: str | os.PathLike[str],
@@ -74,3 +76,19 @@ def _mig_instances(caps: str) -> list[str]:
         for gi in listdir(mig, "gi"):
             out.extend(f"{gpu}/mig/{gi}/{ci}" for ci in listdir(os.path.join(mig, gi), "ci"))
     return sorted(out)
+
+
+def cdi_specs_stamp(dirs: list[str]) -> str:
+    """A hash of the CDI spec files in ``dirs`` (names, sizes, times, inodes): a work order
+    made from CDI specs is good while it is unchanged."""
+    parts: list[str] = []
+    for directory in dirs:
+        try:
+            names = sorted(os.listdir(directory))
+        except OSError:
+            parts.append(f"{directory}:-")
+            continue
+        parts.extend(
+            _stat_id(os.path.join(directory, n)) for n in names if n.endswith(CDI_SUFFIXES)
+        )
+    return sha256("\0".join(parts).encode()).hexdigest()[:32]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from nvct.base.errors import RequestError
 from nvct.config import Config
 from nvct.host.arch import Arch, host_arch
 from nvct.host.fingerprint import inventory_fingerprint
@@ -58,6 +59,12 @@ def plan_container(
     Raises:
         NvctError: the request cannot be met (unknown device, failed requirement, no driver).
     """
+    if request.visible == "cdi":
+        raise RequestError(
+            f"CDI devices ({', '.join(request.devices)}) come from CDI specs, not nvct's plan",
+            hint="run the container with nvct-runtime or an engine with CDI support "
+            "(nvct-cli explain shows what they give)",
+        )
     if fingerprint is None and (inventory is None or library_dirs != "none"):
         fingerprint = inventory_fingerprint(config.driver_root, config.dev_root, config.proc_root)
     fingerprint = fingerprint or ""

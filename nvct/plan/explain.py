@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nvct.base.errors import NvctError, SpecError
 from nvct.config import Config
@@ -21,6 +21,9 @@ from nvct.plan.compose import plan_container
 from nvct.plan.model import Plan, RootfsLayout
 from nvct.request.inputs import env_map, is_privileged
 from nvct.request.parse import Request, parse_request, request_from_spec
+
+if TYPE_CHECKING:
+    from nvct.plan.workorder import WorkOrder
 
 SYS_ADMIN = frozenset({"SYS_ADMIN", "CAP_SYS_ADMIN", "ALL"})
 
@@ -54,6 +57,7 @@ class Explanation:
     layout: LayoutChoice
     request: Request | None = None
     plan: Plan | None = None
+    cdi: WorkOrder | None = None  # what nvct-runtime gives for CDI device names
     error: str = ""  # one line, as the hook would print it
     notes: tuple[str, ...] = field(default=())
 
@@ -175,6 +179,8 @@ def explain(
         return Explanation(inp, layout, error=err.one_line())
     if not request.wants_gpu:
         return Explanation(inp, layout, request)
+    if request.visible == "cdi":
+        return _explain_cdi(inp, layout, request, config)
     try:
         plan = plan_container(
             request,
@@ -188,6 +194,39 @@ def explain(
     except NvctError as err:
         return Explanation(inp, layout, request, error=err.one_line())
     return Explanation(inp, layout, request, plan)
+
+
+def _explain_cdi(
+    inp: ContainerInput, layout: LayoutChoice, request: Request, config: Config
+) -> Explanation:
+    from nvct.host.cdi_specs import load_cdi_specs
+    from nvct.plan.cdi_order import cdi_order
+
+    specs = load_cdi_specs(config.cdi_spec_dirs)
+    notes = tuple(f"CDI spec not used: {p}" for p in specs.problems)
+    try:
+        order = cdi_order(request.devices, specs, config)
+    except NvctError as err:
+        return Explanation(inp, layout, request, error=err.one_line(), notes=notes)
+    return Explanation(inp, layout, request, cdi=order, notes=notes)
+
+
+def _cdi_lines(order: WorkOrder) -> list[str]:
+    lines = ["CDI devices (nvct-runtime applies their specs' edits, as a CDI engine would):"]
+    lines += [f"  {name}  from {path}" for name, path in order.get("cdi", ())]
+    if order["devices"]:
+        lines.append("Device nodes:")
+        lines += [f"  {p}  c {major}:{minor}" for p, major, minor, _ in order["devices"]]
+    if order["mounts"]:
+        lines.append("Mounts (container path <- host path):")
+        lines += [f"  {target}  <- {source}" for source, target, _ in order["mounts"]]
+    if order.get("env"):
+        lines.append(f"Environment: {' '.join(order['env'])}")
+    for stage, hook in order.get("hooks", ()):
+        lines.append(f"Hook {stage}: {' '.join(map(str, hook.get('args') or [hook['path']]))}")
+    if order.get("additional_gids"):
+        lines.append(f"Additional groups: {', '.join(map(str, order['additional_gids']))}")
+    return lines
 
 
 def docker_inspect(container: str, run: Callable[[Sequence[str]], Any], host: str | None) -> Any:
@@ -224,7 +263,7 @@ def explanation_to_dict(exp: Explanation, arch: Arch) -> dict[str, Any]:
         "error": exp.error or None,
         "source": exp.input.source,
         "privileged": exp.input.privileged,
-        "notes": [*exp.input.notes],
+        "notes": [*exp.input.notes, *exp.notes],
         "request": None
         if req is None
         else {
@@ -242,6 +281,7 @@ def explanation_to_dict(exp: Explanation, arch: Arch) -> dict[str, Any]:
             "reason": exp.layout.reason,
         },
         "plan": plan_to_dict(exp.plan) if exp.plan else None,
+        "cdi": exp.cdi,
     }
 
 
@@ -267,6 +307,9 @@ def explanation_to_text(exp: Explanation, arch: Arch) -> list[str]:
     )
     if plan is not None:
         lines += _plan_lines(plan)
+    if exp.cdi is not None:
+        lines += _cdi_lines(exp.cdi)
+    lines += [f"  note: {n}" for n in exp.notes]
     if exp.error:
         lines.append(f"FAIL {exp.error}")
     elif exp.failed_requirements:

@@ -21,7 +21,7 @@ from nvct.store.cache import ORDER_VERSION
 
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
 if TYPE_CHECKING:
-    from typing import TypedDict
+    from typing import Any, TypedDict
 
     from nvct.config import Config
     from nvct.plan.model import Plan
@@ -34,9 +34,7 @@ if TYPE_CHECKING:
     FileRow = tuple[str, str]  # host path, name in the library directory
     LibdirRow = tuple[str, str, list[FileRow], list[LinkRow]]  # host dir, container dir, ...
 
-    class WorkOrder(TypedDict):
-        """A plan as the shim and the hook carry it out (the format above)."""
-
+    class _WorkOrderRequired(TypedDict):
         v: int
         devices: list[DeviceRow]
         mounts: list[MountRow]
@@ -48,6 +46,15 @@ if TYPE_CHECKING:
         log: tuple[str, str]  # log file, level
         gpus: list[str]
         capabilities: list[str]
+
+    class WorkOrder(_WorkOrderRequired, total=False):
+        """A plan as the shim and the hook carry it out (the format above). CDI devices
+        (``nvct.plan.cdi_order``) may also bring variables, OCI hooks and groups."""
+
+        env: list[str]  # KEY=VALUE, appended to the process's
+        hooks: list[tuple[str, dict[str, Any]]]  # (OCI hook stage, hook)
+        additional_gids: list[int]
+        cdi: list[tuple[str, str]]  # (CDI device name, spec file) it came from
 
     class _CacheEntryRequired(TypedDict):
         roots: list[str]  # driver, dev and proc roots the fingerprint covers
@@ -61,6 +68,7 @@ if TYPE_CHECKING:
 
         decisions: list[str]  # why no GPU (order None)
         gpus: list[str]  # the selected GPUs' labels, for the log
+        cdi: tuple[list[str], str]  # CDI spec dirs and their stamp, when the order is from CDI
         key: str  # the order key, checked when read back
 
 

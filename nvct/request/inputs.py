@@ -18,6 +18,9 @@ DEVICE_MOUNT_DIR = "/var/run/nvidia-container-devices/"
 # for all of them); the launchers look for these names before starting Python.
 GPU_ENV = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VERSION")
 _ENV_NAMES = (*GPU_ENV, "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_DISABLE_REQUIRE")
+# Annotations naming CDI devices (``cdi.k8s.io/<key>: vendor/class=name,...``), as device
+# plugins answer for engines that do not resolve CDI names themselves.
+CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
 
 
 def env_map(env: Iterable[str]) -> dict[str, str]:
@@ -42,6 +45,18 @@ def mount_destinations(spec: Mapping[str, Any]) -> list[str]:
     return [str(m.get("destination", "")) for m in spec.get("mounts") or () if isinstance(m, dict)]
 
 
+def cdi_annotations(spec: Mapping[str, Any]) -> dict[str, str]:
+    """The spec's ``cdi.k8s.io/`` annotations (string values only)."""
+    annotations = spec.get("annotations")
+    if not isinstance(annotations, dict):
+        return {}
+    return {
+        k: v
+        for k, v in annotations.items()
+        if isinstance(k, str) and k.startswith(CDI_ANNOTATION_PREFIX) and isinstance(v, str)
+    }
+
+
 def request_inputs(spec: Mapping[str, Any]) -> str:
     """A canonical string of every spec input a request depends on."""
     env = env_map((spec.get("process") or {}).get("env") or ())
@@ -49,4 +64,5 @@ def request_inputs(spec: Mapping[str, Any]) -> str:
         (k, v) for k, v in env.items() if k in _ENV_NAMES or k.startswith("NVIDIA_REQUIRE_")
     )
     mounts = sorted(m for m in mount_destinations(spec) if m.startswith(DEVICE_MOUNT_DIR))
-    return fastjson.dumps([relevant, mounts, is_privileged(spec)])
+    cdi = sorted(cdi_annotations(spec).items())
+    return fastjson.dumps([relevant, mounts, is_privileged(spec), *([cdi] if cdi else [])])

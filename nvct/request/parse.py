@@ -12,9 +12,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from nvct.base.cdi_names import is_qualified, looks_qualified
 from nvct.base.errors import RequestError, RequirementError
 from nvct.config import CAPABILITIES, Config
-from nvct.request.inputs import DEVICE_MOUNT_DIR, env_map, is_privileged, mount_destinations
+from nvct.request.inputs import (
+    DEVICE_MOUNT_DIR,
+    cdi_annotations,
+    env_map,
+    is_privileged,
+    mount_destinations,
+)
 from nvct.request.requirements import Requirement, parse_requirement
 
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
@@ -29,8 +36,9 @@ _TRUE = {"1", "t", "true", "yes", "y", "on"}
 class Request:
     """A container's GPU request after policy.
 
-    ``visible`` is ``void`` (no GPU handling at all), ``none`` (driver, no GPU), ``all`` or
-    ``list`` (then ``devices`` holds the tokens in order).
+    ``visible`` is ``void`` (no GPU handling at all), ``none`` (driver, no GPU), ``all``,
+    ``list`` (then ``devices`` holds the tokens in order) or ``cdi`` (then ``devices`` holds
+    fully-qualified CDI device names, resolved through the host's CDI specs).
     """
 
     visible: str
@@ -56,6 +64,7 @@ def request_from_spec(spec: Mapping[str, Any], config: Config) -> Request:
         env_map(process.get("env") or ()),
         mounts=mount_destinations(spec),
         privileged=is_privileged(spec),
+        annotations=cdi_annotations(spec),
         config=config,
     )
 
@@ -65,6 +74,7 @@ def parse_request(
     *,
     mounts: Sequence[str] = (),
     privileged: bool = True,
+    annotations: Mapping[str, str] | None = None,
     config: Config,
 ) -> Request:
     """Apply the toolkit's env rules and nvct's policy.
@@ -74,6 +84,16 @@ def parse_request(
         RequirementError: an ``NVIDIA_REQUIRE_*`` expression is malformed.
     """
     decisions: list[str] = []
+    # Set by the orchestrator from the device plugin's answer: they name the devices.
+    names = [
+        name
+        for key, value in sorted((annotations or {}).items())
+        for name in _split_devices(value, f"annotation {key}")
+    ]
+    if names and annotations:
+        if VISIBLE_DEVICES in env:
+            decisions.append(f"{VISIBLE_DEVICES} ignored: CDI annotations name the devices")
+        return _cdi_request(names, ", ".join(sorted(annotations)), decisions)
     legacy_image = "CUDA_VERSION" in env and "NVIDIA_REQUIRE_CUDA" not in env
     tokens: list[str] | None = None
     source = VISIBLE_DEVICES
@@ -103,6 +123,15 @@ def parse_request(
 
     if tokens is None:
         return VOID
+    cdi = [t for t in tokens if looks_qualified(t)]
+    if cdi and len(cdi) != len(tokens):
+        raise RequestError(
+            f"{source} mixes CDI device names and GPU ids "
+            f"({', '.join(t[:40] for t in tokens[:4])})",
+            hint="name every device as vendor/class=name (e.g. nvidia.com/gpu=0), or none",
+        )
+    if cdi:
+        return _cdi_request(cdi, source, decisions)
     if not tokens or "void" in tokens:
         return Request(visible="void", source=source, decisions=tuple(decisions))
     visible, devices = "list", tuple(dict.fromkeys(tokens))
@@ -116,6 +145,26 @@ def parse_request(
         devices=devices,
         capabilities=_capabilities(env, legacy_image, config),
         requirements=_requirements(env, legacy_image, config, decisions),
+        source=source,
+        decisions=tuple(decisions),
+    )
+
+
+def _cdi_request(names: list[str], source: str, decisions: list[str]) -> Request:
+    bad = [n for n in names if not is_qualified(n)]
+    if bad:
+        raise RequestError(
+            f"{bad[0][:80]!r} in {source} is not a fully-qualified CDI device name",
+            hint="use vendor/class=name, e.g. nvidia.com/gpu=0 (see nvct-cli cdi list)",
+        )
+    decisions.append(f"CDI devices from {source}: {', '.join(names)}")
+    decisions.append(
+        "NVIDIA_DRIVER_CAPABILITIES and NVIDIA_REQUIRE_* do not apply to CDI devices: "
+        "their CDI spec says what the container gets"
+    )
+    return Request(
+        visible="cdi",
+        devices=tuple(dict.fromkeys(names)),
         source=source,
         decisions=tuple(decisions),
     )

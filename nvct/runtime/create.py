@@ -37,10 +37,10 @@ from nvct.base.oci import load_spec, rootfs_path, write_spec
 from nvct.container.overlay import fresh_overlay_identity
 from nvct.container.rootfs import Rootfs, fd_path
 from nvct.container.stage import stage_rootfs
-from nvct.host.fingerprint import inventory_fingerprint
+from nvct.host.fingerprint import cdi_specs_stamp, inventory_fingerprint
 from nvct.runtime.args import RuncArgs
 from nvct.runtime.order_key import cache_dir_of, order_key
-from nvct.runtime.spec_edits import edit_spec, remove_gpu_hooks
+from nvct.runtime.spec_edits import add_cdi_edits, edit_spec, remove_gpu_hooks
 from nvct.store import cache
 
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
@@ -80,6 +80,7 @@ def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tu
         staged_at = time.perf_counter()
         # The spec is edited while ldconfig runs; the container starts only if both succeed.
         edit_spec(spec, order["devices"], order["mounts"])
+        add_cdi_edits(spec, order)
         write_spec(bundle, spec)
         edited = time.perf_counter()
         if staged.ldconfig is not None:
@@ -115,12 +116,20 @@ def _entry(
     key = order_key(path, raw, debian, spec) if cache_dir else ""
     if cache_dir and key:
         entry = cache.read_order(cache_dir, key)
-        if entry is not None and inventory_fingerprint(*entry["roots"]) == entry["fingerprint"]:
+        if entry is not None and _still_valid(entry):
             return entry, True, cache_dir, key
     entry = plan_entry(spec, config_file, debian)  # a miss, or the driver changed since
     if cache_dir and key:
         cache.write_order(cache_dir, key, entry)
     return entry, False, cache_dir, key
+
+
+def _still_valid(entry: CacheEntry) -> bool:
+    """Whether a cached entry was made from the driver and CDI specs the host has now."""
+    if inventory_fingerprint(*entry["roots"]) != entry["fingerprint"]:
+        return False
+    cdi = entry.get("cdi")
+    return cdi is None or cdi_specs_stamp(cdi[0]) == cdi[1]
 
 
 def _ld_cache_key(rootfs: Rootfs, cache_dir: str | None, key: str, entry: CacheEntry) -> str | None:
@@ -212,6 +221,14 @@ def plan_entry(spec: dict[str, Any], config_file: str | None, debian: bool) -> C
     request = request_from_spec(spec, config)
     if not request.wants_gpu:
         return {**entry, "decisions": list(request.decisions)}
+    if request.visible == "cdi":
+        from nvct.host.cdi_specs import load_cdi_specs
+        from nvct.plan.cdi_order import cdi_order
+
+        dirs = list(config.cdi_spec_dirs)
+        stamp = cdi_specs_stamp(dirs)  # before reading: a spec changed meanwhile is re-read
+        order = cdi_order(request.devices, load_cdi_specs(dirs), config)
+        return {**entry, "order": order, "gpus": order["gpus"], "cdi": (dirs, stamp)}
     planned = plan_container(
         request,
         config,

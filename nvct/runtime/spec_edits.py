@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
 
-    from nvct.plan.workorder import DeviceRow, MountRow
+    from nvct.plan.workorder import DeviceRow, MountRow, WorkOrder
 
 
 def _is_gpu_hook(hook: Any) -> bool:
@@ -90,3 +90,18 @@ def remove_gpu_hooks(spec: dict[str, Any]) -> bool:
         return False
     hooks["prestart"] = kept
     return True
+
+
+def add_cdi_edits(spec: dict[str, Any], order: WorkOrder) -> None:
+    """The variables, OCI hooks and groups of a work order made from CDI devices (in place)."""
+    if order.get("env"):
+        process = spec.setdefault("process", {})
+        names = {e.partition("=")[0] for e in order["env"]}
+        kept = [e for e in process.get("env") or () if e.partition("=")[0] not in names]
+        process["env"] = [*kept, *order["env"]]  # CDI's variables replace the image's
+    for stage, hook in order.get("hooks") or ():
+        spec.setdefault("hooks", {}).setdefault(stage, []).append(hook)
+    if order.get("additional_gids"):
+        user = spec.setdefault("process", {}).setdefault("user", {})
+        gids = user.setdefault("additionalGids", [])
+        gids += [g for g in order["additional_gids"] if g not in gids]

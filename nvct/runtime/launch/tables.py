@@ -11,7 +11,7 @@ from __future__ import annotations
 import posixpath
 
 from nvct.base.oci import HOOK_MARK, REPLACED_HOOKS
-from nvct.request.inputs import DEVICE_MOUNT_DIR, GPU_ENV
+from nvct.request.inputs import CDI_ANNOTATION_PREFIX, DEVICE_MOUNT_DIR, GPU_ENV
 from nvct.runtime.args import BUNDLE_FLAGS, GLOBAL_VALUE_FLAGS, SUB_VALUE_FLAGS
 from nvct.runtime.lowlevel import DEFAULT_DIRS, DEFAULT_RUNTIMES
 
@@ -20,7 +20,7 @@ def gpu_markers() -> tuple[str, ...]:
     """Strings one of which is in every config.json that may ask for a GPU or carries a GPU
     hook the shim replaces; a create whose spec has none is exec'd to runc directly."""
     mount_dir = posixpath.basename(DEVICE_MOUNT_DIR.rstrip("/"))
-    return (*GPU_ENV, mount_dir, *sorted(REPLACED_HOOKS), HOOK_MARK)
+    return (*GPU_ENV, mount_dir, CDI_ANNOTATION_PREFIX, *sorted(REPLACED_HOOKS), HOOK_MARK)
 
 
 def global_value_flags() -> tuple[str, ...]:

@@ -1,0 +1,34 @@
+"""CDI's fully-qualified device names (``vendor/class=name``, e.g. ``nvidia.com/gpu=0``).
+
+A container names CDI devices in ``NVIDIA_VISIBLE_DEVICES`` (as NVIDIA's toolkit accepts since
+1.18) or in ``cdi.k8s.io/<key>`` annotations (what device plugins answer for engines without CDI
+support). The grammar is the CDI specification's (``pkg/parser`` of the CDI project): a vendor
+is a domain name, a class is a simple name, a device name may also hold ``.`` and ``:``.
+"""
+
+from __future__ import annotations
+
+import re
+
+_VENDOR = r"[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?"
+_CLASS = r"[A-Za-z0-9](?:[A-Za-z0-9_-]*[A-Za-z0-9])?"
+_NAME = r"[A-Za-z0-9](?:[A-Za-z0-9_.:-]*[A-Za-z0-9])?"
+QUALIFIED = re.compile(rf"^({_VENDOR})/({_CLASS})=({_NAME})$")
+KIND = re.compile(rf"^{_VENDOR}/{_CLASS}$")
+
+
+def looks_qualified(token: str) -> bool:
+    """Whether ``token`` is meant as a CDI name (it has the ``kind=`` shape), valid or not."""
+    kind, eq, _ = token.partition("=")
+    return bool(eq) and "/" in kind
+
+
+def is_qualified(token: str) -> bool:
+    """Whether ``token`` is a valid fully-qualified CDI device name."""
+    return QUALIFIED.match(token) is not None
+
+
+def split_qualified(token: str) -> tuple[str, str]:
+    """``(kind, name)`` of a valid qualified name: ``("nvidia.com/gpu", "0")``."""
+    kind, _, name = token.partition("=")
+    return kind, name
