@@ -51,13 +51,13 @@ def _swap(value: Any, old: str, new: str) -> Any:
 def record(inventory: Inventory, driver_root: Path) -> dict[str, Any]:
     """``inventory`` as a fixture: JSON-ready, its driver root written as ``@ROOT@``."""
     data = json.loads(json.dumps(inventory.to_dict()))  # tuples -> lists, as the file holds them
-    recorded = _swap(data, str(driver_root), ROOT)
+    recorded: dict[str, Any] = _swap(data, str(driver_root), ROOT)
     outside = [
         f["host_path"] for f in recorded["files"] if not f["host_path"].startswith(ROOT + "/")
     ]
     if outside:
         raise ValueError(f"host paths outside the driver root {driver_root}: {outside[:3]}")
-    return recorded  # type: ignore[no-any-return]
+    return recorded
 
 
 def discover(sim: SimDriver) -> dict[str, Any]:
@@ -72,9 +72,10 @@ def discover(sim: SimDriver) -> dict[str, Any]:
 def read_fixture(name: str) -> dict[str, Any]:
     path = fixture_path(name)
     try:
-        return json.loads(path.read_text())  # type: ignore[no-any-return]
+        data: dict[str, Any] = json.loads(path.read_text())
     except FileNotFoundError:
         raise FileNotFoundError(f"{path} is missing: regenerate it: {REGENERATE}") from None
+    return data
 
 
 def without_lib32(data: dict[str, Any]) -> dict[str, Any]:
