@@ -28,6 +28,7 @@ demo: venv
 
 lint: venv
 	$(BIN)/ruff check nvct tests integration bench
+	$(BIN)/ruff format --check nvct tests integration bench
 	$(BIN)/mypy
 
 test: venv lint

@@ -106,7 +106,7 @@ def test_containerd_config_dump_sees_the_drop_in(tmp_path: Path) -> None:
     against its working directory rather than the root config's."""
     from integration.harness.skips import need_binary, require
     from nvct.doctor import containerd, run_command
-    from tests.test_doctor import by_name, containerd_files, context
+    from tests.doctor.conftest import by_name, containerd_files, context
 
     require(need_binary("containerd"))
     containerd_files(tmp_path / "abs", imported=True, relative=False)

@@ -29,13 +29,9 @@ import json
 import os
 import re
 import shutil
-import socket
-import struct
 import subprocess
 import sys
-import tarfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,235 +40,59 @@ import pytest
 from integration.conftest import NVCT_BIN, write_nvct_config
 from integration.harness.dockerd import DockerdFactory
 from integration.harness.images import ImageImporter
+from integration.harness.packages import (
+    DAEMON_SOCKET,
+    DEB_UNIT,
+    EXPECTED,
+    HOOK_JSONS,
+    PACKAGING,
+    PRIVATE,
+    PYTHON_LAUNCHERS,
+    ROOT,
+    RPM_ROOT_SCRIPT,
+    RPM_UNIT,
+    UNIT,
+    UNIT_SOURCE,
+    VERSION,
+    Installed,
+    Packages,
+    build_packages,
+    compiled_code_ids,
+    daemon_answers,
+    deb_member,
+    deb_paths,
+    dpkg_installed,
+    extract_deb,
+    extract_rpm,
+    install_debs,
+    is_elf_executable,
+    need_build_tools,
+    need_no_installed_nvct,
+    payload,
+    purge,
+    rpm_paths,
+    sections,
+    sh,
+    tree_code_id,
+    unit_settings,
+)
 from integration.harness.shimd import ShimDaemon
 from integration.harness.skips import need_binary, need_docker, need_root, require
 
 pytestmark = [pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parent.parent
-PACKAGING = ROOT / "packaging"
-BUILD = PACKAGING / "build"
-VERSION = next(
-    line.split('"')[1]
-    for line in (ROOT / "nvct" / "_version.py").read_text().splitlines()
-    if line.startswith("__version__")
-)
-BINARIES = ("nvct-cli", "nvct-hook", "nvct-runtime", "nvidia-container-runtime-hook")
-PRIVATE = "usr/share/nvct/lib"
-# Everything both formats must install (paths without the leading /).
-EXPECTED = {
-    "etc/nvct/config.toml",
-    *(f"usr/bin/{name}" for name in BINARIES),
-    "usr/libexec/nvct/nvct-runtime",
-    "usr/libexec/nvct/nvct-runtime-daemon",
-    *(f"usr/share/man/man1/{name}.1.gz" for name in BINARIES),
-    "usr/share/man/man5/nvct-config.toml.5.gz",
-    f"{PRIVATE}/nvct/__init__.py",
-    f"{PRIVATE}/nvct/hook/__main__.py",
-    f"{PRIVATE}/click/__init__.py",
-    f"{PRIVATE}/structlog/__init__.py",
-    f"{PRIVATE}/elftools/__init__.py",
-    f"{PRIVATE}/jsonschema/__init__.py",
-    f"{PRIVATE}/tomlkit/__init__.py",
-    f"{PRIVATE}/pynvml.py",
-}
-HOOK_JSONS = {f"usr/share/containers/oci/hooks.d/{p.name}" for p in (ROOT / "hooks").glob("*.json")}
-# Python launchers: run isolated (-I: no PYTHON* variables, user site or cwd; -S: no site).
-PYTHON_LAUNCHERS = (
-    "usr/bin/nvct-cli",
-    "usr/bin/nvct-hook",
-    "usr/libexec/nvct/nvct-runtime",
-    "usr/libexec/nvct/nvct-runtime-daemon",
-)
-UNIT = "nvct-runtime-daemon.service"
-UNIT_SOURCE = PACKAGING / UNIT
-# Debian 12's debhelper installs units from /lib/systemd/system; rpm uses %{_unitdir}.
-DEB_UNIT = f"lib/systemd/system/{UNIT}"
-RPM_UNIT = f"usr/lib/systemd/system/{UNIT}"
-DAEMON_SOCKET = Path("/run/nvct/shim.sock")
-# Debian packages the build needs, by the command they provide.
-BUILD_TOOLS = {
-    "dpkg-buildpackage": "dpkg-dev",
-    "dh": "debhelper",
-    "dh_python3": "dh-python",
-    "rpmbuild": "rpm",
-    "rpm2archive": "rpm2cpio",
-    "gcc": "gcc",
-    "lintian": "lintian",
-    "make": "make",
-}
-
-
-def sh(*args: str | Path, check: bool = True, **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    """Run a command; on failure the assertion shows its output."""
-    done = subprocess.run(
-        [str(a) for a in args], capture_output=True, text=True, check=False, **kwargs
-    )
-    if check:
-        assert done.returncode == 0, (
-            f"{' '.join(map(str, args))} exited {done.returncode}\n{done.stdout}\n{done.stderr}"
-        )
-    return done
-
-
-@dataclass(frozen=True)
-class Packages:
-    deb: Path
-    deb_hook: Path
-    rpm: Path
-    rpm_hook: Path
-    rpm_arch: str
-    build_log: str
-
-
-def deb_paths(deb: Path) -> set[str]:
-    """Regular files and symlinks in a .deb's payload (no leading /)."""
-    with subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(deb)], stdout=subprocess.PIPE) as p:
-        assert p.stdout is not None
-        with tarfile.open(fileobj=p.stdout, mode="r|") as tar:
-            return {m.name.removeprefix("./") for m in tar if not m.isdir()}
-
-
-def deb_member(deb: Path, path: str) -> bytes:
-    with subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(deb)], stdout=subprocess.PIPE) as p:
-        assert p.stdout is not None
-        with tarfile.open(fileobj=p.stdout, mode="r|") as tar:
-            for member in tar:
-                if member.name.removeprefix("./") == path:
-                    handle = tar.extractfile(member)
-                    assert handle is not None
-                    return handle.read()
-    raise AssertionError(f"{path} is not in {deb.name}")
-
-
-def payload(paths: set[str]) -> set[str]:
-    """What both formats install alike: docs and licenses live where each format puts them,
-    dh_python3 adds its rtupdate hook, rpm its build-id links, and Debian 12 keeps units in
-    /lib/systemd (the same directory once /usr is merged)."""
-    return {
-        "usr/" + p if p.startswith("lib/systemd/") else p
-        for p in paths
-        if not p.startswith(("usr/share/doc/", "usr/share/licenses/", "usr/share/lintian/"))
-        and not p.startswith(("usr/share/python3/runtime.d/", "usr/lib/.build-id/"))
-    }
-
-
-def extract_deb(deb: Path, dest: Path) -> Path:
-    sh("dpkg-deb", "-x", deb, dest)
-    return dest
-
-
-def extract_rpm(rpm: Path, dest: Path) -> Path:
-    # rpm2archive (Debian's rpm2cpio package, which rpm depends on) writes the payload as a
-    # tar.gz: no cpio needed.
-    dest.mkdir(parents=True, exist_ok=True)
-    with rpm.open("rb") as source:
-        archive = subprocess.run(
-            ["rpm2archive", "-"], stdin=source, capture_output=True, check=True
-        )
-    done = subprocess.run(
-        ["tar", "-xzf", "-", "-C", str(dest)],
-        input=archive.stdout,
-        capture_output=True,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return dest
-
-
-# ELF header layout by EI_CLASS (32/64-bit): e_phoff's struct format and offset, and the
-# offset of e_phentsize (e_phnum follows it).
-ELF_LAYOUT = {1: ("I", 28, 42), 2: ("Q", 32, 54)}
-ET_EXEC, ET_DYN, PT_INTERP = 2, 3, 3
-
-
-def is_elf_executable(data: bytes) -> bool:
-    """An ELF program: ET_EXEC, or ET_DYN with an interpreter (a PIE, not a shared library)."""
-    if data[:4] != b"\x7fELF" or data[4] not in ELF_LAYOUT or data[5] not in (1, 2):
-        return False
-    end = "<" if data[5] == 1 else ">"
-    phoff_format, phoff_at, phentsize_at = ELF_LAYOUT[data[4]]
-    (e_type,) = struct.unpack_from(end + "H", data, 16)
-    (phoff,) = struct.unpack_from(end + phoff_format, data, phoff_at)
-    phentsize, phnum = struct.unpack_from(end + "HH", data, phentsize_at)
-    types = [struct.unpack_from(end + "I", data, phoff + i * phentsize)[0] for i in range(phnum)]
-    return e_type == ET_EXEC or (e_type == ET_DYN and PT_INTERP in types)
-
-
-def compiled_code_ids(binary: bytes) -> list[str]:
-    """The code id string constants in a native launcher (what ``strings`` would show)."""
-    return [m.decode() for m in re.findall(rb"(?<![\x20-\x7e])[0-9a-f]{32}(?=\0)", binary)]
-
-
-def tree_code_id(lib: Path) -> str:
-    """``nvct.runtime.launch.code_id.code_id()`` as the nvct in private tree ``lib`` computes
-    it: the installed daemon's view (its own module, over its own package)."""
-    code = (
-        "import sys; sys.path.insert(0, sys.argv[1]); import nvct.runtime.launch.code_id as c; "
-        "assert c.__file__.startswith(sys.argv[1]), c.__file__; print(c.code_id())"
-    )
-    return sh("/usr/bin/python3", "-I", "-S", "-B", "-c", code, lib).stdout.strip()
-
-
-def unit_settings(text: str) -> dict[str, list[str]]:
-    """``Section.Key`` -> values of a systemd unit (comments and blank lines skipped)."""
-    found: dict[str, list[str]] = {}
-    section = ""
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith(("#", ";")):
-            continue
-        if line.startswith("[") and line.endswith("]"):
-            section = line[1:-1]
-            continue
-        key, _, value = line.partition("=")
-        found.setdefault(f"{section}.{key.strip()}", []).append(value.strip())
-    return found
-
-
-def rpm_paths(rpm: Path) -> set[str]:
-    """Files and symlinks an .rpm installs (no leading /), from its header."""
-    out = sh("rpm", "-qp", "--qf", "[%{FILEMODES:perms} %{FILENAMES}\n]", rpm).stdout
-    return {
-        line.split(" ", 1)[1].lstrip("/") for line in out.splitlines() if not line.startswith("d")
-    }
-
 
 @pytest.fixture(scope="session")
 def packages() -> Packages:
-    """``make -C packaging deb rpm`` (downloads packaging/vendor.txt from PyPI once)."""
-    missing = [
-        f"{tool} (apt-get install {pkg})"
-        for tool, pkg in BUILD_TOOLS.items()
-        if shutil.which(tool) is None
-    ]
-    if missing:
-        pytest.skip("packaging needs " + ", ".join(missing))
-    probe = sh("/usr/bin/python3", "-c", "import flit_core, pip", check=False)
-    if probe.returncode != 0:
-        pytest.skip(
-            "packaging needs flit_core and pip for /usr/bin/python3: "
-            "apt-get install flit python3-pip"
-        )
-    done = sh("make", "-C", PACKAGING, "deb", "rpm", check=False)
-    assert done.returncode == 0, (
-        f"make -C packaging deb rpm failed:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
-    )
-    # nvct carries the native launcher, so it is built for this machine's architecture;
-    # nvct-oci-hook (one JSON file) for all.
-    deb_arch = sh("dpkg", "--print-architecture").stdout.strip()
-    rpm_arch = sh("rpm", "--eval", "%{_arch}").stdout.strip()
-    built = Packages(
-        deb=BUILD / f"nvct_{VERSION}_{deb_arch}.deb",
-        deb_hook=BUILD / f"nvct-oci-hook_{VERSION}_all.deb",
-        rpm=BUILD / f"nvct-{VERSION}-1.{rpm_arch}.rpm",
-        rpm_hook=BUILD / f"nvct-oci-hook-{VERSION}-1.noarch.rpm",
-        rpm_arch=rpm_arch,
-        build_log=done.stdout + done.stderr,
-    )
-    for path in (built.deb, built.deb_hook, built.rpm, built.rpm_hook):
-        assert path.is_file(), f"make did not produce {path}"
-    return built
+    require(need_build_tools())
+    return build_packages()
+
+
+@pytest.fixture(scope="module")
+def installed_deb(packages: Packages) -> Iterator[Installed]:
+    require(need_root(), need_binary("dpkg"), need_no_installed_nvct())
+    with install_debs(packages) as installed:
+        yield installed
 
 
 # --- the .deb -------------------------------------------------------------------------------
@@ -343,7 +163,7 @@ def test_deb_control_fields(packages: Packages) -> None:
     prerm = sh("dpkg-deb", "-I", packages.deb, "prerm").stdout
     assert f"deb-systemd-invoke stop '{UNIT}'" in prerm
     postrm = sh("dpkg-deb", "-I", packages.deb, "postrm").stdout
-    assert "/var/cache/nvct" in postrm and "/var/log/nvct.log" in postrm
+    assert "/var/cache/nvct" in postrm and "/var/log/nvct.base.log" in postrm
     assert f"deb-systemd-helper purge '{UNIT}'" in postrm
     for script in (scripts, prerm, postrm):
         units = re.findall(r"deb-systemd-(?:helper|invoke) [^'\n]*'([^'\n]+)'", script)
@@ -440,55 +260,6 @@ def test_rpm_payload_matches_deb(packages: Packages) -> None:
     assert "bundled(python3dist(click))" in provides
 
 
-RPM_ROOT_SCRIPT = r"""
-set -eu
-# Private mount namespace (unshare -m): every mount below disappears with this shell.
-mount --make-rprivate /
-scratch=$1; shift
-mount -t tmpfs nvct-rpm-test "$scratch"
-mkdir "$scratch/upper" "$scratch/work" "$scratch/root"
-root=$scratch/root
-mount -t overlay overlay -o "lowerdir=/,upperdir=$scratch/upper,workdir=$scratch/work" "$root"
-mount --rbind /dev "$root/dev"
-mount -t proc proc "$root/proc"
-mount -t tmpfs tmpfs "$root/tmp"
-rm -rf "$root/var/cache/nvct" "$root/etc/nvct"
-rpm --root "$root" --initdb
-echo "=== install"
-rpm --root "$root" -i --nodeps "$@" 2>&1
-echo "=== upper"
-(cd "$scratch/upper" && find . ! -type d | sort)
-echo "=== query"
-rpm --root "$root" -q nvct nvct-oci-hook
-rpm --root "$root" -V --nodeps nvct nvct-oci-hook && echo verified
-echo "=== run"
-chroot "$root" /usr/bin/nvct-cli --version
-mkdir -p "$root/var/cache/nvct" && touch "$root/var/cache/nvct/inventory-x.json"
-echo "=== erase"
-rpm --root "$root" -e nvct-oci-hook nvct 2>&1
-echo "=== left"
-for f in usr/bin/nvct-cli usr/share/nvct etc/nvct var/cache/nvct \
-         usr/lib/systemd/system/nvct-runtime-daemon.service \
-         etc/systemd/system/multi-user.target.wants/nvct-runtime-daemon.service \
-         usr/share/containers/oci/hooks.d/oci-nvct-hook.json; do
-    if [ -e "$root/$f" ]; then echo "$f"; fi
-done
-echo "=== end"
-"""
-
-
-def sections(text: str) -> dict[str, list[str]]:
-    found: dict[str, list[str]] = {}
-    current = "preamble"
-    for line in text.splitlines():
-        if line.startswith("=== "):
-            current = line[4:]
-            found[current] = []
-        else:
-            found.setdefault(current, []).append(line)
-    return found
-
-
 def test_rpm_installs_into_a_root_and_its_scripts_run(packages: Packages, tmp_path: Path) -> None:
     require(need_root(), need_binary("unshare"), need_binary("chroot"))
     if "overlay" not in Path("/proc/filesystems").read_text():
@@ -526,55 +297,6 @@ def test_rpm_installs_into_a_root_and_its_scripts_run(packages: Packages, tmp_pa
 
 
 # --- installing the .deb on this machine ----------------------------------------------------
-
-
-def dpkg_installed(name: str) -> bool:
-    done = sh("dpkg-query", "-W", "-f", "${Status}", name, check=False)
-    return done.returncode == 0 and "installed" in done.stdout.split()
-
-
-@dataclass
-class Installed:
-    packages: Packages
-    paths: set[str]
-    existed_before: set[str]
-    log_created: bool
-    run_dir_existed: bool
-
-
-def purge() -> subprocess.CompletedProcess[str]:
-    return sh("dpkg", "-P", "nvct-oci-hook", "nvct", check=False)
-
-
-@pytest.fixture(scope="module")
-def installed_deb(packages: Packages) -> Iterator[Installed]:
-    """The .deb packages installed with dpkg -i; purged afterwards whatever happened."""
-    require(need_root(), need_binary("dpkg"))
-    for name in ("nvct", "nvct-oci-hook", "nvidia-container-toolkit"):
-        if dpkg_installed(name):
-            pytest.skip(f"{name} is installed on this machine; the test would replace and purge it")
-    paths = deb_paths(packages.deb) | deb_paths(packages.deb_hook)
-    existed = {p for p in paths if os.path.lexists("/" + p)}
-    run_dir_existed = DAEMON_SOCKET.parent.exists()
-    log = Path("/var/log/nvct.log")
-    log_created = False
-    # A log left by the developer's own nvct: purge removes it, so it is put back afterwards.
-    saved_log = log.read_bytes() if log.is_file() else None
-    try:
-        done = sh("dpkg", "-i", packages.deb, packages.deb_hook, check=False)
-        assert done.returncode == 0, done.stdout + done.stderr
-        assert "nvct-cli configure --runtime docker" in done.stdout
-        if not log.exists():
-            # Stands for the log nvct-runtime writes at run time: purge must remove it.
-            log.write_text('{"event": "test"}\n')
-            log_created = True
-        yield Installed(packages, paths, existed, log_created, run_dir_existed)
-    finally:
-        purge()
-        if log_created and log.exists():
-            log.unlink()
-        if saved_log is not None and not log.exists():
-            log.write_bytes(saved_log)
 
 
 def test_installed_deb_is_complete(installed_deb: Installed) -> None:
@@ -658,15 +380,6 @@ def test_installed_runtime_runs_a_docker_container(
         assert "container_prepared" in {e.get("event") for e in events}
     finally:
         dockerd.stop()
-
-
-def daemon_answers(path: Path) -> bool:
-    with socket.socket(socket.AF_UNIX) as probe:
-        try:
-            probe.connect(str(path))
-        except OSError:
-            return False
-    return True
 
 
 def test_installed_daemon_prepares_a_create_for_the_installed_launcher(
@@ -760,7 +473,7 @@ def test_purge_leaves_nothing_behind(installed_deb: Installed) -> None:
     if not installed_deb.run_dir_existed:
         assert not os.path.lexists(DAEMON_SOCKET.parent)
     if installed_deb.log_created:
-        assert not os.path.lexists("/var/log/nvct.log")
+        assert not os.path.lexists("/var/log/nvct.base.log")
     # The developer's nvct (this interpreter's, editable or not) is untouched.
     version = sh(sys.executable, "-m", "nvct.cli.main", "--version").stdout
     assert VERSION in version

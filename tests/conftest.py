@@ -1,4 +1,5 @@
-"""Shared fixtures: simulated drivers (built once per session) and configs pointing at them."""
+"""Shared fixtures: simulated drivers (built once per session, as root), their recorded
+inventories (tests/inventories.py, no root needed) and configs pointing at either."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from nvct.config import Config
 from nvct.host.inventory import Inventory
 from nvct.host.load import load_inventory
+from tests.inventories import RecordedDriver, recorded_driver
 
 SIM_CACHE = Path(os.environ.get("NVCT_SIM_CACHE", "/tmp/nvct-test-simdrivers"))
 
@@ -43,6 +45,17 @@ def h100x4(sim_factory):
 @pytest.fixture(scope="session")
 def a100mig(sim_factory):
     return sim_factory("a100x8-570-mig")
+
+
+@pytest.fixture(scope="session")
+def recorded_h100x4(tmp_path_factory) -> RecordedDriver:
+    """h100x4-550 as recorded: its roots under a temporary directory, no root needed."""
+    return recorded_driver("h100x4-550", tmp_path_factory.mktemp("h100x4-550"))
+
+
+@pytest.fixture(scope="session")
+def recorded_a100mig(tmp_path_factory) -> RecordedDriver:
+    return recorded_driver("a100x8-570-mig", tmp_path_factory.mktemp("a100x8-570-mig"))
 
 
 def sim_config(sim, tmp: Path, **overrides: object) -> Config:

@@ -1,4 +1,5 @@
-"""nvct-cli cdi generate / list, the CDI spec model, and the CDI createContainer hook."""
+"""nvct-cli cdi generate / list, the CDI spec model, and the CDI createContainer hook; the
+specs are built from the simulated drivers' recorded inventories (tests/inventories.py)."""
 
 from __future__ import annotations
 
@@ -17,14 +18,17 @@ from nvct.cli.main import main
 from nvct.host.arch import host_arch
 from nvct.plan.build import build_plan
 from nvct.request.parse import parse_request
-from tests.conftest import sim_config, sim_inventory
+from tests.conftest import sim_config
+from tests.inventories import RecordedDriver
 
 
-def spec_for(sim, tmp: Path, strategy: str = "index") -> dict:
-    return build_spec(sim_inventory(sim, tmp), sim_config(sim, tmp), host_arch(), strategy=strategy)
+def spec_for(sim: RecordedDriver, tmp: Path, strategy: str = "index") -> dict:
+    return build_spec(sim.inventory, sim_config(sim, tmp), host_arch(), strategy=strategy)
 
 
-def cli_roots(sim, tmp: Path) -> list[str]:
+def cli_roots(sim: RecordedDriver, tmp: Path) -> list[str]:
+    """Options for ``sim``'s roots, with its inventory in the config's cache dir."""
+    sim.seed_cache(tmp / "cache")
     cfg = tmp / "nvct.toml"
     cfg.write_text(f"cache-dir = '{tmp / 'cache'}'\n[log]\nfile = '{tmp / 'log'}'\n")
     return [
@@ -41,22 +45,22 @@ def cli_roots(sim, tmp: Path) -> list[str]:
         ("both", lambda s: [n for g in s.spec.gpus for n in (str(g.minor), g.uuid)] + ["all"]),
     ],
 )
-def test_device_names_by_strategy(h100x4, tmp_path, strategy, expected) -> None:
-    spec = spec_for(h100x4, tmp_path, strategy)
+def test_device_names_by_strategy(recorded_h100x4, tmp_path, strategy, expected) -> None:
+    spec = spec_for(recorded_h100x4, tmp_path, strategy)
     assert spec["cdiVersion"] == "0.5.0"
     assert spec["kind"] == "nvidia.com/gpu"
-    assert [d["name"] for d in spec["devices"]] == expected(h100x4)
+    assert [d["name"] for d in spec["devices"]] == expected(recorded_h100x4)
     assert device_names(spec)[0].startswith("nvidia.com/gpu=")
 
 
-def test_per_device_edits_are_that_gpus_node_only(h100x4, tmp_path) -> None:
-    spec = spec_for(h100x4, tmp_path)
+def test_per_device_edits_are_that_gpus_node_only(recorded_h100x4, tmp_path) -> None:
+    spec = spec_for(recorded_h100x4, tmp_path)
     one = next(d for d in spec["devices"] if d["name"] == "1")
     assert one["containerEdits"] == {
         "deviceNodes": [
             {
                 "path": "/dev/nvidia1",
-                "hostPath": str(h100x4.dev_root / "dev/nvidia1"),
+                "hostPath": str(recorded_h100x4.dev_root / "dev/nvidia1"),
                 "type": "c",
                 "major": 195,
                 "minor": 1,
@@ -69,16 +73,16 @@ def test_per_device_edits_are_that_gpus_node_only(h100x4, tmp_path) -> None:
     ]
 
 
-def test_common_edits_come_from_the_plan(h100x4, tmp_path) -> None:
-    spec = spec_for(h100x4, tmp_path)
+def test_common_edits_come_from_the_plan(recorded_h100x4, tmp_path) -> None:
+    spec = spec_for(recorded_h100x4, tmp_path)
     edits = spec["containerEdits"]
-    config = sim_config(h100x4, tmp_path)
+    config = sim_config(recorded_h100x4, tmp_path)
     caps = "utility,compute,video,graphics,display,ngx,compat32"
     plan = build_plan(
         parse_request(
             {"NVIDIA_VISIBLE_DEVICES": "none", "NVIDIA_DRIVER_CAPABILITIES": caps}, config=config
         ),
-        sim_inventory(h100x4, tmp_path),
+        recorded_h100x4.inventory,
         config,
         host_arch(),
         enforce_requirements=False,
@@ -91,7 +95,7 @@ def test_common_edits_come_from_the_plan(h100x4, tmp_path) -> None:
         "/dev/nvidia-modeset",
     }
     lib = next(m for m in edits["mounts"] if m["containerPath"].endswith("/libcuda.so.550.54.15"))
-    assert lib["hostPath"].startswith(str(h100x4.driver_root))
+    assert lib["hostPath"].startswith(str(recorded_h100x4.driver_root))
     assert {"ro", "nosuid", "nodev", "bind"} <= set(lib["options"])
     assert "NVIDIA_VISIBLE_DEVICES=void" in edits["env"]
     assert driver_version(spec) == "550.54.15"
@@ -107,10 +111,10 @@ def test_common_edits_come_from_the_plan(h100x4, tmp_path) -> None:
     assert dirs == list(plan.ldconfig_dirs)
 
 
-def test_mig_gpus_are_named_by_mig_device(a100mig, tmp_path) -> None:
-    spec = spec_for(a100mig, tmp_path, "both")
+def test_mig_gpus_are_named_by_mig_device(recorded_a100mig, tmp_path) -> None:
+    spec = spec_for(recorded_a100mig, tmp_path, "both")
     names = [d["name"] for d in spec["devices"]]
-    gpu0 = a100mig.spec.gpus[0]
+    gpu0 = recorded_a100mig.spec.gpus[0]
     mig = gpu0.migs[1]
     assert "0:1" in names and mig.uuid in names
     assert "0" not in names  # a MIG-enabled parent gets no full-GPU device
@@ -123,8 +127,8 @@ def test_mig_gpus_are_named_by_mig_device(a100mig, tmp_path) -> None:
     ]
 
 
-def test_yaml_and_json_say_the_same(h100x4, tmp_path) -> None:
-    spec = spec_for(h100x4, tmp_path)
+def test_yaml_and_json_say_the_same(recorded_h100x4, tmp_path) -> None:
+    spec = spec_for(recorded_h100x4, tmp_path)
     assert yaml.safe_load(to_yaml(spec)) == spec
     assert json.loads(to_json(spec)) == spec
     assert to_yaml(spec).startswith("---\n")
@@ -135,10 +139,10 @@ def test_yaml_emitter_edge_cases() -> None:
     assert yaml.safe_load(to_yaml(data)) == data
 
 
-def test_generate_writes_atomically_and_list_reads_it(h100x4, tmp_path, capsys) -> None:
+def test_generate_writes_atomically_and_list_reads_it(recorded_h100x4, tmp_path, capsys) -> None:
     specs = tmp_path / "cdi"
     out = specs / "nvct.yaml"
-    roots = cli_roots(h100x4, tmp_path)
+    roots = cli_roots(recorded_h100x4, tmp_path)
     assert main([*roots, "cdi", "generate", "--output", str(out)]) == 0
     assert "written (5 devices, driver 550.54.15)" in capsys.readouterr().out
     assert yaml.safe_load(out.read_text())["kind"] == "nvidia.com/gpu"  # format from suffix
@@ -156,14 +160,14 @@ def test_generate_writes_atomically_and_list_reads_it(h100x4, tmp_path, capsys) 
     assert list_devices([tmp_path / "missing"]).devices == ()
 
 
-def test_generate_to_stdout_is_json(h100x4, tmp_path, capsys) -> None:
-    assert main([*cli_roots(h100x4, tmp_path), "cdi", "generate"]) == 0
+def test_generate_to_stdout_is_json(recorded_h100x4, tmp_path, capsys) -> None:
+    assert main([*cli_roots(recorded_h100x4, tmp_path), "cdi", "generate"]) == 0
     assert json.loads(capsys.readouterr().out)["kind"] == "nvidia.com/gpu"
 
 
-def test_generate_refuses_a_suffix_registries_ignore(h100x4, tmp_path, capsys) -> None:
+def test_generate_refuses_a_suffix_registries_ignore(recorded_h100x4, tmp_path, capsys) -> None:
     out = tmp_path / "nvct.txt"
-    assert main([*cli_roots(h100x4, tmp_path), "cdi", "generate", "-o", str(out)]) == 1
+    assert main([*cli_roots(recorded_h100x4, tmp_path), "cdi", "generate", "-o", str(out)]) == 1
     assert "only read *.json and *.yaml" in capsys.readouterr().err
     assert not out.exists()
 

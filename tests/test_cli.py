@@ -1,4 +1,5 @@
-"""nvct-cli as a whole process: info, list, errors, help of every subcommand."""
+"""nvct-cli as a whole process: info, list, errors, help of every subcommand; info and list
+read the simulated drivers' recorded inventories (tests/inventories.py) from the cache."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import time
 import pytest
 
 from nvct.cli.main import SUBCOMMANDS
+from tests.inventories import RecordedDriver
 
 
 def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -23,6 +25,9 @@ def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 
 def roots(sim, tmp) -> list[str]:
+    """Options for a simulated driver's roots (a recorded one's inventory goes to the cache)."""
+    if isinstance(sim, RecordedDriver):
+        sim.seed_cache(tmp / "cache")
     cfg = tmp / "config.toml"
     cfg.write_text(f"cache-dir = '{tmp / 'cache'}'\n[log]\nfile = '{tmp / 'log'}'\n")
     return [
@@ -42,22 +47,20 @@ def test_help_of_every_subcommand(name: str) -> None:
     assert "Usage:" in cli(name, "--help").stdout
 
 
-@pytest.mark.root
-def test_info_lists_gpus_and_mig(a100mig, tmp_path) -> None:
-    data = json.loads(cli(*roots(a100mig, tmp_path), "info", "--json").stdout)
+def test_info_lists_gpus_and_mig(recorded_a100mig, tmp_path) -> None:
+    data = json.loads(cli(*roots(recorded_a100mig, tmp_path), "info", "--json").stdout)
     assert data["driver_version"] == "570.86.15"
     assert data["cuda_version"] == "12.8"
-    assert [g["uuid"] for g in data["gpus"]] == [g.uuid for g in a100mig.spec.gpus]
+    assert [g["uuid"] for g in data["gpus"]] == [g.uuid for g in recorded_a100mig.spec.gpus]
     assert [m["uuid"] for m in data["gpus"][0]["migs"]] == [
-        m.uuid for m in a100mig.spec.gpus[0].migs
+        m.uuid for m in recorded_a100mig.spec.gpus[0].migs
     ]
-    text = cli(*roots(a100mig, tmp_path), "info").stdout
+    text = cli(*roots(recorded_a100mig, tmp_path), "info").stdout
     assert "Driver version:      570.86.15" in text and "MIG 0:1" in text
 
 
-@pytest.mark.root
-def test_list_json_and_text(h100x4, tmp_path) -> None:
-    data = json.loads(cli(*roots(h100x4, tmp_path), "list", "--json", "-d", "1").stdout)
+def test_list_json_and_text(recorded_h100x4, tmp_path) -> None:
+    data = json.loads(cli(*roots(recorded_h100x4, tmp_path), "list", "--json", "-d", "1").stdout)
     assert [d["path"] for d in data["devices"]] == [
         "/dev/nvidiactl",
         "/dev/nvidia-uvm",
@@ -65,16 +68,17 @@ def test_list_json_and_text(h100x4, tmp_path) -> None:
         "/dev/nvidia1",
     ]
     assert len(data["libraries"]) == 11
-    text = cli(*roots(h100x4, tmp_path), "list", "-d", "1").stdout.splitlines()
-    assert "# libraries" in text and f"{h100x4.dev_root}/dev/nvidia1" in text
+    text = cli(*roots(recorded_h100x4, tmp_path), "list", "-d", "1").stdout.splitlines()
+    assert "# libraries" in text and f"{recorded_h100x4.dev_root}/dev/nvidia1" in text
 
 
-@pytest.mark.root
-def test_unknown_device_is_one_line_and_nonzero(h100x4, tmp_path) -> None:
-    result = cli(*roots(h100x4, tmp_path), "list", "-d", "9", check=False)
+def test_unknown_device_is_one_line_and_nonzero(recorded_h100x4, tmp_path) -> None:
+    result = cli(*roots(recorded_h100x4, tmp_path), "list", "-d", "9", check=False)
     assert result.returncode == 1
     assert result.stderr.count("\n") == 1
-    assert "unknown device '9'" in result.stderr and h100x4.spec.gpus[3].uuid in result.stderr
+    assert (
+        "unknown device '9'" in result.stderr and recorded_h100x4.spec.gpus[3].uuid in result.stderr
+    )
 
 
 def test_missing_driver_is_a_clear_error(tmp_path) -> None:

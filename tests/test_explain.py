@@ -1,4 +1,5 @@
-"""nvct-cli explain: what would be injected and why, from env, bundles and docker inspect."""
+"""nvct-cli explain: what would be injected and why, from env, bundles and docker inspect; on
+the simulated drivers' recorded inventories (tests/inventories.py)."""
 
 from __future__ import annotations
 
@@ -18,10 +19,8 @@ from nvct.plan.explain import docker_inspect, explain, input_from_bundle, input_
 from nvct.plan.libdirs import with_library_dirs
 from nvct.plan.model import RootfsLayout
 from nvct.request.parse import request_from_spec
-from tests.conftest import sim_config, sim_inventory
+from tests.conftest import sim_config
 from tests.test_cli import cli, roots
-
-pytestmark = pytest.mark.root
 
 
 def write_bundle(
@@ -46,18 +45,20 @@ def write_bundle(
     return bundle
 
 
-def test_unknown_device_is_nonzero_with_the_devices_listed(h100x4, tmp_path) -> None:
-    result = cli(*roots(h100x4, tmp_path), "explain", "-e", "NVIDIA_VISIBLE_DEVICES=9", check=False)
+def test_unknown_device_is_nonzero_with_the_devices_listed(recorded_h100x4, tmp_path) -> None:
+    result = cli(
+        *roots(recorded_h100x4, tmp_path), "explain", "-e", "NVIDIA_VISIBLE_DEVICES=9", check=False
+    )
     assert result.returncode == 1
     assert result.stderr.count("\n") == 1
     assert "unknown device '9' in NVIDIA_VISIBLE_DEVICES" in result.stderr
-    assert all(g.uuid in result.stderr for g in h100x4.spec.gpus)
+    assert all(g.uuid in result.stderr for g in recorded_h100x4.spec.gpus)
     assert "FAIL unknown device '9'" in result.stdout
 
 
-def test_failing_require_cuda_shows_the_values_compared(h100x4, tmp_path) -> None:
+def test_failing_require_cuda_shows_the_values_compared(recorded_h100x4, tmp_path) -> None:
     result = cli(
-        *roots(h100x4, tmp_path),
+        *roots(recorded_h100x4, tmp_path),
         "explain",
         "-e",
         "NVIDIA_VISIBLE_DEVICES=1",
@@ -73,9 +74,9 @@ def test_failing_require_cuda_shows_the_values_compared(h100x4, tmp_path) -> Non
     assert "/dev/nvidia1" in result.stdout and "libcuda.so.550.54.15" in result.stdout
 
 
-def test_passing_requirement_and_reasons(h100x4, tmp_path) -> None:
+def test_passing_requirement_and_reasons(recorded_h100x4, tmp_path) -> None:
     result = cli(
-        *roots(h100x4, tmp_path),
+        *roots(recorded_h100x4, tmp_path),
         "explain",
         "-e",
         "NVIDIA_VISIBLE_DEVICES=0,2",
@@ -93,13 +94,13 @@ def test_passing_requirement_and_reasons(h100x4, tmp_path) -> None:
     assert out.rstrip().endswith("OK: the hook would start this container with the above")
 
 
-def test_unprivileged_bundle_shows_the_policy_decision(h100x4, tmp_path) -> None:
+def test_unprivileged_bundle_shows_the_policy_decision(recorded_h100x4, tmp_path) -> None:
     cfg = tmp_path / "strict.toml"
     cfg.write_text(
         f"cache-dir = '{tmp_path / 'cache'}'\n[request]\naccept-envvar-when-unprivileged = false\n"
     )
     bundle = write_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=all"], privileged=False)
-    args = [*roots(h100x4, tmp_path)]
+    args = [*roots(recorded_h100x4, tmp_path)]
     args[args.index("--config") + 1] = str(cfg)
     result = cli(*args, "explain", "--bundle", str(bundle))
     assert "unprivileged" in result.stdout.splitlines()[0]
@@ -124,27 +125,31 @@ def test_unprivileged_bundle_shows_the_policy_decision(h100x4, tmp_path) -> None
     ],
 )
 def test_bundle_rootfs_layout_decides_the_lib_dir(
-    h100x4, tmp_path, debian: bool | None, lib_dir: str, reason: str
+    recorded_h100x4, tmp_path, debian: bool | None, lib_dir: str, reason: str
 ) -> None:
     if host_arch().name != "x86_64":
         pytest.skip("lib dirs asserted for x86_64")
     bundle = write_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"], debian=debian)
     data = json.loads(
-        cli(*roots(h100x4, tmp_path), "explain", "--bundle", str(bundle), "--json").stdout
+        cli(*roots(recorded_h100x4, tmp_path), "explain", "--bundle", str(bundle), "--json").stdout
     )
     assert data["layout"]["lib_dir"] == lib_dir and reason in data["layout"]["reason"]
     targets = [m["container_path"] for m in data["plan"]["libraries"]]
     assert targets and all(t.startswith(lib_dir + "/") for t in targets)
     # bound as one directory (inject.library-mounts = "directory", the default)
     assert data["plan"]["ldconfig_dirs"] == [f"{lib_dir}/nvidia-driver"]
-    text = cli(*roots(h100x4, tmp_path), "explain", "--bundle", str(bundle)).stdout
+    text = cli(*roots(recorded_h100x4, tmp_path), "explain", "--bundle", str(bundle)).stdout
     assert f"libraries go to {lib_dir}" in text
 
 
-def test_json_parses_with_reasons(a100mig, tmp_path) -> None:
-    mig = a100mig.spec.gpus[0].migs[1].uuid
+def test_json_parses_with_reasons(recorded_a100mig, tmp_path) -> None:
+    mig = recorded_a100mig.spec.gpus[0].migs[1].uuid
     result = cli(
-        *roots(a100mig, tmp_path), "explain", "--json", "-e", f"NVIDIA_VISIBLE_DEVICES={mig}"
+        *roots(recorded_a100mig, tmp_path),
+        "explain",
+        "--json",
+        "-e",
+        f"NVIDIA_VISIBLE_DEVICES={mig}",
     )
     data = json.loads(result.stdout)
     assert data["ok"] is True and data["error"] is None
@@ -157,9 +162,9 @@ def test_json_parses_with_reasons(a100mig, tmp_path) -> None:
     assert all(m["reason"] for m in data["plan"]["libraries"])
 
 
-def test_json_error_document_for_unknown_device(h100x4, tmp_path) -> None:
+def test_json_error_document_for_unknown_device(recorded_h100x4, tmp_path) -> None:
     result = cli(
-        *roots(h100x4, tmp_path),
+        *roots(recorded_h100x4, tmp_path),
         "explain",
         "--json",
         "-e",
@@ -172,10 +177,10 @@ def test_json_error_document_for_unknown_device(h100x4, tmp_path) -> None:
     assert data["plan"] is None
 
 
-def test_explain_plan_is_the_hooks_plan(h100x4, tmp_path) -> None:
+def test_explain_plan_is_the_hooks_plan(recorded_h100x4, tmp_path) -> None:
     """What explain shows is what the hook builds: same request code, same plan code."""
-    config = sim_config(h100x4, tmp_path)
-    inventory = sim_inventory(h100x4, tmp_path)
+    config = sim_config(recorded_h100x4, tmp_path)
+    inventory = recorded_h100x4.inventory
     bundle = write_bundle(
         tmp_path, ["NVIDIA_VISIBLE_DEVICES=1,3", "NVIDIA_DRIVER_CAPABILITIES=all"], debian=False
     )

@@ -1,0 +1,58 @@
+"""doctor's CDI check: specs missing, generated for another driver, or current."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nvct.doctor import FAIL, PASS, WARN, cdi
+from tests.doctor.conftest import context, write_cdi
+from tests.test_cli import cli, roots
+
+
+def test_cdi_spec_missing_old_and_current(tmp_path) -> None:
+    ctx = context(tmp_path, cdi_dirs=(tmp_path / "etc-cdi", tmp_path / "run-cdi"))
+    [none] = cdi.check_cdi(ctx, "550.54.15")
+    assert none.status == WARN and "no CDI spec for nvidia.com/gpu" in none.message
+    assert none.fix == "nvct-cli cdi generate --output /etc/cdi/nvidia.yaml"
+    old = write_cdi(tmp_path / "etc-cdi", "nvidia.json", "535.104.05")
+    write_cdi(tmp_path / "run-cdi", "other.json", None)  # another kind is ignored...
+    other = json.loads((tmp_path / "run-cdi/other.json").read_text())
+    (tmp_path / "run-cdi/other.json").write_text(json.dumps({**other, "kind": "vendor.com/x"}))
+    [stale] = cdi.check_cdi(ctx, "550.54.15")
+    assert stale.status == FAIL
+    assert f"{old} was generated for driver 535.104.05, the driver is 550.54.15" in stale.message
+    assert stale.fix == f"nvct-cli cdi generate --output {old}"
+    current = write_cdi(tmp_path / "run-cdi", "nvct.json", "550.54.15", annotation=False)
+    results = cdi.check_cdi(ctx, "550.54.15")
+    assert [r.status for r in results] == [FAIL, PASS]
+    assert str(current) in results[1].message
+    (tmp_path / "run-cdi/broken.json").write_text("{")
+    assert any("unreadable CDI spec" in r.message for r in cdi.check_cdi(ctx, "550.54.15"))
+
+
+def test_cdi_yaml_without_pyyaml_is_read_by_regex(tmp_path, monkeypatch) -> None:
+    import sys
+
+    spec = tmp_path / "cdi/nvidia.yaml"
+    spec.parent.mkdir()
+    spec.write_text(
+        '---\ncdiVersion: "0.5.0"\nkind: "nvidia.com/gpu"\ncontainerEdits:\n  env:\n'
+        '  - "NVIDIA_VISIBLE_DEVICES=void"\n  - "NVCT_CDI_DRIVER_VERSION=550.54.15"\n'
+    )
+    monkeypatch.setitem(sys.modules, "yaml", None)
+    specs, errors = cdi.find_specs((tmp_path / "cdi",))
+    assert not errors and specs == [cdi.CdiSpec(spec, "550.54.15")]
+
+
+@pytest.mark.root
+def test_cdi_spec_from_nvct_cdi_generate_is_current(h100x4, tmp_path) -> None:
+    out = tmp_path / "cdi/nvidia.yaml"
+    out.parent.mkdir()
+    cli(*roots(h100x4, tmp_path), "cdi", "generate", "--output", str(out))
+    ctx = context(tmp_path, cdi_dirs=(out.parent,))
+    [result] = cdi.check_cdi(ctx, "550.54.15")
+    assert result.status == PASS, result
+    [stale] = cdi.check_cdi(ctx, "570.86.15")
+    assert stale.status == FAIL

@@ -1,0 +1,41 @@
+"""doctor's library-dir check: a root-only cache dir on the driver libraries' filesystem."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nvct.doctor import FAIL, PASS, WARN, CheckResult, libdir
+from tests.conftest import sim_config
+from tests.doctor.conftest import context
+
+
+@pytest.mark.root
+def test_library_dir_needs_a_root_only_cache_dir_on_the_libraries_filesystem(
+    h100x4, tmp_path
+) -> None:
+    def check(**config: Any) -> CheckResult:
+        return libdir.check_library_dir(context(tmp_path, sim_config(h100x4, tmp_path, **config)))
+
+    ok = check()
+    assert ok.status == PASS and "bound as one directory" in ok.message
+    assert check(library_mounts="files").status == PASS
+    assert check(cache_dir="").status == WARN
+    shared = tmp_path / "shared-cache"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    writable = check(cache_dir=str(shared))
+    assert writable.status == FAIL and "writable by others than root" in writable.message
+    assert writable.fix == f"chown root:root {shared} && chmod go-w {shared}"
+    shm = Path("/dev/shm")
+    if shm.is_dir() and shm.stat().st_dev != Path(h100x4.driver_root).stat().st_dev:
+        other = shm / f"nvct-doctor-test-{os.getpid()}"
+        other.mkdir(mode=0o755)
+        try:
+            elsewhere = check(cache_dir=str(other))
+        finally:
+            other.rmdir()
+        assert elsewhere.status == WARN and "another filesystem" in elsewhere.message
