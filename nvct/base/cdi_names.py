@@ -3,7 +3,7 @@
 A container names CDI devices in ``NVIDIA_VISIBLE_DEVICES`` (as NVIDIA's toolkit accepts since
 1.18) or in ``cdi.k8s.io/<key>`` annotations (what device plugins answer for engines without CDI
 support). The grammar is the CDI specification's (``pkg/parser`` of the CDI project): a vendor
-is a domain name, a class is a simple name, a device name may also hold ``.`` and ``:``.
+is a domain name, a class a simple name (``mig-1g.10gb``), a device name may also hold ``:``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 _VENDOR = r"[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?"
-_CLASS = r"[A-Za-z0-9](?:[A-Za-z0-9_-]*[A-Za-z0-9])?"
+_CLASS = r"[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?"
 _NAME = r"[A-Za-z0-9](?:[A-Za-z0-9_.:-]*[A-Za-z0-9])?"
 QUALIFIED = re.compile(rf"^({_VENDOR})/({_CLASS})=({_NAME})$")
 KIND = re.compile(rf"^{_VENDOR}/{_CLASS}$")
