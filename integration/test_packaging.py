@@ -163,7 +163,7 @@ def test_deb_control_fields(packages: Packages) -> None:
     prerm = sh("dpkg-deb", "-I", packages.deb, "prerm").stdout
     assert f"deb-systemd-invoke stop '{UNIT}'" in prerm
     postrm = sh("dpkg-deb", "-I", packages.deb, "postrm").stdout
-    assert "/var/cache/nvct" in postrm and "/var/log/nvct.base.log" in postrm
+    assert "/var/cache/nvct" in postrm and "/var/log/nvct.log" in postrm
     assert f"deb-systemd-helper purge '{UNIT}'" in postrm
     for script in (scripts, prerm, postrm):
         units = re.findall(r"deb-systemd-(?:helper|invoke) [^'\n]*'([^'\n]+)'", script)
@@ -473,7 +473,7 @@ def test_purge_leaves_nothing_behind(installed_deb: Installed) -> None:
     if not installed_deb.run_dir_existed:
         assert not os.path.lexists(DAEMON_SOCKET.parent)
     if installed_deb.log_created:
-        assert not os.path.lexists("/var/log/nvct.base.log")
+        assert not os.path.lexists("/var/log/nvct.log")
     # The developer's nvct (this interpreter's, editable or not) is untouched.
     version = sh(sys.executable, "-m", "nvct.cli.main", "--version").stdout
     assert VERSION in version

@@ -341,7 +341,7 @@ def install_debs(packages: Packages) -> Iterator[Installed]:
     paths = deb_paths(packages.deb) | deb_paths(packages.deb_hook)
     existed = {p for p in paths if os.path.lexists("/" + p)}
     run_dir_existed = DAEMON_SOCKET.parent.exists()
-    log = Path("/var/log/nvct.base.log")
+    log = Path("/var/log/nvct.log")
     log_created = False
     # A log left by the developer's own nvct: purge removes it, so it is put back afterwards.
     saved_log = log.read_bytes() if log.is_file() else None

@@ -97,10 +97,10 @@ def c_array(name: str, items: tuple[str, ...]) -> str:
 def header(python_command: str, config: str, socket: str) -> str:
     """The generated configuration header launcher.c includes."""
     argv = shlex.split(python_command)
-    if not argv or not argv[0].startswith("/"):
+    if not argv or ("/" in argv[0] and not argv[0].startswith("/")):
         raise BuildError(
-            f"--python-command {python_command!r} must start with an absolute path "
-            "(the native launcher execs it without a shell)"
+            f"--python-command {python_command!r} must start with an absolute path, or an "
+            "interpreter's bare name (found beside the launcher, else on PATH)"
         )
     items = ", ".join(c_string(a) for a in argv)
     return (

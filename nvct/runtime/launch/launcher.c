@@ -66,7 +66,23 @@ static void exec_python(char **args, int n)
     while (NVCT_PYTHON[np])
         np++;
     char **argv = argv_of(NVCT_PYTHON, np, args, n);
-    execv(argv[0], argv);
+    if (strchr(argv[0], '/')) {
+        execv(argv[0], argv);
+    } else {
+        /* A wheel's launcher names its interpreter by name: the one beside it (a venv's
+         * bin/, not resolved through its symlink, so Python finds its venv), else on PATH. */
+        char self[PATH_MAX], beside[PATH_MAX];
+        ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+        char *slash = len > 0 ? (self[len] = 0, strrchr(self, '/')) : NULL;
+        if (slash && snprintf(beside, sizeof beside, "%.*s/%s", (int)(slash - self), self,
+                              argv[0]) < (int)sizeof beside) {
+            const char *name = argv[0];
+            argv[0] = beside; /* Python finds its venv from the path it was started as */
+            execv(beside, argv);
+            argv[0] = (char *)name;
+        }
+        execvp(argv[0], argv);
+    }
     fprintf(stderr, "nvct-runtime: error: cannot run the shim %s: %s (fix: reinstall nvct)\n",
             argv[0], strerror(errno));
     exit(127);

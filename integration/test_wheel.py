@@ -1,0 +1,157 @@
+"""nvct from its wheel (``pip wheel .``) in a fresh venv: ``nvct-runtime`` is the native
+launcher, a passthrough call starts no Python, and a GPU container started through it gets its
+GPU from the venv's own shim."""
+
+from __future__ import annotations
+
+import os
+import site
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from integration.conftest import write_nvct_config
+from integration.harness.bundles import BundleFactory, run_runc
+from integration.harness.skips import need_binary, need_cc, require
+
+ROOT = Path(__file__).resolve().parent.parent
+PIP = [sys.executable, "-m", "pip"]
+
+
+def build_wheel(out: Path, env: dict[str, str] | None = None) -> tuple[Path, str]:
+    """The wheel, and what the build printed (``-v``: pip shows a backend's output then)."""
+    done = subprocess.run(
+        [*PIP, "wheel", "-v", "--no-deps", "-w", str(out), str(ROOT)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    (wheel,) = out.glob("nvct-*.whl")
+    return wheel, done.stdout + done.stderr
+
+
+@pytest.fixture(scope="module")
+def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv on the system's python3 with nvct from its wheel (its libraries from this
+    venv, as pip would have fetched them); its bin directory."""
+    require(need_cc(), need_binary("/usr/bin/python3"))
+    work = tmp_path_factory.mktemp("wheel")
+    wheel, _ = build_wheel(work / "dist")
+    venv = work / "venv"
+    subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)], check=True)
+    subprocess.run(
+        [*PIP, "--python", str(venv / "bin/python3"), "install", "-q", "--no-deps", str(wheel)],
+        check=True,
+        timeout=300,
+    )
+    purelib = subprocess.run(
+        [venv / "bin/python3", "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    deps = [p for p in site.getsitepackages() if "site-packages" in p]
+    Path(purelib, "nvct-test-deps.pth").write_text("\n".join(deps) + "\n")
+    return venv / "bin"
+
+
+def test_the_wheel_is_a_platform_wheel_whose_nvct_runtime_is_native(wheel_venv: Path) -> None:
+    (wheel,) = wheel_venv.parent.parent.glob("dist/nvct-*.whl")
+    assert wheel.name.endswith("-py3-none-linux_x86_64.whl") or "-py3-none-linux_" in wheel.name
+    with zipfile.ZipFile(wheel) as z:
+        entry_points = z.read("nvct-0.1.0.dist-info/entry_points.txt").decode()
+    assert "nvct-runtime=" not in entry_points.replace(" ", "")
+    assert "nvct-cli=" in entry_points.replace(" ", "")
+    assert (wheel_venv / "nvct-runtime").read_bytes()[:4] == b"\x7fELF"
+    assert os.access(wheel_venv / "nvct-runtime", os.X_OK)
+
+
+def test_a_passthrough_call_starts_no_python(wheel_venv: Path, tmp_path: Path) -> None:
+    """Every program the call executes, traced: the launcher, then runc; nothing else."""
+    require(need_binary("strace"))
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "runc").write_text('#!/bin/sh\necho "RUNC $*"\n')
+    (fake / "runc").chmod(0o755)
+    trace = tmp_path / "trace"
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"}
+    strace = ["strace", "-f", "-qq", "-e", "trace=execve", "-o", str(trace)]
+    done = subprocess.run(
+        [*strace, str(wheel_venv / "nvct-runtime"), "--root", "/r", "state", "ctr"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert done.stdout.strip() == "RUNC --root /r state ctr", done.stderr
+    executed = [line.split('"')[1] for line in trace.read_text().splitlines() if "execve(" in line]
+    assert executed[0] == str(wheel_venv / "nvct-runtime")
+    assert executed[1:] == [str(fake / "runc"), "/bin/sh"] or executed[1:] == [str(fake / "runc")]
+    assert not [e for e in executed if "python" in e], executed
+
+
+@pytest.mark.root
+@pytest.mark.runc
+def test_a_gpu_container_through_the_wheels_launcher_gets_its_gpu(
+    wheel_venv: Path,
+    runc_bundle_factory: BundleFactory,
+    container_id: str,
+    sim_driver: Any,
+    tmp_path: Path,
+) -> None:
+    """No shim daemon answers (its socket is elsewhere): the launcher runs the Python shim
+    with the venv's interpreter beside it, which prepares the bundle; runc then runs it."""
+    config = write_nvct_config(tmp_path / "nvct" / "config.toml", sim_driver)
+    bundle = runc_bundle_factory(["/bin/sh", "-c", "nvidia-smi -L"], ["NVIDIA_VISIBLE_DEVICES=1"])
+    result = run_runc(
+        bundle,
+        container_id,
+        runtime=wheel_venv / "nvct-runtime",
+        env={**os.environ, "NVCT_CONFIG": str(config), "PATH": os.environ["PATH"]},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("UUID: GPU-") == 1
+    assert sim_driver.spec.gpus[1].uuid in result.stdout
+
+
+def test_without_a_compiler_the_wheel_stays_pure_and_says_why(tmp_path: Path) -> None:
+    env = {**os.environ, "CC": str(tmp_path / "no-such-cc")}
+    wheel, output = build_wheel(tmp_path / "dist", env)
+    assert wheel.name.endswith("-py3-none-any.whl")
+    assert "no C compiler" in output and "Python console script" in output
+    with zipfile.ZipFile(wheel) as z:
+        assert "nvct-runtime=" in z.read("nvct-0.1.0.dist-info/entry_points.txt").decode()
+        assert not [n for n in z.namelist() if ".data/scripts/" in n]
+
+
+def test_the_sdist_builds_the_same_platform_wheel(tmp_path: Path) -> None:
+    """pip's path for an sdist: the backend and the launcher's source travel in it."""
+    require(need_cc())
+    made = subprocess.run(
+        [sys.executable, "-m", "build", "--sdist", "--no-isolation", "-o", str(tmp_path / "s")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert made.returncode == 0, made.stderr
+    (sdist,) = (tmp_path / "s").glob("nvct-*.tar.gz")
+    done = subprocess.run(
+        [*PIP, "wheel", "--no-deps", "-w", str(tmp_path / "dist"), str(sdist)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    (wheel,) = (tmp_path / "dist").glob("nvct-*.whl")
+    assert "-py3-none-linux_" in wheel.name
