@@ -19,6 +19,16 @@ def nvct_home() -> str:
     return os.path.dirname(os.path.dirname(os.path.abspath(nvct.__file__)))
 
 
+def module_argv(module: str) -> list[str]:
+    """This interpreter running ``module``'s ``main()``, isolated and without site
+    (``-I -S``), told where nvct lives: how nvct starts its own programs in every install."""
+    code = (
+        f"import sys; sys.path.insert(0, {nvct_home()!r}); "
+        f"from {module} import main; sys.exit(main())"
+    )
+    return [sys.executable, "-I", "-S", "-c", code]
+
+
 def ensure_site_packages() -> None:
     """Add site-packages if this interpreter skipped them and pynvml cannot be found."""
     if not sys.flags.no_site:

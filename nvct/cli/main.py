@@ -23,6 +23,7 @@ SUBCOMMANDS: dict[str, str] = {
     "cdi": "nvct.cli.cdi_cmd:cdi",
     "explain": "nvct.cli.explain_cmd:explain",
     "doctor": "nvct.cli.doctor_cmd:doctor",
+    "daemon": "nvct.cli.daemon_cmd:daemon",
 }
 
 

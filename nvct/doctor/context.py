@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nvct.base.defaults import DEFAULT_SOCKET
 from nvct.config import Config
 
 DEFAULT_CDI_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
@@ -59,6 +60,7 @@ class DoctorContext:
     crio_config: Path = Path("/etc/crio/crio.conf")
     crio_dropin_dir: Path = Path("/etc/crio/crio.conf.d")
     cdi_dirs: tuple[Path, ...] = DEFAULT_CDI_DIRS
+    shim_socket: Path = Path(DEFAULT_SOCKET)
     sysfs_root: Path = Path("/sys")
     host_proc: Path = Path("/proc")  # processes and boot time; config.proc_root is the driver's
     snap_dir: Path = Path("/snap")

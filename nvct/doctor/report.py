@@ -14,6 +14,7 @@ from nvct.doctor import (
     devices,
     docker,
     driver,
+    launch,
     libdir,
 )
 from nvct.doctor.context import DoctorContext
@@ -83,6 +84,8 @@ def run_doctor(
         devices.check_dev_char_links(ctx),
         driver.check_persistence(ctx, facts),
         binaries.check_runtime(ctx),
+        launch.check_launcher(ctx),
+        launch.check_daemon(ctx),
         binaries.check_hook(ctx),
         binaries.check_low_level(ctx),
         binaries.check_ldconfig(ctx),

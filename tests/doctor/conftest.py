@@ -92,6 +92,7 @@ def context(tmp: Path, config: Any = None, **kw: Any) -> DoctorContext:
         "crio_config": tmp / "crio/crio.conf",
         "crio_dropin_dir": tmp / "crio/crio.conf.d",
         "cdi_dirs": (tmp / "cdi",),
+        "shim_socket": tmp / "shim.sock",
         "sysfs_root": tmp / "sys",
         "host_proc": tmp / "proc",
         "snap_dir": tmp / "snap",

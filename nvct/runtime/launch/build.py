@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from nvct.base._site import nvct_home
+from nvct.base._site import module_argv
 from nvct.base.atomic import write_atomic
 from nvct.base.defaults import DEFAULT_PATH, DEFAULT_SOCKET
 from nvct.runtime.launch import tables
@@ -64,12 +64,7 @@ def _shell_flags(flags: tuple[str, ...], suffix: str = "") -> str:
 
 def default_command() -> str:
     """This interpreter, isolated and without site (``-I -S``), told where nvct lives."""
-    home = nvct_home()
-    code = (
-        f"import sys; sys.path.insert(0, {home!r}); "
-        "from nvct.runtime.__main__ import main; sys.exit(main())"
-    )
-    return f"{shlex.quote(sys.executable)} -I -S -c {shlex.quote(code)}"
+    return shlex.join(module_argv("nvct.runtime.__main__"))
 
 
 def install(output: Path, python_command: str, config: str = DEFAULT_PATH) -> None:
