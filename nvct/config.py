@@ -60,6 +60,7 @@ def _schema() -> dict[str, Any]:
                     },
                     "accept-envvar-when-unprivileged": boolean,
                     "accept-volume-mounts": boolean,
+                    "only-allocated-gpus": boolean,
                     "disable-require": boolean,
                 }
             ),
@@ -102,6 +103,7 @@ class Config:
     default_capabilities: tuple[str, ...] = ("utility", "compute")
     accept_envvar_when_unprivileged: bool = True
     accept_volume_mounts: bool = False
+    only_allocated_gpus: bool = False
     disable_require: bool = False
     inject_persistenced: bool = True
     inject_fabricmanager: bool = True
@@ -125,6 +127,7 @@ _KEYMAP: dict[tuple[str, ...], str] = {
     ("request", "default-capabilities"): "default_capabilities",
     ("request", "accept-envvar-when-unprivileged"): "accept_envvar_when_unprivileged",
     ("request", "accept-volume-mounts"): "accept_volume_mounts",
+    ("request", "only-allocated-gpus"): "only_allocated_gpus",
     ("request", "disable-require"): "disable_require",
     ("inject", "persistenced"): "inject_persistenced",
     ("inject", "fabricmanager"): "inject_fabricmanager",

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from nvct.config import CAPABILITIES, Config
@@ -53,9 +53,11 @@ def capabilities_for(inventory: Inventory) -> tuple[str, ...]:
 def _plan(
     visible: str, caps: Sequence[str], inventory: Inventory, config: Config, arch: Arch
 ) -> Plan:
+    # The spec says what each device gives; which containers may have it is the engine's
+    # business (and the device plugin's), not the request policy's.
     request = parse_request(
         {"NVIDIA_VISIBLE_DEVICES": visible, "NVIDIA_DRIVER_CAPABILITIES": ",".join(caps)},
-        config=config,
+        config=replace(config, only_allocated_gpus=False),
     )
     return plan_container(
         request,

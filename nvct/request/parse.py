@@ -103,10 +103,19 @@ def parse_request(
         for m in mounts
         if m.startswith(DEVICE_MOUNT_DIR) and m[len(DEVICE_MOUNT_DIR) :].strip("/")
     ]
-    if mount_tokens and config.accept_volume_mounts:
+    if mount_tokens and (config.accept_volume_mounts or config.only_allocated_gpus):
         tokens = _split_devices(",".join(mount_tokens), DEVICE_MOUNT_DIR)
         source = "volume mounts under " + DEVICE_MOUNT_DIR
         decisions.append(f"devices taken from {len(mount_tokens)} volume mount(s)")
+    elif config.only_allocated_gpus:
+        # An image's NVIDIA_VISIBLE_DEVICES=all must not hand every GPU of a node to a pod
+        # that asked the scheduler for none: only the device plugin's answers count.
+        if VISIBLE_DEVICES in env or legacy_image:
+            decisions.append(
+                f"{VISIBLE_DEVICES}/CUDA_VERSION ignored: request.only-allocated-gpus is on "
+                "(GPUs come only from device plugin allocations: volume mounts, CDI)"
+            )
+        return Request(visible="void", source="policy", decisions=tuple(decisions))
     elif VISIBLE_DEVICES in env:
         if privileged or config.accept_envvar_when_unprivileged:
             tokens = _split_devices(env[VISIBLE_DEVICES], VISIBLE_DEVICES)
