@@ -24,6 +24,7 @@ SUBCOMMANDS: dict[str, str] = {
     "explain": "nvct.cli.explain_cmd:explain",
     "doctor": "nvct.cli.doctor_cmd:doctor",
     "daemon": "nvct.cli.daemon_cmd:daemon",
+    "labels": "nvct.cli.labels_cmd:labels",
 }
 
 

@@ -1,0 +1,76 @@
+"""``nvct-cli labels``: the node's GPU labels (NVIDIA's GFD names) as an NFD feature file."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from nvct.base.atomic import write_atomic
+from nvct.cli.main import CliContext
+from nvct.host.labels import MIG_STRATEGIES, feature_file, node_labels
+from nvct.host.load import load_inventory
+
+DEFAULT_OUTPUT = "/etc/kubernetes/node-feature-discovery/features.d/nvct"
+DMI_PRODUCT = "class/dmi/id/product_name"
+
+
+def _machine(sysfs_root: Path) -> str:
+    try:
+        return (sysfs_root / DMI_PRODUCT).read_text().strip()
+    except OSError:
+        return ""
+
+
+@click.command("labels")
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help=f"Write an NFD feature file here (atomically), e.g. {DEFAULT_OUTPUT}; default stdout.",
+)
+@click.option(
+    "--mig-strategy", type=click.Choice(MIG_STRATEGIES), default="none", show_default=True
+)
+@click.option("--no-timestamp", is_flag=True, help="Leave out nvidia.com/gfd.timestamp.")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=1),
+    help="Keep running: refresh the labels every INTERVAL seconds (a labeller DaemonSet).",
+)
+@click.option(
+    "--sysfs-root",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("/sys"),
+    show_default=True,
+    help="Where the machine type is read (class/dmi/id/product_name).",
+)
+@click.pass_obj
+def labels(
+    obj: CliContext,
+    output: Path | None,
+    mig_strategy: str,
+    no_timestamp: bool,
+    interval: float | None,
+    sysfs_root: Path,
+) -> None:
+    """GPU product, memory, family, compute capability, driver and CUDA versions, MIG."""
+    while True:
+        inventory = load_inventory(obj.config, use_cache=obj.use_cache)
+        text = feature_file(
+            node_labels(
+                inventory,
+                mig_strategy=mig_strategy,
+                machine=_machine(sysfs_root),
+                timestamp=None if no_timestamp else int(time.time()),
+            )
+        )
+        if output is None:
+            click.echo(text, nl=False)
+        else:
+            output.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(str(output), text.encode(), 0o644)
+        if interval is None:
+            return
+        time.sleep(interval)
