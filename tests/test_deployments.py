@@ -1,0 +1,131 @@
+"""deployments/: every manifest validates against the Kubernetes schemas of the oldest and newest
+versions nvct supports, names only what nvct has, and the installer's script installs and
+uninstalls exactly (on a node root in a temporary directory)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+DEPLOYMENTS = Path(__file__).resolve().parent.parent / "deployments"
+MANIFESTS = sorted(p for p in DEPLOYMENTS.glob("*.yaml") if p.name != "kustomization.yaml")
+# Oldest: device plugins' GetPreferredAllocation and RuntimeClass scheduling are long stable;
+# cdi_devices in Allocate needs 1.29+ (the device plugin's cdi-cri strategy).
+VERSIONS = ("1.27.0", "1.37.0")
+
+
+def documents() -> list[tuple[str, dict]]:
+    return [
+        (f"{path.name}#{i}", doc)
+        for path in MANIFESTS
+        for i, doc in enumerate(yaml.safe_load_all(path.read_text()))
+        if doc
+    ]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_manifest_validates_strictly(version: str) -> None:
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    for name, doc in documents():
+        try:
+            kubernetes_validate.validate(doc, version, strict=True)
+        except kubernetes_validate.ValidationError as err:
+            pytest.fail(f"{name} ({doc['kind']}) against {version}: {err.message}")
+
+
+def test_kustomization_lists_every_manifest() -> None:
+    kustomization = yaml.safe_load((DEPLOYMENTS / "kustomization.yaml").read_text())
+    assert sorted(kustomization["resources"]) == [p.name for p in MANIFESTS]
+
+
+def test_workloads_run_nvcts_image_with_no_token_and_only_what_they_need() -> None:
+    workloads = [doc for _, doc in documents() if doc["kind"] == "DaemonSet"]
+    assert {w["metadata"]["name"] for w in workloads} >= {"nvct-installer", "nvct-labeller"}
+    accounts = {d["metadata"]["name"] for _, d in documents() if d["kind"] == "ServiceAccount"}
+    roles = [d for _, d in documents() if d["kind"] in ("Role", "ClusterRole")]
+    assert roles == []  # none of them uses the Kubernetes API
+    for w in workloads:
+        pod = w["spec"]["template"]["spec"]
+        assert pod["serviceAccountName"] in accounts
+        assert pod["automountServiceAccountToken"] is False
+        assert {c["image"] for c in pod["containers"]} == {"nvct:0.1.0"}
+
+
+def test_the_labeller_command_is_one_nvct_cli_accepts() -> None:
+    (labeller,) = [d for _, d in documents() if d["metadata"]["name"] == "nvct-labeller"
+                   and d["kind"] == "DaemonSet"]  # fmt: skip
+    command = labeller["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[0] == "nvct-cli"
+    from click.testing import CliRunner
+
+    from nvct.cli.labels_cmd import labels
+
+    options = command[command.index("labels") + 1 :]
+    parsed = labels.make_context("labels", [*options], resilient_parsing=True)
+    assert parsed.params["interval"] == 60 and parsed.params["mig_strategy"] == "none"
+    assert CliRunner().invoke(labels, ["--help"]).exit_code == 0
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Path:
+    """A node's root: containerd's own default config (from the real binary), a file of the
+    node's that nvct would also install, nothing else."""
+    containerd = shutil.which("containerd")
+    if containerd is None:
+        pytest.skip("needs containerd (apt-get install docker.io)")
+    host = tmp_path / "host"
+    (host / "etc/containerd").mkdir(parents=True)
+    default = subprocess.run(
+        [containerd, "config", "default"], capture_output=True, text=True, check=True
+    ).stdout
+    (host / "etc/containerd/config.toml").write_text(default)
+    (host / "etc/nvct").mkdir(parents=True)
+    (host / "etc/nvct/config.toml").write_text("# the node's own nvct config\n")
+    return host
+
+
+def test_the_installer_installs_and_uninstalls_exactly(node: Path, tmp_path: Path) -> None:
+    image = tmp_path / "image"  # the image's packaged files
+    for rel in ("usr/bin/nvct-runtime", "usr/share/nvct/lib/nvct/__init__.py",
+                "usr/libexec/nvct/nvct-runtime", "etc/nvct/config.toml"):  # fmt: skip
+        (image / rel).parent.mkdir(parents=True, exist_ok=True)
+        (image / rel).write_text(f"packaged {rel}\n")
+    before = (node / "etc/containerd/config.toml").read_bytes()
+    env = {
+        **os.environ,
+        "HOST": str(node),
+        "SRC": str(image),
+        "NVCT_CLI": str(Path(sys.executable).parent / "nvct-cli"),
+        "RESTART": "true",
+    }
+
+    def node_install(action: str) -> subprocess.CompletedProcess[str]:
+        script = str(DEPLOYMENTS / "node-install.sh")
+        return subprocess.run(
+            [script, action], env=env, capture_output=True, text=True, check=False
+        )
+
+    done = node_install("install")
+    assert done.returncode == 0, done.stdout + done.stderr
+    config = (node / "etc/containerd/config.toml").read_text()
+    assert 'BinaryName = "/usr/bin/nvct-runtime"' in config
+    assert (node / "usr/bin/nvct-runtime").read_text() == "packaged usr/bin/nvct-runtime\n"
+    assert (node / "usr/share/nvct/lib/nvct/__init__.py").exists()
+    # the node's own config was there first: kept, and not listed for removal
+    assert (node / "etc/nvct/config.toml").read_text() == "# the node's own nvct config\n"
+    listed = (node / "var/lib/nvct/node-install.list").read_text().split()
+    assert "etc/nvct/config.toml" not in listed and "usr/bin/nvct-runtime" in listed
+    again = node_install("install")
+    assert again.returncode == 0, again.stderr  # idempotent
+    done = node_install("uninstall")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (node / "etc/containerd/config.toml").read_bytes() == before
+    assert not (node / "usr/bin/nvct-runtime").exists()
+    assert not (node / "usr/share/nvct").exists() and not (node / "usr/libexec/nvct").exists()
+    assert (node / "etc/nvct/config.toml").read_text() == "# the node's own nvct config\n"
