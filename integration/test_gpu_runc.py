@@ -456,3 +456,56 @@ def test_busybox_image_gets_a_fresh_ld_cache_from_the_hook_alone(
     assert result.stdout.split()[0] != "0"  # the cache lists the driver's NVML
     log = [json.loads(ln) for ln in (config.parent / "nvct.log").read_text().splitlines()]
     assert [e["ld_cache"] for e in log if e["event"] == "container_configured"] == ["fresh"]
+
+
+def unified_runc(tmp_path: Path) -> Path:
+    """runc in a mount namespace where /sys/fs/cgroup is this hybrid host's cgroup2 hierarchy:
+    runc then sees a unified (cgroup v2 only) host, puts the container in a v2 cgroup and
+    attaches its deny-by-default device program there, as on current distributions."""
+    unified = Path("/sys/fs/cgroup/unified")
+    if not (unified / "cgroup.procs").exists():
+        pytest.skip("needs this VM's hybrid cgroup2 mount at /sys/fs/cgroup/unified")
+    wrapper = tmp_path / "runc-unified"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        "exec unshare -m --propagation private sh -c "
+        f'\'mount --bind {unified} /sys/fs/cgroup && exec runc "$@"\' runc "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+def test_hook_alone_on_cgroup_v2_grants_only_the_selected_gpu(
+    runc_bundle_factory: BundleFactory,
+    container_id: str,
+    nvct_config: Path,
+    sim_driver: Any,
+    tmp_path: Path,
+) -> None:
+    """``docker run --gpus device=1`` on plain runc, cgroup v2: /dev/nvidia1 opens (ENXIO from
+    the simulated major, past the cgroup), /dev/nvidia0 is refused by the device program."""
+    from integration.harness.bundles import runc_spec
+
+    sim_dev = {
+        "destination": "/simdev",
+        "type": "bind",
+        "source": str(sim_driver.dev_root / "dev"),
+        "options": ["rbind", "ro"],
+    }
+    bundle = runc_bundle_factory(
+        ["/bin/sh", "-c", "cat /proc/self/cgroup; cat /dev/nvidia1; cat /simdev/nvidia0"],
+        ["NVIDIA_VISIBLE_DEVICES=1"],
+        extra={
+            "hooks": {"prestart": [gpus_hook(nvct_config)]},
+            "mounts": [*runc_spec()["mounts"], sim_dev],
+        },
+    )
+    result = run_runc(bundle, container_id, runtime=unified_runc(tmp_path))
+    cgroups = dict(ln.split(":", 2)[1:] for ln in result.stdout.splitlines() if ln.count(":") >= 2)
+    # In runc's v2 cgroup; the v1 devices controller (the root) allows all: only the BPF
+    # programs decide.
+    assert cgroups[""] == f"/{container_id}" and cgroups["devices"] == "/", result.stdout
+    lines = result.stderr.splitlines()
+    assert any("/dev/nvidia1" in ln and "No such device or address" in ln for ln in lines), lines
+    assert any("/simdev/nvidia0" in ln and "Operation not permitted" in ln for ln in lines), lines
+    assert not any("/dev/nvidia1" in ln and "not permitted" in ln for ln in lines), lines
