@@ -509,3 +509,34 @@ def test_hook_alone_on_cgroup_v2_grants_only_the_selected_gpu(
     assert any("/dev/nvidia1" in ln and "No such device or address" in ln for ln in lines), lines
     assert any("/simdev/nvidia0" in ln and "Operation not permitted" in ln for ln in lines), lines
     assert not any("/dev/nvidia1" in ln and "not permitted" in ln for ln in lines), lines
+
+
+def test_inputs_nvct_leaves_alone_are_logged_on_every_start(
+    runc_bundle_factory: BundleFactory, container_id: str, sim_driver: Any, tmp_path: Path
+) -> None:
+    """Swarm's resource selects the GPU where configured (no NVIDIA_VISIBLE_DEVICES at all:
+    the launcher must still hand the create to Python), and an unknown NVIDIA_* variable gets
+    one log line per start, the cached second start included."""
+    config = write_nvct_config(
+        tmp_path / "swarm" / "config.toml",
+        sim_driver,
+        **{"request.swarm-resource": '["DOCKER_RESOURCE_GPU"]'},
+    )
+    gpu = sim_driver.spec.gpus[3]
+    for n in range(2):
+        bundle = runc_bundle_factory(
+            ["/bin/sh", "-c", "nvidia-smi -L"],
+            [f"DOCKER_RESOURCE_GPU={gpu.uuid}", "NVIDIA_FABULOUS=1"],
+        )
+        result = run_runc(
+            bundle,
+            f"{container_id}-{n}",
+            runtime=str(NVCT_BIN / "nvct-runtime"),
+            env=shim_env(config),
+        )
+        assert smi_uuids(result.stdout) == [gpu.uuid], result.stderr
+    log = [json.loads(ln) for ln in (config.parent / "nvct.log").read_text().splitlines()]
+    ignored = [e["why"] for e in log if e["event"] == "nvidia_input_ignored"]
+    assert len(ignored) == 2 and all(w.startswith("NVIDIA_FABULOUS ignored") for w in ignored)
+    prepared = [e for e in log if e["event"] == "container_prepared"]
+    assert [e["cached"] for e in prepared] == [False, True]

@@ -61,6 +61,10 @@ def _schema() -> dict[str, Any]:
                     "accept-envvar-when-unprivileged": boolean,
                     "accept-volume-mounts": boolean,
                     "disable-require": boolean,
+                    "swarm-resource": {
+                        "type": "array",
+                        "items": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
+                    },
                 }
             ),
             "inject": section(
@@ -100,6 +104,7 @@ class Config:
     accept_envvar_when_unprivileged: bool = True
     accept_volume_mounts: bool = False
     disable_require: bool = False
+    swarm_resources: tuple[str, ...] = ()
     inject_persistenced: bool = True
     inject_fabricmanager: bool = True
     inject_mps: bool = True
@@ -122,6 +127,7 @@ _KEYMAP: dict[tuple[str, ...], str] = {
     ("request", "accept-envvar-when-unprivileged"): "accept_envvar_when_unprivileged",
     ("request", "accept-volume-mounts"): "accept_volume_mounts",
     ("request", "disable-require"): "disable_require",
+    ("request", "swarm-resource"): "swarm_resources",
     ("inject", "persistenced"): "inject_persistenced",
     ("inject", "fabricmanager"): "inject_fabricmanager",
     ("inject", "mps"): "inject_mps",

@@ -127,12 +127,17 @@ def _plan_here(spec: dict[str, Any], root: str, log: EventLog) -> WorkOrder | No
     config = load_config()
     log.configure(config.log_file, config.log_level)
     request = request_from_spec(spec, config)
+    for line in request.ignored:
+        log.info("nvidia_input_ignored", why=line)
     if not request.wants_gpu:
         log.debug("no_gpu_requested", decisions=list(request.decisions))
         return None
     with Rootfs(root) as rootfs:
         layout = RootfsLayout(debian=rootfs.exists("/etc/debian_version"))
-    return plan_container(request, config, layout, library_dirs="create").order
+    planned = plan_container(request, config, layout, library_dirs="create")
+    for line in planned.plan.notes:
+        log.info("nvidia_input_ignored", why=line)
+    return planned.order
 
 
 if __name__ == "__main__":

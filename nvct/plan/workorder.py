@@ -60,6 +60,7 @@ if TYPE_CHECKING:
         """What the shim caches per kind of container (``nvct.runtime.order_key``)."""
 
         decisions: list[str]  # why no GPU (order None)
+        ignored: list[str]  # NVIDIA inputs nvct left alone, and why: logged on every start
         gpus: list[str]  # the selected GPUs' labels, for the log
         key: str  # the order key, checked when read back
 

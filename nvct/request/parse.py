@@ -9,11 +9,12 @@ keep working: ``NVIDIA_VISIBLE_DEVICES``, ``NVIDIA_DRIVER_CAPABILITIES``,
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from nvct.base.errors import RequestError, RequirementError
 from nvct.config import CAPABILITIES, Config
+from nvct.request.ignored import ignored_inputs
 from nvct.request.inputs import DEVICE_MOUNT_DIR, env_map, is_privileged, mount_destinations
 from nvct.request.requirements import Requirement, parse_requirement
 
@@ -39,6 +40,9 @@ class Request:
     requirements: tuple[Requirement, ...] = ()
     source: str = ""
     decisions: tuple[str, ...] = ()
+    # The NVIDIA inputs nvct left alone, each naming the input (also among ``decisions``):
+    # logged on every start.
+    ignored: tuple[str, ...] = ()
 
     @property
     def wants_gpu(self) -> bool:
@@ -73,6 +77,25 @@ def parse_request(
         RequestError: a capability is unknown or the device list is malformed.
         RequirementError: an ``NVIDIA_REQUIRE_*`` expression is malformed.
     """
+    ignored = ignored_inputs(env, swarm_resources=config.swarm_resources)
+    request = _parse(env, mounts, privileged, config, ignored)
+    if not ignored:
+        return request
+    return replace(
+        request,
+        decisions=(*request.decisions, *ignored),
+        ignored=(*request.ignored, *ignored),
+    )
+
+
+def _parse(
+    env: Mapping[str, str],
+    mounts: Sequence[str],
+    privileged: bool,
+    config: Config,
+    ignored: list[str],
+) -> Request:
+    """The request; inputs it leaves alone are appended to ``ignored``."""
     decisions: list[str] = []
     legacy_image = "CUDA_VERSION" in env and "NVIDIA_REQUIRE_CUDA" not in env
     tokens: list[str] | None = None
@@ -83,10 +106,24 @@ def parse_request(
         for m in mounts
         if m.startswith(DEVICE_MOUNT_DIR) and m[len(DEVICE_MOUNT_DIR) :].strip("/")
     ]
+    if mount_tokens and not config.accept_volume_mounts:
+        ignored.append(
+            f"{len(mount_tokens)} volume mount(s) under {DEVICE_MOUNT_DIR} ignored: "
+            "request.accept-volume-mounts is false"
+        )
+    swarm = next((name for name in config.swarm_resources if name in env), None)
     if mount_tokens and config.accept_volume_mounts:
         tokens = _split_devices(",".join(mount_tokens), DEVICE_MOUNT_DIR)
         source = "volume mounts under " + DEVICE_MOUNT_DIR
         decisions.append(f"devices taken from {len(mount_tokens)} volume mount(s)")
+    elif swarm is not None:
+        # NVIDIA's swarm-resource: the first configured variable present replaces
+        # NVIDIA_VISIBLE_DEVICES (which is then not read).
+        tokens = _split_devices(env[swarm], swarm)
+        source = swarm
+        decisions.append(f"devices taken from the Swarm resource {swarm} (request.swarm-resource)")
+        if VISIBLE_DEVICES in env:
+            ignored.append(f"{VISIBLE_DEVICES} ignored: {swarm} (request.swarm-resource) wins")
     elif VISIBLE_DEVICES in env:
         if privileged or config.accept_envvar_when_unprivileged:
             tokens = _split_devices(env[VISIBLE_DEVICES], VISIBLE_DEVICES)

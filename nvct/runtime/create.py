@@ -67,6 +67,8 @@ def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tu
         debian = rootfs.exists("/etc/debian_version")
         entry, cached, cache_dir, key = _entry(spec, path, raw, config_file, debian)
         log.configure(*entry["log"])
+        for line in entry.get("ignored", ()):
+            log.info("nvidia_input_ignored", why=line)
         order = entry["order"]
         if order is None:
             # A --gpus hook on a container that asks for nothing would only fail later.
@@ -211,7 +213,7 @@ def plan_entry(spec: dict[str, Any], config_file: str | None, debian: bool) -> C
     }
     request = request_from_spec(spec, config)
     if not request.wants_gpu:
-        return {**entry, "decisions": list(request.decisions)}
+        return {**entry, "decisions": list(request.decisions), "ignored": list(request.ignored)}
     planned = plan_container(
         request,
         config,
@@ -219,4 +221,9 @@ def plan_entry(spec: dict[str, Any], config_file: str | None, debian: bool) -> C
         library_dirs="create",
         fingerprint=entry["fingerprint"],
     )
-    return {**entry, "order": planned.order, "gpus": [s.label for s in planned.plan.selected]}
+    return {
+        **entry,
+        "order": planned.order,
+        "gpus": [s.label for s in planned.plan.selected],
+        "ignored": [*request.ignored, *planned.plan.notes],
+    }
