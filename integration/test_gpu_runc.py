@@ -123,25 +123,27 @@ def test_unprivileged_policy_and_device_plugin_mounts(
     assert result.returncode == 0, result.stderr
     assert "nvidiactl" not in result.stdout  # env ignored: runc's default spec is unprivileged
     uuid = sim_driver.spec.gpus[3].uuid
+    bundle = plugin_bundle(runc_bundle_factory, uuid)
+    result = run_runc(bundle, container_id + "b", runtime=shim, env=shim_env(config))
+    assert smi_uuids(result.stdout) == [uuid], result.stderr
+
+
+def plugin_bundle(factory: BundleFactory, uuid: str) -> Path:
+    """``nvidia-smi -L`` in an unprivileged container given GPU ``uuid`` by a device-plugin
+    mount, while its environment asks for all of them."""
+    from integration.harness.bundles import runc_spec
+
     mount = {
         "destination": f"/var/run/nvidia-container-devices/{uuid}",
         "source": "/dev/null",
         "type": "bind",
         "options": ["bind", "ro"],
     }
-    bundle = runc_bundle_factory(
+    return factory(
         ["/bin/sh", "-c", "nvidia-smi -L"],
         ["NVIDIA_VISIBLE_DEVICES=all"],
-        extra={"mounts": [*_default_mounts(bundle), mount]},
+        extra={"mounts": [*runc_spec()["mounts"], mount]},
     )
-    result = run_runc(bundle, container_id + "b", runtime=shim, env=shim_env(config))
-    assert smi_uuids(result.stdout) == [uuid], result.stderr
-
-
-def _default_mounts(bundle: Path) -> list[dict[str, Any]]:
-    import json
-
-    return json.loads((bundle / "config.json").read_text())["mounts"]
 
 
 def test_passthrough_subcommands(container_id: str, nvct_config: Path) -> None:
@@ -540,3 +542,40 @@ def test_inputs_nvct_leaves_alone_are_logged_on_every_start(
     assert len(ignored) == 2 and all(w.startswith("NVIDIA_FABULOUS ignored") for w in ignored)
     prepared = [e for e in log if e["event"] == "container_prepared"]
     assert [e["cached"] for e in prepared] == [False, True]
+
+
+def test_imported_nvidia_config_drives_the_shim(
+    runc_bundle_factory: BundleFactory, container_id: str, sim_driver: Any, tmp_path: Path
+) -> None:
+    """An NVIDIA config.toml of a hardened cluster (driver under its own root, env refused from
+    unprivileged containers, device plugin mounts accepted), imported: the shim follows it."""
+    config = write_nvct_config(tmp_path / "nvct" / "config.toml", sim_driver)
+    text = config.read_text()
+    config.write_text(
+        "\n".join(ln for ln in text.splitlines() if "-root" not in ln or "proc" in ln)
+    )
+    nvidia = tmp_path / "nvidia.toml"
+    nvidia.write_text(
+        "accept-nvidia-visible-devices-envvar-when-unprivileged = false\n"
+        "accept-nvidia-visible-devices-as-volume-mounts = true\n"
+        f'[nvidia-container-cli]\nroot = "{sim_driver.driver_root}"\n'
+    )
+    done = subprocess.run(
+        [
+            str(NVCT_BIN / "nvct-cli"),
+            "--config",
+            str(config),
+            "configure",
+            "--import-nvidia-config",
+            str(nvidia),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    shim = str(NVCT_BIN / "nvct-runtime")
+    uuid = sim_driver.spec.gpus[1].uuid
+    bundle = plugin_bundle(runc_bundle_factory, uuid)
+    result = run_runc(bundle, container_id, runtime=shim, env=shim_env(config))
+    assert smi_uuids(result.stdout) == [uuid], result.stderr
