@@ -579,3 +579,44 @@ def test_imported_nvidia_config_drives_the_shim(
     bundle = plugin_bundle(runc_bundle_factory, uuid)
     result = run_runc(bundle, container_id, runtime=shim, env=shim_env(config))
     assert smi_uuids(result.stdout) == [uuid], result.stderr
+
+
+PROC_PROBE = (
+    "ls /proc/driver/nvidia; ls /proc/driver/nvidia/gpus; ls /proc/driver/nvidia/capabilities;"
+    " grep ModifyDeviceFiles /proc/driver/nvidia/params; touch /proc/driver/nvidia/x"
+)
+
+
+@pytest.mark.parametrize("path", ["shim", "hook"])
+def test_proc_driver_shows_only_the_containers_gpus(
+    runc_bundle_factory: BundleFactory,
+    container_id: str,
+    nvct_config: Path,
+    sim_driver: Any,
+    path: str,
+) -> None:
+    """As libnvidia-container shows it: params with ModifyDeviceFiles: 0, version, registry,
+    and gpus/<bus id> of the selected GPUs only, read-only (the shim through a createContainer
+    hook, the --gpus hook itself)."""
+    gpus = [sim_driver.spec.gpus[i] for i in (1, 3)]
+    env = [f"NVIDIA_VISIBLE_DEVICES={gpus[0].uuid},{gpus[1].uuid}"]
+    if path == "shim":
+        bundle = runc_bundle_factory(["/bin/sh", "-c", PROC_PROBE], env)
+        result = run_runc(
+            bundle, container_id, runtime=str(NVCT_BIN / "nvct-runtime"), env=shim_env(nvct_config)
+        )
+    else:
+        hook = gpus_hook(nvct_config)
+        bundle = runc_bundle_factory(
+            ["/bin/sh", "-c", PROC_PROBE], env, extra={"hooks": {"prestart": [hook]}}
+        )
+        result = run_runc(bundle, container_id)
+    out = result.stdout.split()
+    host = Path(sim_driver.proc_root, "driver/nvidia/gpus")
+    wanted = {p.name for p in host.iterdir() if any(p.name in g.pci_bus_id.lower() for g in gpus)}
+    assert len(wanted) == 2 and len(list(host.iterdir())) == 4
+    listed = {w for w in out if w.startswith("0000:")}
+    assert listed == wanted, result.stdout + result.stderr
+    assert {"params", "version", "registry", "gpus"} <= set(out)
+    assert "ModifyDeviceFiles: 0" in result.stdout
+    assert "Read-only file system" in result.stderr

@@ -73,6 +73,7 @@ def _schema() -> dict[str, Any]:
                     "fabricmanager": boolean,
                     "mps": boolean,
                     "gsp-firmware": boolean,
+                    "proc-driver": boolean,
                     "library-mounts": {"enum": list(LIBRARY_MOUNTS)},
                 }
             ),
@@ -109,6 +110,7 @@ class Config:
     inject_fabricmanager: bool = True
     inject_mps: bool = True
     inject_gsp_firmware: bool = True
+    inject_proc_driver: bool = True
     library_mounts: str = "directory"
     log_file: str = "/var/log/nvct.log"
     log_level: str = "info"
@@ -132,6 +134,7 @@ _KEYMAP: dict[tuple[str, ...], str] = {
     ("inject", "fabricmanager"): "inject_fabricmanager",
     ("inject", "mps"): "inject_mps",
     ("inject", "gsp-firmware"): "inject_gsp_firmware",
+    ("inject", "proc-driver"): "inject_proc_driver",
     ("inject", "library-mounts"): "library_mounts",
     ("log", "file"): "log_file",
     ("log", "level"): "log_level",

@@ -48,6 +48,9 @@ if TYPE_CHECKING:
         log: tuple[str, str]  # log file, level
         gpus: list[str]
         capabilities: list[str]
+        # The proc root and (procfs bus id, minor) of each selected GPU, for the container's
+        # /proc/driver/nvidia (nvct.container.procfs); None: the host's is left as it is.
+        proc_driver: tuple[str, list[tuple[str, int]]] | None
 
     class _CacheEntryRequired(TypedDict):
         roots: list[str]  # driver, dev and proc roots the fingerprint covers
@@ -84,4 +87,20 @@ def from_plan(plan: Plan, config: Config) -> WorkOrder:
         "log": (config.log_file, config.log_level),
         "gpus": [s.gpu.uuid if s.mig is None else s.mig.uuid for s in plan.selected],
         "capabilities": sorted(plan.request.capabilities),
+        "proc_driver": (str(config.proc_root), proc_gpus(plan))
+        if config.inject_proc_driver
+        else None,
     }
+
+
+def proc_gpus(plan: Plan) -> list[tuple[str, int]]:
+    """(bus id as the driver's procfs names it, minor) of each GPU the plan selects."""
+    out: dict[str, int] = {}
+    for s in plan.selected:
+        domain, _, rest = s.gpu.pci_bus_id.partition(":")
+        try:
+            bus = f"{int(domain, 16):04x}:{rest.lower()}"
+        except ValueError:
+            continue
+        out.setdefault(bus, s.gpu.minor)
+    return list(out.items())

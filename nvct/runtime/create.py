@@ -26,6 +26,7 @@ identical containers are prepared with the stdlib alone.
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 from nvct.base.defaults import config_path
@@ -47,7 +48,7 @@ TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings h
 if TYPE_CHECKING:
     from typing import Any
 
-    from nvct.plan.workorder import CacheEntry
+    from nvct.plan.workorder import CacheEntry, WorkOrder
 
 
 def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tuple[str, ...]:
@@ -81,7 +82,7 @@ def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tu
         staged = stage_rootfs(rootfs, order, bind_mounts=False, reused=earlier.read)
         staged_at = time.perf_counter()
         # The spec is edited while ldconfig runs; the container starts only if both succeed.
-        edit_spec(spec, order["devices"], order["mounts"])
+        edit_spec(spec, order["devices"], order["mounts"], _create_hooks(order))
         write_spec(bundle, spec)
         edited = time.perf_counter()
         if staged.ldconfig is not None:
@@ -171,6 +172,16 @@ def _remember_ld_cache(rootfs: Rootfs, cache_dir: str, reuse: str) -> None:
     except OSError:
         return
     cache.write_ld_cache(cache_dir, reuse, data)
+
+
+def _create_hooks(order: WorkOrder) -> list[dict[str, Any]]:
+    """The createContainer hook that covers /proc/driver/nvidia (``nvct-hook procfs``)."""
+    if order["proc_driver"] is None:
+        return []
+    proc_root, gpus = order["proc_driver"]
+    hook = os.path.join(os.path.dirname(sys.executable), "nvct-hook")
+    args = ["nvct-hook", "procfs", proc_root, *(f"{bus}:{minor}" for bus, minor in gpus)]
+    return [{"path": hook, "args": args}]
 
 
 def _ms(seconds: float) -> float:
