@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -620,3 +621,63 @@ def test_proc_driver_shows_only_the_containers_gpus(
     assert {"params", "version", "registry", "gpus"} <= set(out)
     assert "ModifyDeviceFiles: 0" in result.stdout
     assert "Read-only file system" in result.stderr
+
+
+def _feature_config(tmp_path: Path, sim: Any) -> Path:
+    """nvct's config on a copy of ``sim`` that has the optional features' nodes."""
+    from tests.conftest import with_feature_nodes
+
+    dev_root, proc_root = with_feature_nodes(sim, tmp_path)
+    config = write_nvct_config(tmp_path / "feat" / "config.toml", sim)
+    lines = [
+        ln for ln in config.read_text().splitlines() if not ln.startswith(("dev-root", "proc-root"))
+    ]
+    config.write_text(f'dev-root = "{dev_root}"\nproc-root = "{proc_root}"\n' + "\n".join(lines))
+    return config
+
+
+def test_imex_channels_and_gated_features_reach_the_container(
+    runc_bundle_factory: BundleFactory, container_id: str, sim_driver: Any, tmp_path: Path
+) -> None:
+    config = _feature_config(tmp_path, sim_driver)
+    bundle = runc_bundle_factory(
+        ["/bin/sh", "-c", "ls -l /dev/nvidia-caps-imex-channels /dev/gdrdrv /dev/nvidia-fs*"],
+        ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_IMEX_CHANNELS=1,7", "NVIDIA_GDRCOPY=enabled"],
+    )
+    result = run_runc(
+        bundle, container_id, runtime=str(NVCT_BIN / "nvct-runtime"), env=shim_env(config)
+    )
+    out = result.stdout
+    assert re.search(r"^c.* 234, +1 .*channel1$", out, re.MULTILINE), out + result.stderr
+    assert re.search(r"^c.* 234, +7 .*channel7$", out, re.MULTILINE), out  # made from the major
+    assert re.search(r"^c.* 237, +0 .*/dev/gdrdrv$", out, re.MULTILINE), out
+    assert "/dev/nvidia-fs*: No such file" in result.stderr  # GDS was not asked for
+
+
+@pytest.mark.parametrize("privileged", [True, False])
+def test_mig_management_caps_only_for_privileged_containers(
+    runc_bundle_factory: BundleFactory, container_id: str, tmp_path: Path, privileged: bool
+) -> None:
+    from integration.simdriver import cached_driver, preset
+
+    sim = cached_driver(preset("a100x8-570-mig"), Path("/tmp/nvct-test-simdrivers"))
+    config = write_nvct_config(tmp_path / "mig" / "config.toml", sim)
+    caps = ["CAP_SYS_ADMIN", "CAP_KILL"] if privileged else ["CAP_KILL"]
+    bundle = runc_bundle_factory(
+        ["/bin/sh", "-c", "ls /dev/nvidia-caps; cat /proc/driver/nvidia/capabilities/mig/config"],
+        ["NVIDIA_VISIBLE_DEVICES=none", "NVIDIA_MIG_CONFIG_DEVICES=all"],
+        extra={
+            "process": {"capabilities": {"bounding": caps, "effective": caps, "permitted": caps}}
+        },
+    )
+    result = run_runc(
+        bundle, container_id, runtime=str(NVCT_BIN / "nvct-runtime"), env=shim_env(config)
+    )
+    if privileged:
+        assert result.returncode == 0, result.stderr
+        assert "nvidia-cap1" in result.stdout.split()
+        assert "DeviceFileMinor: 1" in result.stdout
+    else:
+        assert result.returncode != 0
+        assert "NVIDIA_MIG_CONFIG_DEVICES is set in an unprivileged container" in result.stderr
+        assert container_id not in runc_list()

@@ -18,6 +18,7 @@ host's own ``/proc``; with the host's ``/proc`` there is no driver to show.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
 
@@ -48,8 +49,9 @@ def _read(path: str) -> bytes | None:
         return None
 
 
-def stage_proc_driver(rootfs: Rootfs, proc_root: str, gpus: Sequence[tuple[str, int]]) -> str:
-    """Cover the container's ``/proc/driver/nvidia``; ``gpus``: (procfs bus id, minor) pairs.
+def stage_proc_driver(rootfs: Rootfs, proc_root: str, entries: Sequence[str]) -> str:
+    """Cover the container's ``/proc/driver/nvidia``, showing the host's ``entries`` (relative
+    to it: ``gpus/<bus id>``, ``capabilities/gpu<minor>``, ``capabilities/mig/config``).
 
     Returns:
         ``"masked"``, or ``"absent"`` when neither the host nor the container has the driver's
@@ -66,7 +68,7 @@ def stage_proc_driver(rootfs: Rootfs, proc_root: str, gpus: Sequence[tuple[str, 
         if target is None:
             return "absent"
         try:
-            _fill(rootfs, target, host, gpus)
+            _fill(rootfs, target, host, entries)
         finally:
             os.close(target)
     except OSError as err:
@@ -97,21 +99,20 @@ def _target(rootfs: Rootfs, proc_root: str) -> int | None:
         os.close(driver)
 
 
-def _subdir(parent: int, name: str) -> int:
-    """A new directory ``name`` under ``parent`` in the new tmpfs, opened."""
-    os.mkdir(name, 0o555, dir_fd=parent)
-    return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
-
-
 def _bind_ro(parent: int, name: str, source: str) -> None:
-    """Bind the host directory ``source`` on a new ``name`` under ``parent``, read-only."""
-    os.mkdir(name, 0o555, dir_fd=parent)
-    point = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
+    """Bind the host entry ``source`` (directory or file) on a new ``name`` under ``parent``,
+    read-only."""
+    if os.path.isdir(source):
+        os.mkdir(name, 0o555, dir_fd=parent)
+    else:
+        os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444, dir_fd=parent))
+    point = os.open(name, os.O_PATH | os.O_NOFOLLOW, dir_fd=parent)
     try:
         linux.mount(source, fd_path(point), None, linux.MS_BIND | linux.MS_REC)
     finally:
         os.close(point)
-    mounted = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
+    # Resolved again, the name reaches the new mount (the descriptor names what it covers).
+    mounted = os.open(name, os.O_PATH | os.O_NOFOLLOW, dir_fd=parent)
     try:
         flags = linux.MS_REMOUNT | linux.MS_BIND | linux.MS_RDONLY | _TMPFS_FLAGS
         linux.mount(None, fd_path(mounted), None, flags)
@@ -119,7 +120,19 @@ def _bind_ro(parent: int, name: str, source: str) -> None:
         os.close(mounted)
 
 
-def _fill(rootfs: Rootfs, target: int, host: str, gpus: Sequence[tuple[str, int]]) -> None:
+def _entry_parent(top: int, rel: str) -> int:
+    """The directory of ``rel`` in the new tmpfs, made as needed, opened."""
+    fd = os.dup(top)
+    for part in [p for p in posixpath.dirname(rel).split("/") if p]:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(part, 0o555, dir_fd=fd)
+        nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+        os.close(fd)
+        fd = nxt
+    return fd
+
+
+def _fill(rootfs: Rootfs, target: int, host: str, entries: Sequence[str]) -> None:
     linux.mount("tmpfs", fd_path(target), "tmpfs", _TMPFS_FLAGS)
     # Resolved again, the path reaches the new tmpfs's root (the descriptor names what it covers).
     top = rootfs.open(PROC_DRIVER, os.O_RDONLY | os.O_DIRECTORY)
@@ -135,20 +148,16 @@ def _fill(rootfs: Rootfs, target: int, host: str, gpus: Sequence[tuple[str, int]
                 os.write(fd, data)
             finally:
                 os.close(fd)
-        for subdir, entries in (
-            ("gpus", [(bus, posixpath.join(host, "gpus", bus)) for bus, _ in gpus]),
-            (
-                "capabilities",
-                [(f"gpu{m}", posixpath.join(host, "capabilities", f"gpu{m}")) for _, m in gpus],
-            ),
-        ):
-            present = [(name, source) for name, source in entries if os.path.isdir(source)]
-            if not present:
-                continue
-            parent = _subdir(top, subdir)
+        for rel in entries:
+            parts = rel.split("/")
+            if rel.startswith("/") or ".." in parts or "" in parts:
+                raise OSError(22, f"{rel!r} is not an entry of {PROC_DRIVER}")
+            source = posixpath.join(host, rel)
+            if not os.path.exists(source):
+                continue  # e.g. no MIG capabilities for a GPU without MIG
+            parent = _entry_parent(top, rel)
             try:
-                for name, source in dict(present).items():
-                    _bind_ro(parent, name, source)
+                _bind_ro(parent, parts[-1], source)
             finally:
                 os.close(parent)
         os.chmod(fd_path(top), 0o555)  # noqa: S103 - as the driver's procfs directory

@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         return procfs(args[args.index("procfs") + 1 :])
     if stage != "prestart":
         sys.stderr.write(
-            "usage: nvct-hook prestart | procfs PROC_ROOT [BUS:MINOR...]"
+            "usage: nvct-hook prestart | procfs PROC_ROOT [ENTRY...]"
             "  (reads the OCI state on stdin)\n"
         )
         return 2
@@ -44,7 +44,8 @@ def procfs(args: list[str]) -> int:
     """createContainer hook (nvct-runtime writes it): cover the container's /proc/driver/nvidia.
 
     The runtime runs it in the container's mount namespace before the root is pivoted to, so
-    it needs no namespace of its own; arguments: the proc root, then ``bus:minor`` per GPU.
+    it needs no namespace of its own; arguments: the proc root, then the entries of
+    ``/proc/driver/nvidia`` to show (``gpus/<bus id>``, ...).
     """
     from nvct.base.errors import NvctError, SpecError
     from nvct.base.oci import load_spec, parse_state, rootfs_path
@@ -54,16 +55,10 @@ def procfs(args: list[str]) -> int:
     try:
         if not args:
             raise SpecError("nvct-hook procfs needs the proc root as its first argument")
-        gpus = []
-        for arg in args[1:]:
-            bus, _, minor = arg.rpartition(":")
-            if not bus or not minor.isdigit():
-                raise SpecError(f"nvct-hook procfs: {arg!r} is not BUS:MINOR")
-            gpus.append((bus, int(minor)))
         state = parse_state(sys.stdin.buffer.read())
         spec = load_spec(state.bundle)
         with Rootfs(str(rootfs_path(spec, state.bundle))) as rootfs:
-            stage_proc_driver(rootfs, args[0], gpus)
+            stage_proc_driver(rootfs, args[0], args[1:])
     except NvctError as err:
         sys.stderr.write(f"nvct-hook: {err.one_line()}\n")
         return err.exit_code

@@ -14,6 +14,7 @@ from nvct.config import Config
 from nvct.host.arch import Arch
 from nvct.host.components import MPS_BINARIES, expand_capabilities
 from nvct.host.inventory import DeviceNode, DriverFile, Inventory
+from nvct.plan.features import feature_devices
 from nvct.plan.model import (
     IPC_OPTIONS,
     RO_OPTIONS,
@@ -155,8 +156,10 @@ def build_plan(
             "(or set NVIDIA_DISABLE_REQUIRE=true)",
         )
     caps = request.capabilities
-    devices = _devices(caps, inventory, selected)
-    notes: list[str] = []
+    extra, notes, proc_entries = feature_devices(
+        request.features, inventory, lambda token: _lookup(token, inventory)
+    )
+    devices = _devices(caps, inventory, selected, extra)
     mounts, symlinks, ldconfig_dirs, entries = _driver_files(
         caps, inventory, config, arch, layout, notes
     )
@@ -171,11 +174,15 @@ def build_plan(
         ld_cache_entries=entries,
         requirements=results,
         notes=tuple(dict.fromkeys(notes)),
+        proc_entries=tuple(dict.fromkeys(proc_entries)),
     )
 
 
 def _devices(
-    caps: frozenset[str], inventory: Inventory, selected: tuple[Selected, ...]
+    caps: frozenset[str],
+    inventory: Inventory,
+    selected: tuple[Selected, ...],
+    extra: list[PlannedDevice],
 ) -> tuple[PlannedDevice, ...]:
     out: dict[str, PlannedDevice] = {}
 
@@ -202,6 +209,8 @@ def _devices(
         if sel.mig is not None:
             for cap in sel.mig.caps:
                 add(cap, f"{sel.label} access ({sel.mig.uuid})", cap.path)
+    for device in extra:
+        out.setdefault(device.node.path, device)
     return tuple(out.values())
 
 

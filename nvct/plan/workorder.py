@@ -48,9 +48,10 @@ if TYPE_CHECKING:
         log: tuple[str, str]  # log file, level
         gpus: list[str]
         capabilities: list[str]
-        # The proc root and (procfs bus id, minor) of each selected GPU, for the container's
-        # /proc/driver/nvidia (nvct.container.procfs); None: the host's is left as it is.
-        proc_driver: tuple[str, list[tuple[str, int]]] | None
+        # The proc root and the entries of /proc/driver/nvidia (relative: gpus/<bus id>,
+        # capabilities/gpu<minor>, ...) the container sees (nvct.container.procfs); None:
+        # the host's is left as it is.
+        proc_driver: tuple[str, list[str]] | None
 
     class _CacheEntryRequired(TypedDict):
         roots: list[str]  # driver, dev and proc roots the fingerprint covers
@@ -87,20 +88,22 @@ def from_plan(plan: Plan, config: Config) -> WorkOrder:
         "log": (config.log_file, config.log_level),
         "gpus": [s.gpu.uuid if s.mig is None else s.mig.uuid for s in plan.selected],
         "capabilities": sorted(plan.request.capabilities),
-        "proc_driver": (str(config.proc_root), proc_gpus(plan))
+        "proc_driver": (str(config.proc_root), proc_entries(plan))
         if config.inject_proc_driver
         else None,
     }
 
 
-def proc_gpus(plan: Plan) -> list[tuple[str, int]]:
-    """(bus id as the driver's procfs names it, minor) of each GPU the plan selects."""
-    out: dict[str, int] = {}
+def proc_entries(plan: Plan) -> list[str]:
+    """The /proc/driver/nvidia entries of the plan's GPUs (their ``gpus/<bus id>`` as the
+    driver's procfs names it, and their MIG ``capabilities/gpu<minor>``), then the plan's own."""
+    out: dict[str, None] = {}
     for s in plan.selected:
         domain, _, rest = s.gpu.pci_bus_id.partition(":")
         try:
-            bus = f"{int(domain, 16):04x}:{rest.lower()}"
+            out[f"gpus/{int(domain, 16):04x}:{rest.lower()}"] = None
         except ValueError:
             continue
-        out.setdefault(bus, s.gpu.minor)
-    return list(out.items())
+        out[f"capabilities/gpu{s.gpu.minor}"] = None
+    out.update(dict.fromkeys(plan.proc_entries))
+    return list(out)

@@ -9,18 +9,21 @@ and the hook log it on every start.
 
 from __future__ import annotations
 
+from nvct.request.features import FEATURE_VARIABLES
+
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
 if TYPE_CHECKING:
     from collections.abc import Collection, Mapping
 
 SWARM_PREFIX = "DOCKER_RESOURCE_"
 
-# The variables nvct reads (request.parse and the features that read their own).
+# The variables nvct reads (request.parse and request.features).
 ACTED_ON = frozenset(
     {
         "NVIDIA_VISIBLE_DEVICES",
         "NVIDIA_DRIVER_CAPABILITIES",
         "NVIDIA_DISABLE_REQUIRE",
+        *FEATURE_VARIABLES,
     }
 )
 

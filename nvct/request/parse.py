@@ -14,6 +14,7 @@ from typing import Any
 
 from nvct.base.errors import RequestError, RequirementError
 from nvct.config import CAPABILITIES, Config
+from nvct.request.features import NO_FEATURES, Features, parse_features
 from nvct.request.ignored import ignored_inputs
 from nvct.request.inputs import DEVICE_MOUNT_DIR, env_map, is_privileged, mount_destinations
 from nvct.request.requirements import Requirement, parse_requirement
@@ -43,6 +44,7 @@ class Request:
     # The NVIDIA inputs nvct left alone, each naming the input (also among ``decisions``):
     # logged on every start.
     ignored: tuple[str, ...] = ()
+    features: Features = NO_FEATURES
 
     @property
     def wants_gpu(self) -> bool:
@@ -155,6 +157,12 @@ def _parse(
         requirements=_requirements(env, legacy_image, config, decisions),
         source=source,
         decisions=tuple(decisions),
+        features=parse_features(
+            env,
+            privileged=privileged,
+            env_accepted=privileged or config.accept_envvar_when_unprivileged,
+            ignored=ignored,
+        ),
     )
 
 

@@ -178,9 +178,9 @@ def _create_hooks(order: WorkOrder) -> list[dict[str, Any]]:
     """The createContainer hook that covers /proc/driver/nvidia (``nvct-hook procfs``)."""
     if order["proc_driver"] is None:
         return []
-    proc_root, gpus = order["proc_driver"]
+    proc_root, entries = order["proc_driver"]
     hook = os.path.join(os.path.dirname(sys.executable), "nvct-hook")
-    args = ["nvct-hook", "procfs", proc_root, *(f"{bus}:{minor}" for bus, minor in gpus)]
+    args = ["nvct-hook", "procfs", proc_root, *entries]
     return [{"path": hook, "args": args}]
 
 
