@@ -34,7 +34,7 @@ from nvct.base.digest import sha256
 from nvct.base.errors import ConfigError
 from nvct.base.ldcache_format import MAX_SIZE
 from nvct.base.log import EventLog
-from nvct.base.oci import load_spec, rootfs_path, write_spec
+from nvct.base.oci import HOOK_MARK, load_spec, rootfs_path, write_spec
 from nvct.container.overlay import fresh_overlay_identity
 from nvct.container.rootfs import Rootfs, fd_path
 from nvct.container.stage import stage_rootfs
@@ -43,6 +43,8 @@ from nvct.runtime.args import RuncArgs
 from nvct.runtime.order_key import cache_dir_of, order_key
 from nvct.runtime.spec_edits import edit_spec, remove_gpu_hooks
 from nvct.store import cache
+
+DEFAULT_HOOK_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
 if TYPE_CHECKING:
@@ -175,13 +177,21 @@ def _remember_ld_cache(rootfs: Rootfs, cache_dir: str, reuse: str) -> None:
 
 
 def _create_hooks(order: WorkOrder) -> list[dict[str, Any]]:
-    """The createContainer hook that covers /proc/driver/nvidia (``nvct-hook procfs``)."""
+    """The createContainer hook that covers /proc/driver/nvidia (``nvct-hook procfs``), run as
+    ``nvct.engines.hooksd`` runs nvct's hook: this interpreter, isolated (``-IS``: runc runs
+    createContainer hooks in the rootfs, which the image's author controls), told where nvct
+    is, with only PATH in its environment."""
     if order["proc_driver"] is None:
         return []
+    from nvct.base._site import nvct_home
+
     proc_root, entries = order["proc_driver"]
-    hook = os.path.join(os.path.dirname(sys.executable), "nvct-hook")
-    args = ["nvct-hook", "procfs", proc_root, *entries]
-    return [{"path": hook, "args": args}]
+    code = (
+        f"import sys; sys.path.insert(0, {nvct_home()!r}); "
+        f"from {HOOK_MARK}.__main__ import main; sys.exit(main())"
+    )
+    args = [sys.executable, "-IS", "-c", code, "procfs", proc_root, *entries]
+    return [{"path": sys.executable, "args": args, "env": [DEFAULT_HOOK_PATH]}]
 
 
 def _ms(seconds: float) -> float:
