@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: venv demo test lint
+.PHONY: venv demo test lint image
 
 $(BIN)/nvct-cli: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,3 +33,16 @@ lint: venv
 
 test: venv lint
 	$(BIN)/pytest -q
+
+# nvct's OCI image (Debian 12 minbase + the .deb, no registry): packaging/build/nvct-image.tar,
+# imported as nvct:VERSION into the dockerd the docker CLI reaches, when one answers (as root).
+VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' nvct/_version.py)
+image:
+	$(MAKE) -C packaging deb
+	sh packaging/image.sh packaging/build/nvct-image.tar
+	if docker info >/dev/null 2>&1; then \
+		docker import packaging/build/nvct-image.tar nvct:$(VERSION); \
+	else \
+		echo "make image: no dockerd answers; import it with: docker import packaging/build/nvct-image.tar nvct:$(VERSION)"; \
+	fi
+

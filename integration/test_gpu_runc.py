@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -123,25 +124,27 @@ def test_unprivileged_policy_and_device_plugin_mounts(
     assert result.returncode == 0, result.stderr
     assert "nvidiactl" not in result.stdout  # env ignored: runc's default spec is unprivileged
     uuid = sim_driver.spec.gpus[3].uuid
+    bundle = plugin_bundle(runc_bundle_factory, uuid)
+    result = run_runc(bundle, container_id + "b", runtime=shim, env=shim_env(config))
+    assert smi_uuids(result.stdout) == [uuid], result.stderr
+
+
+def plugin_bundle(factory: BundleFactory, uuid: str) -> Path:
+    """``nvidia-smi -L`` in an unprivileged container given GPU ``uuid`` by a device-plugin
+    mount, while its environment asks for all of them."""
+    from integration.harness.bundles import runc_spec
+
     mount = {
         "destination": f"/var/run/nvidia-container-devices/{uuid}",
         "source": "/dev/null",
         "type": "bind",
         "options": ["bind", "ro"],
     }
-    bundle = runc_bundle_factory(
+    return factory(
         ["/bin/sh", "-c", "nvidia-smi -L"],
         ["NVIDIA_VISIBLE_DEVICES=all"],
-        extra={"mounts": [*_default_mounts(bundle), mount]},
+        extra={"mounts": [*runc_spec()["mounts"], mount]},
     )
-    result = run_runc(bundle, container_id + "b", runtime=shim, env=shim_env(config))
-    assert smi_uuids(result.stdout) == [uuid], result.stderr
-
-
-def _default_mounts(bundle: Path) -> list[dict[str, Any]]:
-    import json
-
-    return json.loads((bundle / "config.json").read_text())["mounts"]
 
 
 def test_passthrough_subcommands(container_id: str, nvct_config: Path) -> None:
@@ -456,3 +459,225 @@ def test_busybox_image_gets_a_fresh_ld_cache_from_the_hook_alone(
     assert result.stdout.split()[0] != "0"  # the cache lists the driver's NVML
     log = [json.loads(ln) for ln in (config.parent / "nvct.log").read_text().splitlines()]
     assert [e["ld_cache"] for e in log if e["event"] == "container_configured"] == ["fresh"]
+
+
+def unified_runc(tmp_path: Path) -> Path:
+    """runc in a mount namespace where /sys/fs/cgroup is this hybrid host's cgroup2 hierarchy:
+    runc then sees a unified (cgroup v2 only) host, puts the container in a v2 cgroup and
+    attaches its deny-by-default device program there, as on current distributions."""
+    unified = Path("/sys/fs/cgroup/unified")
+    if not (unified / "cgroup.procs").exists():
+        pytest.skip("needs this VM's hybrid cgroup2 mount at /sys/fs/cgroup/unified")
+    wrapper = tmp_path / "runc-unified"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        "exec unshare -m --propagation private sh -c "
+        f'\'mount --bind {unified} /sys/fs/cgroup && exec runc "$@"\' runc "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+def test_hook_alone_on_cgroup_v2_grants_only_the_selected_gpu(
+    runc_bundle_factory: BundleFactory,
+    container_id: str,
+    nvct_config: Path,
+    sim_driver: Any,
+    tmp_path: Path,
+) -> None:
+    """``docker run --gpus device=1`` on plain runc, cgroup v2: /dev/nvidia1 opens (ENXIO from
+    the simulated major, past the cgroup), /dev/nvidia0 is refused by the device program."""
+    from integration.harness.bundles import runc_spec
+
+    sim_dev = {
+        "destination": "/simdev",
+        "type": "bind",
+        "source": str(sim_driver.dev_root / "dev"),
+        "options": ["rbind", "ro"],
+    }
+    bundle = runc_bundle_factory(
+        ["/bin/sh", "-c", "cat /proc/self/cgroup; cat /dev/nvidia1; cat /simdev/nvidia0"],
+        ["NVIDIA_VISIBLE_DEVICES=1"],
+        extra={
+            "hooks": {"prestart": [gpus_hook(nvct_config)]},
+            "mounts": [*runc_spec()["mounts"], sim_dev],
+        },
+    )
+    result = run_runc(bundle, container_id, runtime=unified_runc(tmp_path))
+    cgroups = dict(ln.split(":", 2)[1:] for ln in result.stdout.splitlines() if ln.count(":") >= 2)
+    # In runc's v2 cgroup; the v1 devices controller (the root) allows all: only the BPF
+    # programs decide.
+    assert cgroups[""] == f"/{container_id}" and cgroups["devices"] == "/", result.stdout
+    lines = result.stderr.splitlines()
+    assert any("/dev/nvidia1" in ln and "No such device or address" in ln for ln in lines), lines
+    assert any("/simdev/nvidia0" in ln and "Operation not permitted" in ln for ln in lines), lines
+    assert not any("/dev/nvidia1" in ln and "not permitted" in ln for ln in lines), lines
+
+
+def test_inputs_nvct_leaves_alone_are_logged_on_every_start(
+    runc_bundle_factory: BundleFactory, container_id: str, sim_driver: Any, tmp_path: Path
+) -> None:
+    """Swarm's resource selects the GPU where configured (no NVIDIA_VISIBLE_DEVICES at all:
+    the launcher must still hand the create to Python), and an unknown NVIDIA_* variable gets
+    one log line per start, the cached second start included."""
+    config = write_nvct_config(
+        tmp_path / "swarm" / "config.toml",
+        sim_driver,
+        **{"request.swarm-resource": '["DOCKER_RESOURCE_GPU"]'},
+    )
+    gpu = sim_driver.spec.gpus[3]
+    for n in range(2):
+        bundle = runc_bundle_factory(
+            ["/bin/sh", "-c", "nvidia-smi -L"],
+            [f"DOCKER_RESOURCE_GPU={gpu.uuid}", "NVIDIA_FABULOUS=1"],
+        )
+        result = run_runc(
+            bundle,
+            f"{container_id}-{n}",
+            runtime=str(NVCT_BIN / "nvct-runtime"),
+            env=shim_env(config),
+        )
+        assert smi_uuids(result.stdout) == [gpu.uuid], result.stderr
+    log = [json.loads(ln) for ln in (config.parent / "nvct.log").read_text().splitlines()]
+    ignored = [e["why"] for e in log if e["event"] == "nvidia_input_ignored"]
+    assert len(ignored) == 2 and all(w.startswith("NVIDIA_FABULOUS ignored") for w in ignored)
+    prepared = [e for e in log if e["event"] == "container_prepared"]
+    assert [e["cached"] for e in prepared] == [False, True]
+
+
+def test_imported_nvidia_config_drives_the_shim(
+    runc_bundle_factory: BundleFactory, container_id: str, sim_driver: Any, tmp_path: Path
+) -> None:
+    """An NVIDIA config.toml of a hardened cluster (driver under its own root, env refused from
+    unprivileged containers, device plugin mounts accepted), imported: the shim follows it."""
+    config = write_nvct_config(tmp_path / "nvct" / "config.toml", sim_driver)
+    text = config.read_text()
+    config.write_text(
+        "\n".join(ln for ln in text.splitlines() if "-root" not in ln or "proc" in ln)
+    )
+    nvidia = tmp_path / "nvidia.toml"
+    nvidia.write_text(
+        "accept-nvidia-visible-devices-envvar-when-unprivileged = false\n"
+        "accept-nvidia-visible-devices-as-volume-mounts = true\n"
+        f'[nvidia-container-cli]\nroot = "{sim_driver.driver_root}"\n'
+    )
+    done = subprocess.run(
+        [
+            str(NVCT_BIN / "nvct-cli"),
+            "--config",
+            str(config),
+            "configure",
+            "--import-nvidia-config",
+            str(nvidia),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    shim = str(NVCT_BIN / "nvct-runtime")
+    uuid = sim_driver.spec.gpus[1].uuid
+    bundle = plugin_bundle(runc_bundle_factory, uuid)
+    result = run_runc(bundle, container_id, runtime=shim, env=shim_env(config))
+    assert smi_uuids(result.stdout) == [uuid], result.stderr
+
+
+PROC_PROBE = (
+    "ls /proc/driver/nvidia; ls /proc/driver/nvidia/gpus; ls /proc/driver/nvidia/capabilities;"
+    " grep ModifyDeviceFiles /proc/driver/nvidia/params; touch /proc/driver/nvidia/x"
+)
+
+
+@pytest.mark.parametrize("path", ["shim", "hook"])
+def test_proc_driver_shows_only_the_containers_gpus(
+    runc_bundle_factory: BundleFactory,
+    container_id: str,
+    nvct_config: Path,
+    sim_driver: Any,
+    path: str,
+) -> None:
+    """As libnvidia-container shows it: params with ModifyDeviceFiles: 0, version, registry,
+    and gpus/<bus id> of the selected GPUs only, read-only (the shim through a createContainer
+    hook, the --gpus hook itself)."""
+    gpus = [sim_driver.spec.gpus[i] for i in (1, 3)]
+    env = [f"NVIDIA_VISIBLE_DEVICES={gpus[0].uuid},{gpus[1].uuid}"]
+    if path == "shim":
+        bundle = runc_bundle_factory(["/bin/sh", "-c", PROC_PROBE], env)
+        result = run_runc(
+            bundle, container_id, runtime=str(NVCT_BIN / "nvct-runtime"), env=shim_env(nvct_config)
+        )
+    else:
+        hook = gpus_hook(nvct_config)
+        bundle = runc_bundle_factory(
+            ["/bin/sh", "-c", PROC_PROBE], env, extra={"hooks": {"prestart": [hook]}}
+        )
+        result = run_runc(bundle, container_id)
+    out = result.stdout.split()
+    host = Path(sim_driver.proc_root, "driver/nvidia/gpus")
+    wanted = {p.name for p in host.iterdir() if any(p.name in g.pci_bus_id.lower() for g in gpus)}
+    assert len(wanted) == 2 and len(list(host.iterdir())) == 4
+    listed = {w for w in out if w.startswith("0000:")}
+    assert listed == wanted, result.stdout + result.stderr
+    assert {"params", "version", "registry", "gpus"} <= set(out)
+    assert "ModifyDeviceFiles: 0" in result.stdout
+    assert "Read-only file system" in result.stderr
+
+
+def _feature_config(tmp_path: Path, sim: Any) -> Path:
+    """nvct's config on a copy of ``sim`` that has the optional features' nodes."""
+    from tests.conftest import with_feature_nodes
+
+    dev_root, proc_root = with_feature_nodes(sim, tmp_path)
+    config = write_nvct_config(tmp_path / "feat" / "config.toml", sim)
+    lines = [
+        ln for ln in config.read_text().splitlines() if not ln.startswith(("dev-root", "proc-root"))
+    ]
+    config.write_text(f'dev-root = "{dev_root}"\nproc-root = "{proc_root}"\n' + "\n".join(lines))
+    return config
+
+
+def test_imex_channels_and_gated_features_reach_the_container(
+    runc_bundle_factory: BundleFactory, container_id: str, sim_driver: Any, tmp_path: Path
+) -> None:
+    config = _feature_config(tmp_path, sim_driver)
+    bundle = runc_bundle_factory(
+        ["/bin/sh", "-c", "ls -l /dev/nvidia-caps-imex-channels /dev/gdrdrv /dev/nvidia-fs*"],
+        ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_IMEX_CHANNELS=1,7", "NVIDIA_GDRCOPY=enabled"],
+    )
+    result = run_runc(
+        bundle, container_id, runtime=str(NVCT_BIN / "nvct-runtime"), env=shim_env(config)
+    )
+    out = result.stdout
+    assert re.search(r"^c.* 234, +1 .*channel1$", out, re.MULTILINE), out + result.stderr
+    assert re.search(r"^c.* 234, +7 .*channel7$", out, re.MULTILINE), out  # made from the major
+    assert re.search(r"^c.* 237, +0 .*/dev/gdrdrv$", out, re.MULTILINE), out
+    assert "/dev/nvidia-fs*: No such file" in result.stderr  # GDS was not asked for
+
+
+@pytest.mark.parametrize("privileged", [True, False])
+def test_mig_management_caps_only_for_privileged_containers(
+    runc_bundle_factory: BundleFactory, container_id: str, tmp_path: Path, privileged: bool
+) -> None:
+    from integration.simdriver import cached_driver, preset
+
+    sim = cached_driver(preset("a100x8-570-mig"), Path("/tmp/nvct-test-simdrivers"))
+    config = write_nvct_config(tmp_path / "mig" / "config.toml", sim)
+    caps = ["CAP_SYS_ADMIN", "CAP_KILL"] if privileged else ["CAP_KILL"]
+    bundle = runc_bundle_factory(
+        ["/bin/sh", "-c", "ls /dev/nvidia-caps; cat /proc/driver/nvidia/capabilities/mig/config"],
+        ["NVIDIA_VISIBLE_DEVICES=none", "NVIDIA_MIG_CONFIG_DEVICES=all"],
+        extra={
+            "process": {"capabilities": {"bounding": caps, "effective": caps, "permitted": caps}}
+        },
+    )
+    result = run_runc(
+        bundle, container_id, runtime=str(NVCT_BIN / "nvct-runtime"), env=shim_env(config)
+    )
+    if privileged:
+        assert result.returncode == 0, result.stderr
+        assert "nvidia-cap1" in result.stdout.split()
+        assert "DeviceFileMinor: 1" in result.stdout
+    else:
+        assert result.returncode != 0
+        assert "NVIDIA_MIG_CONFIG_DEVICES is set in an unprivileged container" in result.stderr
+        assert container_id not in runc_list()

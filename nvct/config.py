@@ -62,6 +62,10 @@ def _schema() -> dict[str, Any]:
                     "accept-volume-mounts": boolean,
                     "only-allocated-gpus": boolean,
                     "disable-require": boolean,
+                    "swarm-resource": {
+                        "type": "array",
+                        "items": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
+                    },
                 }
             ),
             "inject": section(
@@ -70,6 +74,7 @@ def _schema() -> dict[str, Any]:
                     "fabricmanager": boolean,
                     "mps": boolean,
                     "gsp-firmware": boolean,
+                    "proc-driver": boolean,
                     "library-mounts": {"enum": list(LIBRARY_MOUNTS)},
                 }
             ),
@@ -105,10 +110,12 @@ class Config:
     accept_volume_mounts: bool = False
     only_allocated_gpus: bool = False
     disable_require: bool = False
+    swarm_resources: tuple[str, ...] = ()
     inject_persistenced: bool = True
     inject_fabricmanager: bool = True
     inject_mps: bool = True
     inject_gsp_firmware: bool = True
+    inject_proc_driver: bool = True
     library_mounts: str = "directory"
     cdi_spec_dirs: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi")
     log_file: str = "/var/log/nvct.log"
@@ -129,10 +136,12 @@ _KEYMAP: dict[tuple[str, ...], str] = {
     ("request", "accept-volume-mounts"): "accept_volume_mounts",
     ("request", "only-allocated-gpus"): "only_allocated_gpus",
     ("request", "disable-require"): "disable_require",
+    ("request", "swarm-resource"): "swarm_resources",
     ("inject", "persistenced"): "inject_persistenced",
     ("inject", "fabricmanager"): "inject_fabricmanager",
     ("inject", "mps"): "inject_mps",
     ("inject", "gsp-firmware"): "inject_gsp_firmware",
+    ("inject", "proc-driver"): "inject_proc_driver",
     ("inject", "library-mounts"): "library_mounts",
     ("cdi", "spec-dirs"): "cdi_spec_dirs",
     ("log", "file"): "log_file",

@@ -73,3 +73,41 @@ def sim_config(sim, tmp: Path, **overrides: object) -> Config:
 
 def sim_inventory(sim, tmp: Path) -> Inventory:
     return load_inventory(sim_config(sim, tmp), use_cache=False)
+
+
+# Nodes of the optional NVIDIA features (GDS, MOFED, NVSwitch, GDRCopy, IMEX): (path, major,
+# minor). The majors are made up (no driver answers them); tests check paths and numbers.
+FEATURE_NODES = (
+    ("dev/nvidia-fs0", 245, 0),
+    ("dev/nvidia-fs1", 245, 1),
+    ("dev/infiniband/uverbs0", 231, 192),
+    ("dev/infiniband/rdma_cm", 10, 122),
+    ("dev/nvidia-nvswitchctl", 236, 255),
+    ("dev/nvidia-nvswitch0", 236, 0),
+    ("dev/gdrdrv", 237, 0),
+    ("dev/nvidia-caps-imex-channels/channel0", 234, 0),
+    ("dev/nvidia-caps-imex-channels/channel1", 234, 1),
+)
+IMEX_MAJOR = 234
+
+
+def with_feature_nodes(sim, tmp: Path) -> tuple[Path, Path]:
+    """A copy of ``sim``'s dev and proc roots under ``tmp`` that also has ``FEATURE_NODES``
+    and the IMEX channel driver in ``devices``: (dev root, proc root)."""
+    import subprocess
+
+    dev_root, proc_root = tmp / "featdev", tmp / "featproc"
+    dev_root.mkdir()
+    subprocess.run(["cp", "-a", f"{sim.dev_root}/dev", str(dev_root)], check=True)
+    subprocess.run(["cp", "-a", str(sim.proc_root), str(proc_root)], check=True)
+    for rel, major, minor in FEATURE_NODES:
+        path = dev_root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.mknod(path, 0o20666, os.makedev(major, minor))
+    devices = proc_root / "devices"
+    devices.write_text(
+        devices.read_text().replace(
+            "Character devices:\n", f"Character devices:\n{IMEX_MAJOR} nvidia-caps-imex-channels\n"
+        )
+    )
+    return dev_root, proc_root

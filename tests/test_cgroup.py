@@ -53,14 +53,40 @@ def test_v1_writes_one_allow_rule_per_node(tmp_path: Path, monkeypatch) -> None:
     assert len(rules) == 2
 
 
-def test_v2_only_is_a_clear_refusal(tmp_path: Path) -> None:
-    proc = fake_proc(
-        tmp_path,
-        "0::/system.slice/docker-abc.scope\n",
-        "30 1 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n",
+V2_MOUNTS = (
+    "29 1 0:25 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n"
+    "30 29 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n"
+)
+HYBRID_MOUNTS = (
+    "29 1 0:25 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n"
+    "31 29 0:22 / /sys/fs/cgroup/devices rw - cgroup cgroup rw,devices\n"
+    "32 29 0:26 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n"
+)
+
+
+def test_unified_host_grants_through_the_bpf_program(tmp_path: Path, monkeypatch) -> None:
+    # The last mount on /sys/fs/cgroup is what runc sees: cgroup2 there means a v2 host,
+    # whatever was mounted under it before.
+    proc = fake_proc(tmp_path, "0::/system.slice/docker-abc.scope\n", V2_MOUNTS)
+    calls: list[tuple[str, list[tuple[int, int]]]] = []
+    monkeypatch.setattr(
+        "nvct.container.cgroup_v2.grant_devices_v2",
+        lambda directory, devices: calls.append((directory, list(devices))) or 1,
     )
-    assert devices_cgroup_dir(42, str(proc)) is None
-    with pytest.raises(ApplyError, match="cgroup v2") as err:
+    grant_devices(42, NODES, str(proc))
+    assert calls == [("/sys/fs/cgroup/system.slice/docker-abc.scope", [(195, 1), (195, 255)])]
+
+
+def test_hybrid_host_keeps_devices_on_v1(tmp_path: Path) -> None:
+    # runc on a hybrid host puts devices on the v1 controller, so the hook writes there too.
+    proc = fake_proc(tmp_path, "5:devices:/docker/abc\n0::/docker/abc\n", HYBRID_MOUNTS)
+    assert cgroup.unified_cgroup_dir(42, str(proc)) is None
+    assert devices_cgroup_dir(42, str(proc)) == "/sys/fs/cgroup/devices/docker/abc"
+
+
+def test_no_device_cgroup_at_all_is_a_clear_refusal(tmp_path: Path) -> None:
+    proc = fake_proc(tmp_path, "1:name=systemd:/x\n", "29 1 0:25 / /run rw - tmpfs tmpfs rw\n")
+    with pytest.raises(ApplyError, match="no device cgroup") as err:
         grant_devices(42, NODES, str(proc))
     assert "--runtime=nvidia" in err.value.one_line()
 

@@ -249,3 +249,30 @@ def test_docker_inspect_errors_are_one_line() -> None:
         docker_inspect("x", lambda argv: Completed(0, "[]", ""), None)
     doc = docker_inspect("x", lambda argv: Completed(0, json.dumps([inspect_doc()]), ""), None)
     assert doc["Name"] == "/train"
+
+
+def test_ignored_inputs_and_switched_off_features_are_decisions(h100x4, tmp_path) -> None:
+    cfg = tmp_path / "off.toml"
+    cfg.write_text(f"cache-dir = '{tmp_path / 'cache'}'\n[inject]\npersistenced = false\n")
+    result = cli(
+        *roots(h100x4, tmp_path),
+        "--config",
+        str(cfg),
+        "explain",
+        "-e",
+        "NVIDIA_VISIBLE_DEVICES=0",
+        "-e",
+        "NVIDIA_DRIVER_CAPABILITIES=utility",
+        "-e",
+        "NVIDIA_FABULOUS=1",
+        "-e",
+        "DOCKER_RESOURCE_GPU=GPU-0",
+    )
+    out = result.stdout
+    decisions = out[out.index("Policy decisions:") :].splitlines()
+    assert any(ln.startswith("  - NVIDIA_FABULOUS ignored") for ln in decisions)
+    assert any(ln.startswith("  - DOCKER_RESOURCE_GPU ignored") for ln in decisions)
+    left_out = out[out.index("Left out") :].splitlines()[1:]
+    assert any(
+        "persistenced IPC" in ln and "inject.persistenced is false" in ln for ln in left_out
+    ), out

@@ -135,3 +135,72 @@ def test_unprivileged_policy_and_volume_mounts() -> None:
 def test_fuzz_env_raises_only_nvct_errors(env: dict[str, str]) -> None:
     with contextlib.suppress(RequestError, RequirementError):
         parse_request(env, config=CONFIG)
+
+
+def test_every_nvidia_input_not_acted_on_is_named_once() -> None:
+    env = {
+        "NVIDIA_VISIBLE_DEVICES": "0",
+        "NVIDIA_REQUIRE_CUDA": "cuda>=12.0",
+        "NVIDIA_REQUIRE_JETPACK": "csv-mounts=all",
+        "NVIDIA_FABULOUS": "1",
+        "NVIDIA_CTK_DEBUG": "true",
+        "NVIDIA_BUILD_ID": "123",
+        "NVIDIA_PYTORCH_VERSION": "24.05",
+        "DOCKER_RESOURCE_GPU": "GPU-1",
+        "CUDA_VERSION": "12.4.0",
+        "PATH": "/bin",
+    }
+    request = parse_request(env, config=CONFIG)
+    assert request.visible == "list"
+    ignored = {line.split()[0]: line for line in request.ignored}
+    assert set(ignored) == {
+        "NVIDIA_REQUIRE_JETPACK",
+        "NVIDIA_FABULOUS",
+        "NVIDIA_CTK_DEBUG",
+        "DOCKER_RESOURCE_GPU",
+        "image",
+    }
+    assert "CSV mode" in ignored["NVIDIA_REQUIRE_JETPACK"]
+    assert "swarm-resource" in ignored["DOCKER_RESOURCE_GPU"]
+    assert ignored["image"].endswith("NVIDIA_BUILD_ID, NVIDIA_PYTORCH_VERSION")
+    # Each is an explain decision too, once.
+    assert all(request.decisions.count(line) == 1 for line in request.ignored)
+
+
+def test_nothing_ignored_for_the_inputs_nvct_reads() -> None:
+    env = {
+        "NVIDIA_VISIBLE_DEVICES": "all",
+        "NVIDIA_DRIVER_CAPABILITIES": "compute",
+        "NVIDIA_REQUIRE_CUDA": "cuda>=12.0",
+        "NVIDIA_DISABLE_REQUIRE": "false",
+    }
+    request = parse_request(env, config=CONFIG)
+    assert request.ignored == () and request.decisions == ()
+
+
+def test_swarm_resource_replaces_visible_devices_when_configured() -> None:
+    swarm = Config(swarm_resources=("DOCKER_RESOURCE_GPU", "DOCKER_RESOURCE_NVIDIA"))
+    env = {"DOCKER_RESOURCE_GPU": "GPU-1,GPU-2", "NVIDIA_VISIBLE_DEVICES": "all"}
+    request = parse_request(env, config=swarm)
+    assert (request.visible, request.devices, request.source) == (
+        "list",
+        ("GPU-1", "GPU-2"),
+        "DOCKER_RESOURCE_GPU",
+    )
+    assert request.ignored == (
+        "NVIDIA_VISIBLE_DEVICES ignored: DOCKER_RESOURCE_GPU (request.swarm-resource) wins",
+    )
+    # Without the resource in the environment, NVIDIA_VISIBLE_DEVICES is read as usual.
+    assert parse_request({"NVIDIA_VISIBLE_DEVICES": "1"}, config=swarm).devices == ("1",)
+
+
+def test_device_mounts_the_config_refuses_are_reported() -> None:
+    plugin = _spec(
+        ["NVIDIA_VISIBLE_DEVICES=all"], ["CAP_CHOWN"], ["/var/run/nvidia-container-devices/2"]
+    )
+    request = request_from_spec(plugin, Config())
+    assert request.visible == "all"
+    assert request.ignored == (
+        "1 volume mount(s) under /var/run/nvidia-container-devices/ ignored: "
+        "request.accept-volume-mounts is false",
+    )

@@ -160,6 +160,18 @@ def render_text(result: ConfigureResult) -> tuple[list[str], list[str]]:
 @click.option("--dry-run", is_flag=True, help="Print the change as a unified diff; write nothing.")
 @click.option("--undo", is_flag=True, help="Remove what nvct added.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option(
+    "--import-nvidia-config",
+    "nvidia_config",
+    metavar="[FILE]",
+    is_flag=False,
+    flag_value="/etc/nvidia-container-runtime/config.toml",
+    default=None,
+    help="Write the nvct equivalents of NVIDIA's config.toml (default "
+    "/etc/nvidia-container-runtime/config.toml) into nvct's config (the global --config, "
+    "$NVCT_CONFIG or /etc/nvct/config.toml) and say which settings have none; no engine "
+    "is configured.",
+)
 @click.pass_obj
 def configure(
     obj: CliContext,
@@ -173,12 +185,18 @@ def configure(
     dry_run: bool,
     undo: bool,
     as_json: bool,
+    nvidia_config: str | None,
 ) -> None:
     """Register nvct-runtime with a container engine (podman: install the OCI hook).
 
     Writes are atomic, keep the previous file as <file>.nvct-backup, and do nothing when the
     file is already as wanted.
     """
+    if nvidia_config is not None:
+        if undo or set_as_default:
+            raise click.UsageError("--import-nvidia-config takes no --undo or --set-as-default")
+        _import_nvidia(obj, Path(nvidia_config), dry_run=dry_run, as_json=as_json)
+        return
     if undo and set_as_default:
         raise click.UsageError("--undo and --set-as-default exclude each other")
     opts = build_options(
@@ -208,3 +226,39 @@ def configure(
         click.echo(line)
     for line in err:
         click.echo(line, err=True)
+
+
+def _import_nvidia(obj: CliContext, source: Path, *, dry_run: bool, as_json: bool) -> None:
+    from nvct.base.defaults import config_path
+    from nvct.engines.nvidia_config import import_nvidia_config
+
+    target = Path(config_path(obj.config_file)[0]).absolute()
+    result = import_nvidia_config(source, target, dry_run=dry_run)
+    if result.applied is not None and result.change.changed:
+        obj.event("nvidia_config_imported", source=str(source), file=str(target))
+    if as_json:
+        doc = {
+            "source": str(source),
+            "file": str(target),
+            "changed": result.change.changed,
+            "action": result.applied.action if result.applied else "dry-run",
+            "diff": result.change.diff(),
+            "settings": [{"nvidia": k, "nvct": n, "value": v} for k, n, v in result.settings],
+            "no_equivalent": [
+                {"nvidia": k, "value": v, "why": why} for k, v, why in result.unmapped
+            ],
+        }
+        click.echo(json.dumps(doc, indent=2))
+        return
+    for key, nvct_key, value in result.settings:
+        click.echo(f"{nvct_key} = {json.dumps(value)}  (from {key})")
+    for key, value, why in result.unmapped:
+        click.echo(f"no nvct equivalent: {key} = {json.dumps(value)}: {why}")
+    applied = result.applied
+    if applied is None:
+        click.echo(result.change.diff().rstrip("\n") or f"{target}: already as wanted")
+    elif applied.action == "unchanged":
+        click.echo(f"{target}: already as wanted; nothing written")
+    else:
+        backup = f" (previous content in {applied.backup})" if applied.backup else ""
+        click.echo(f"{target}: {applied.action}{backup}")

@@ -1,9 +1,10 @@
 """Device-cgroup grants for the ``docker --gpus`` path (no shim editing the spec).
 
 With the shim, device access is in ``linux.resources.devices`` and runc/systemd own it. A
-hook alone must grant it itself: cgroup v1 ``devices.allow``. On cgroup v2 access is a BPF
-program attached by runc; nvct does not patch that program behind runc's back (it would be
-revoked on the next update) and fails with advice to use the nvidia runtime instead.
+hook alone must grant it itself: cgroup v1 ``devices.allow``, or on cgroup v2 a BPF device
+program that allows the nodes and then runs the one runc attached (``cgroup_v2.py``), as
+NVIDIA's hook does. Which one applies is decided as runc decides it: a unified host (cgroup2
+at ``/sys/fs/cgroup``) is v2; a hybrid host keeps devices on the v1 controller.
 """
 
 from __future__ import annotations
@@ -19,13 +20,48 @@ if TYPE_CHECKING:
     from nvct.plan.workorder import DeviceRow
 
 
-def devices_cgroup_dir(pid: int, proc_root: str = "/proc") -> str | None:
-    """The cgroup v1 devices directory of ``pid``, or None when it is on cgroup v2 only."""
+CGROUP_ROOT = "/sys/fs/cgroup"
+
+
+def _cgroup_lines(pid: int, proc_root: str) -> list[str]:
     try:
         with open(os.path.join(proc_root, str(pid), "cgroup"), encoding="utf-8") as f:
-            lines = f.read().splitlines()
+            return f.read().splitlines()
     except OSError as err:
         raise ApplyError(f"cannot read /proc/{pid}/cgroup: {err.strerror}") from err
+
+
+def _mounts(proc_root: str) -> list[tuple[str, str, str]]:
+    """(mount point, root inside the filesystem, filesystem type) of each mount, in order."""
+    with open(os.path.join(proc_root, "self", "mountinfo"), encoding="utf-8") as f:
+        text = f.read()
+    mounts = []
+    for line in text.splitlines():
+        left, _, right = line.partition(" - ")
+        fields, extra = left.split(), right.split()
+        if len(fields) >= 5 and extra:
+            mounts.append((fields[4], fields[3], extra[0]))
+    return mounts
+
+
+def unified_cgroup_dir(pid: int, proc_root: str = "/proc") -> str | None:
+    """The cgroup v2 directory of ``pid`` when the host is unified (runc's test), else None."""
+    at_root = [m for m in _mounts(proc_root) if m[0] == CGROUP_ROOT]
+    if not at_root or at_root[-1][2] != "cgroup2":  # the last mount there is the visible one
+        return None
+    mount_root = at_root[-1][1]
+    for line in _cgroup_lines(pid, proc_root):
+        if line.startswith("0::"):
+            rel = line[3:]
+            if mount_root != "/" and rel.startswith(mount_root):
+                rel = rel[len(mount_root) :]
+            return os.path.join(CGROUP_ROOT, rel.lstrip("/"))
+    raise ApplyError(f"/proc/{pid}/cgroup has no cgroup v2 entry on a cgroup v2 host")
+
+
+def devices_cgroup_dir(pid: int, proc_root: str = "/proc") -> str | None:
+    """The cgroup v1 devices directory of ``pid``, or None when it is on cgroup v2 only."""
+    lines = _cgroup_lines(pid, proc_root)
     rel = None
     for line in lines:
         _, controllers, path = line.split(":", 2)
@@ -51,21 +87,37 @@ def _v1_mountpoint(pid: int, proc_root: str) -> str | None:
     return None
 
 
+def _any_cgroup2_dir(pid: int, proc_root: str) -> str | None:
+    """Where no devices controller is mounted: the process's cgroup on any cgroup2 mount."""
+    mounts = [m for m in _mounts(proc_root) if m[2] == "cgroup2"]
+    rel = next((ln[3:] for ln in _cgroup_lines(pid, proc_root) if ln.startswith("0::")), None)
+    if not mounts or rel is None:
+        return None
+    return os.path.join(mounts[0][0], rel.lstrip("/"))
+
+
 def grant_devices(pid: int, nodes: Sequence[DeviceRow], proc_root: str = "/proc") -> None:
     """Allow read/write/mknod of ``[path, major, minor, mode]`` nodes in the cgroup of ``pid``.
 
     Raises:
-        ApplyError: cgroup v2 only (no devices controller), or the write fails.
+        ApplyError: no device cgroup to write to, or the grant fails.
     """
     if not nodes:
         return
-    directory = devices_cgroup_dir(pid, proc_root)
+    unified = unified_cgroup_dir(pid, proc_root)
+    directory = None if unified is not None else devices_cgroup_dir(pid, proc_root)
     if directory is None:
-        raise ApplyError(
-            "this host uses cgroup v2, where the hook alone cannot grant GPU device access",
-            hint="run the container with --runtime=nvidia (nvct-runtime) instead of --gpus "
-            "on plain runc; `nvct-cli configure --runtime docker` registers it",
-        )
+        v2 = unified if unified is not None else _any_cgroup2_dir(pid, proc_root)
+        if v2 is None:
+            raise ApplyError(
+                f"process {pid} is in no device cgroup nvct can find (neither the v1 devices "
+                "controller nor a cgroup2 mount)",
+                hint="mount the cgroup filesystems, or run the container with --runtime=nvidia",
+            )
+        from nvct.container.cgroup_v2 import grant_devices_v2
+
+        grant_devices_v2(v2, [(major, minor) for _, major, minor, _ in nodes])
+        return
     allow = os.path.join(directory, "devices.allow")
     for _, major, minor, _ in nodes:
         try:

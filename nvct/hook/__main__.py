@@ -29,10 +29,40 @@ def main(argv: list[str] | None = None) -> int:
     stage = next((a for a in args if not a.startswith("-")), "")
     if stage in ("poststart", "poststop"):
         return 0
+    if stage == "procfs":
+        return procfs(args[args.index("procfs") + 1 :])
     if stage != "prestart":
-        sys.stderr.write("usage: nvct-hook prestart  (reads the OCI state on stdin)\n")
+        sys.stderr.write(
+            "usage: nvct-hook prestart | procfs PROC_ROOT [ENTRY...]"
+            "  (reads the OCI state on stdin)\n"
+        )
         return 2
     return prestart()
+
+
+def procfs(args: list[str]) -> int:
+    """createContainer hook (nvct-runtime writes it): cover the container's /proc/driver/nvidia.
+
+    The runtime runs it in the container's mount namespace before the root is pivoted to, so
+    it needs no namespace of its own; arguments: the proc root, then the entries of
+    ``/proc/driver/nvidia`` to show (``gpus/<bus id>``, ...).
+    """
+    from nvct.base.errors import NvctError, SpecError
+    from nvct.base.oci import load_spec, parse_state, rootfs_path
+    from nvct.container.procfs import stage_proc_driver
+    from nvct.container.rootfs import Rootfs
+
+    try:
+        if not args:
+            raise SpecError("nvct-hook procfs needs the proc root as its first argument")
+        state = parse_state(sys.stdin.buffer.read())
+        spec = load_spec(state.bundle)
+        with Rootfs(str(rootfs_path(spec, state.bundle))) as rootfs:
+            stage_proc_driver(rootfs, args[0], args[1:])
+    except NvctError as err:
+        sys.stderr.write(f"nvct-hook: {err.one_line()}\n")
+        return err.exit_code
+    return 0
 
 
 def prestart() -> int:
@@ -97,6 +127,7 @@ def _apply(
 ) -> tuple[Staged, int, tuple[float, float]]:
     from nvct.container.apply import create_device_nodes, enter_mount_namespace
     from nvct.container.cgroup import grant_devices
+    from nvct.container.procfs import stage_proc_driver
     from nvct.container.rootfs import Rootfs
     from nvct.container.stage import stage_rootfs
 
@@ -106,6 +137,8 @@ def _apply(
     with Rootfs(root) as rootfs:
         created = create_device_nodes(rootfs, missing)
         staged = stage_rootfs(rootfs, order, bind_mounts=True)
+        if order["proc_driver"] is not None:
+            stage_proc_driver(rootfs, *order["proc_driver"])
         if staged.ldconfig is not None:
             waited = time.perf_counter()
             staged.ldconfig.wait()
@@ -127,12 +160,17 @@ def _plan_here(spec: dict[str, Any], root: str, log: EventLog) -> WorkOrder | No
     config = load_config()
     log.configure(config.log_file, config.log_level)
     request = request_from_spec(spec, config)
+    for line in request.ignored:
+        log.info("nvidia_input_ignored", why=line)
     if not request.wants_gpu:
         log.debug("no_gpu_requested", decisions=list(request.decisions))
         return None
     with Rootfs(root) as rootfs:
         layout = RootfsLayout(debian=rootfs.exists("/etc/debian_version"))
-    return plan_container(request, config, layout, library_dirs="create").order
+    planned = plan_container(request, config, layout, library_dirs="create")
+    for line in planned.plan.notes:
+        log.info("nvidia_input_ignored", why=line)
+    return planned.order
 
 
 if __name__ == "__main__":

@@ -32,6 +32,10 @@ def inventory_fingerprint(
         parts.append(_stat_id(os.path.join(driver, rel.lstrip("/")), inode=False))
     for directory in (os.path.join(dev, "dev"), os.path.join(dev, "dev/nvidia-caps")):
         parts.extend(_nodes(directory))
+    # The optional features' nodes outside /dev/nvidia* (nvct.host.discover.features).
+    for directory in ("dev/infiniband", "dev/nvidia-caps-imex-channels"):
+        parts.extend(_nodes(os.path.join(dev, directory), prefix=""))
+    parts.append(_stat_id(os.path.join(dev, "dev/gdrdrv")))
     try:
         with open(os.path.join(proc, "driver/nvidia/version"), encoding="utf-8") as f:
             parts.append(f.read())
@@ -51,7 +55,7 @@ def _stat_id(path: str, *, inode: bool = True) -> str:
     return ident + (f":{st.st_ino}" if inode else "")
 
 
-def _nodes(directory: str) -> list[str]:
+def _nodes(directory: str, prefix: str = "nvidia") -> list[str]:
     try:
         entries = os.scandir(directory)
     except OSError:
@@ -59,7 +63,7 @@ def _nodes(directory: str) -> list[str]:
     out = []
     with entries:
         for entry in entries:
-            if entry.name.startswith("nvidia"):
+            if entry.name.startswith(prefix):
                 try:
                     st = entry.stat(follow_symlinks=False)
                 except OSError:

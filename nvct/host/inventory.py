@@ -76,6 +76,11 @@ class Inventory:
     control_nodes: tuple[DeviceNode, ...]  # nvidiactl, nvidia-uvm, nvidia-uvm-tools, modeset
     files: tuple[DriverFile, ...]
     warnings: tuple[str, ...] = field(default=())
+    # Optional features (nvct.host.discover.features): their nodes that exist, the MIG
+    # capability minors procfs lists, the IMEX channel major (None: module not loaded).
+    feature_nodes: tuple[DeviceNode, ...] = ()
+    cap_minors: tuple[tuple[str, int], ...] = ()
+    imex_major: int | None = None
 
     def control_node(self, name: str) -> DeviceNode | None:
         """The control node whose container path is /dev/<name>, if the host has it."""
@@ -121,4 +126,7 @@ class Inventory:
             control_nodes=tuple(DeviceNode(**c) for c in data["control_nodes"]),
             files=tuple(DriverFile(**f) for f in data["files"]),
             warnings=tuple(data.get("warnings", ())),
+            feature_nodes=tuple(DeviceNode(**n) for n in data.get("feature_nodes", ())),
+            cap_minors=tuple((str(n), int(m)) for n, m in data.get("cap_minors", ())),
+            imex_major=data.get("imex_major"),
         )

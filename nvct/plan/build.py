@@ -14,6 +14,7 @@ from nvct.config import Config
 from nvct.host.arch import Arch
 from nvct.host.components import MPS_BINARIES, expand_capabilities
 from nvct.host.inventory import DeviceNode, DriverFile, Inventory
+from nvct.plan.features import feature_devices
 from nvct.plan.model import (
     IPC_OPTIONS,
     RO_OPTIONS,
@@ -155,8 +156,13 @@ def build_plan(
             "(or set NVIDIA_DISABLE_REQUIRE=true)",
         )
     caps = request.capabilities
-    devices = _devices(caps, inventory, selected)
-    mounts, symlinks, ldconfig_dirs, entries = _driver_files(caps, inventory, config, arch, layout)
+    extra, notes, proc_entries = feature_devices(
+        request.features, inventory, lambda token: _lookup(token, inventory)
+    )
+    devices = _devices(caps, inventory, selected, extra)
+    mounts, symlinks, ldconfig_dirs, entries = _driver_files(
+        caps, inventory, config, arch, layout, notes
+    )
     return Plan(
         request=request,
         driver_version=inventory.driver_version,
@@ -167,11 +173,16 @@ def build_plan(
         ldconfig_dirs=ldconfig_dirs,
         ld_cache_entries=entries,
         requirements=results,
+        notes=tuple(dict.fromkeys(notes)),
+        proc_entries=tuple(dict.fromkeys(proc_entries)),
     )
 
 
 def _devices(
-    caps: frozenset[str], inventory: Inventory, selected: tuple[Selected, ...]
+    caps: frozenset[str],
+    inventory: Inventory,
+    selected: tuple[Selected, ...],
+    extra: list[PlannedDevice],
 ) -> tuple[PlannedDevice, ...]:
     out: dict[str, PlannedDevice] = {}
 
@@ -198,11 +209,18 @@ def _devices(
         if sel.mig is not None:
             for cap in sel.mig.caps:
                 add(cap, f"{sel.label} access ({sel.mig.uuid})", cap.path)
+    for device in extra:
+        out.setdefault(device.node.path, device)
     return tuple(out.values())
 
 
 def _driver_files(
-    caps: frozenset[str], inventory: Inventory, config: Config, arch: Arch, layout: RootfsLayout
+    caps: frozenset[str],
+    inventory: Inventory,
+    config: Config,
+    arch: Arch,
+    layout: RootfsLayout,
+    notes: list[str],
 ) -> tuple[
     tuple[Mount, ...], tuple[Symlink, ...], tuple[str, ...], tuple[tuple[str, str, int], ...]
 ]:
@@ -226,7 +244,10 @@ def _driver_files(
             if base not in dirs:
                 dirs.append(base)
         elif f.kind == "bin":
-            if f.capability not in caps or (f.name in MPS_BINARIES and not config.inject_mps):
+            if f.capability not in caps:
+                continue
+            if f.name in MPS_BINARIES and not config.inject_mps:
+                notes.append(f"{f.name} not mounted: inject.mps is false")
                 continue
             target = f"/usr/bin/{f.name}"
         elif f.kind == "ipc":
@@ -235,13 +256,17 @@ def _driver_files(
                 "fabricmanager": config.inject_fabricmanager,
                 "mps": config.inject_mps,
             }[f.name]
-            if f.capability not in caps or not enabled:
+            if f.capability not in caps:
+                continue
+            if not enabled:
+                notes.append(f"{f.name} IPC ({f.host_path}) not mounted: inject.{f.name} is false")
                 continue
             target = _container_path(inventory, f)
             options = IPC_OPTIONS
             reason = f"capability {f.capability} ({f.name} IPC)"
         elif f.kind == "firmware":
             if not config.inject_gsp_firmware:
+                notes.append(f"GSP firmware {f.name} not mounted: inject.gsp-firmware is false")
                 continue
             target = _container_path(inventory, f)
             reason = f"GSP firmware of driver {version}"
@@ -253,6 +278,21 @@ def _driver_files(
         if target is not None:
             mounts.append(Mount(f.host_path, target, f.kind, options, reason))
 
+    _compat_links(caps, lib_dir, version, mounts, links, entries)
+    cache = tuple((soname, path, flags) for (soname, flags), path in entries.items())
+    return tuple(mounts), tuple(links.values()), tuple(dirs), cache
+
+
+def _compat_links(
+    caps: frozenset[str],
+    lib_dir: str,
+    version: str,
+    mounts: list[Mount],
+    links: dict[str, Symlink],
+    entries: dict[tuple[str, int], str],
+) -> None:
+    """The links NVIDIA's toolkit adds beside the SONAMEs (libcuda.so, libGLX_indirect)."""
+    lib_caps = expand_capabilities(caps)
     mounted = {posixpath.basename(m.target) for m in mounts}
     extra = (
         ("compute", lib_dir, "libcuda.so", "libcuda.so.1"),
@@ -269,8 +309,6 @@ def _driver_files(
             linked = [flags for (_, flags), path in entries.items() if path == f"{base}/{target}"]
             for flags in linked:
                 entries.setdefault((name, flags), f"{base}/{name}")
-    cache = tuple((soname, path, flags) for (soname, flags), path in entries.items())
-    return tuple(mounts), tuple(links.values()), tuple(dirs), cache
 
 
 def _library(

@@ -56,6 +56,7 @@ def cdi_order(names: Sequence[str], specs: CdiSpecs, config: Config) -> WorkOrde
         "log": (config.log_file, config.log_level),
         "gpus": [d.name for d in devices],
         "capabilities": [],
+        "proc_driver": None,  # the CDI spec says what the container gets
         "env": [],
         "hooks": [],
         "additional_gids": [],

@@ -362,4 +362,7 @@ def _plan_lines(plan: Plan) -> list[str]:
         lines += [f"  {s.path} -> {s.target}  ({s.reason})" for s in plan.symlinks]
     if plan.ldconfig_dirs:
         lines.append(f"ldconfig (host's, in the container) over: {', '.join(plan.ldconfig_dirs)}")
+    if plan.notes:
+        lines.append("Left out (on the host, not given to this container):")
+        lines += [f"  - {n}" for n in plan.notes]
     return lines

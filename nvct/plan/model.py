@@ -128,6 +128,11 @@ class Plan:
     requirements: tuple[RequirementResult, ...] = ()
     env: tuple[tuple[str, str], ...] = field(default=())
     library_dirs: tuple[LibraryDir, ...] = ()
+    # What the host has and the request would bring that the plan leaves out, and why (a
+    # feature switched off in the config, a device asked for that the host lacks).
+    notes: tuple[str, ...] = ()
+    # Entries of /proc/driver/nvidia (relative) the container sees besides its GPUs' own.
+    proc_entries: tuple[str, ...] = ()
 
     @property
     def empty(self) -> bool:

@@ -59,7 +59,9 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
             "capabilities": sorted(req.capabilities),
             "source": req.source,
             "decisions": list(req.decisions),
+            "ignored": list(req.ignored),
         },
+        "left_out": list(plan.notes),
         "selected": [
             {
                 "label": s.label,

@@ -46,6 +46,10 @@ if TYPE_CHECKING:
         log: tuple[str, str]  # log file, level
         gpus: list[str]
         capabilities: list[str]
+        # The proc root and the entries of /proc/driver/nvidia (relative: gpus/<bus id>,
+        # capabilities/gpu<minor>, ...) the container sees (nvct.container.procfs); None:
+        # the host's is left as it is.
+        proc_driver: tuple[str, list[str]] | None
 
     class WorkOrder(_WorkOrderRequired, total=False):
         """A plan as the shim and the hook carry it out (the format above). CDI devices
@@ -67,6 +71,7 @@ if TYPE_CHECKING:
         """What the shim caches per kind of container (``nvct.runtime.order_key``)."""
 
         decisions: list[str]  # why no GPU (order None)
+        ignored: list[str]  # NVIDIA inputs nvct left alone, and why: logged on every start
         gpus: list[str]  # the selected GPUs' labels, for the log
         cdi: tuple[list[str], str]  # CDI spec dirs and their stamp, when the order is from CDI
         key: str  # the order key, checked when read back
@@ -91,4 +96,22 @@ def from_plan(plan: Plan, config: Config) -> WorkOrder:
         "log": (config.log_file, config.log_level),
         "gpus": [s.gpu.uuid if s.mig is None else s.mig.uuid for s in plan.selected],
         "capabilities": sorted(plan.request.capabilities),
+        "proc_driver": (str(config.proc_root), proc_entries(plan))
+        if config.inject_proc_driver
+        else None,
     }
+
+
+def proc_entries(plan: Plan) -> list[str]:
+    """The /proc/driver/nvidia entries of the plan's GPUs (their ``gpus/<bus id>`` as the
+    driver's procfs names it, and their MIG ``capabilities/gpu<minor>``), then the plan's own."""
+    out: dict[str, None] = {}
+    for s in plan.selected:
+        domain, _, rest = s.gpu.pci_bus_id.partition(":")
+        try:
+            out[f"gpus/{int(domain, 16):04x}:{rest.lower()}"] = None
+        except ValueError:
+            continue
+        out[f"capabilities/gpu{s.gpu.minor}"] = None
+    out.update(dict.fromkeys(plan.proc_entries))
+    return list(out)

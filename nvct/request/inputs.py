@@ -16,8 +16,9 @@ if TYPE_CHECKING:
 DEVICE_MOUNT_DIR = "/var/run/nvidia-container-devices/"
 # The variables whose presence can make a container ask for GPUs (a legacy CUDA image asks
 # for all of them); the launchers look for these names before starting Python.
-GPU_ENV = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VERSION")
-_ENV_NAMES = (*GPU_ENV, "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_DISABLE_REQUIRE")
+# Swarm's generic resources (DOCKER_RESOURCE_GPU) select GPUs when the config says so
+# (request.swarm-resource), and are reported as ignored when it does not.
+GPU_ENV = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VERSION", "DOCKER_RESOURCE_")
 # Annotations naming CDI devices (``cdi.k8s.io/<key>: vendor/class=name,...``), as device
 # plugins answer for engines that do not resolve CDI names themselves.
 CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
@@ -60,8 +61,12 @@ def cdi_annotations(spec: Mapping[str, Any]) -> dict[str, str]:
 def request_inputs(spec: Mapping[str, Any]) -> str:
     """A canonical string of every spec input a request depends on."""
     env = env_map((spec.get("process") or {}).get("env") or ())
+    # Every NVIDIA_* variable: those nvct does not act on are reported, so they shape the
+    # work order's entry too.
     relevant = sorted(
-        (k, v) for k, v in env.items() if k in _ENV_NAMES or k.startswith("NVIDIA_REQUIRE_")
+        (k, v)
+        for k, v in env.items()
+        if k.startswith(("NVIDIA_", "DOCKER_RESOURCE_")) or k == "CUDA_VERSION"
     )
     mounts = sorted(m for m in mount_destinations(spec) if m.startswith(DEVICE_MOUNT_DIR))
     cdi = sorted(cdi_annotations(spec).items())

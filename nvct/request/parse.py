@@ -9,12 +9,14 @@ keep working: ``NVIDIA_VISIBLE_DEVICES``, ``NVIDIA_DRIVER_CAPABILITIES``,
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from nvct.base.cdi_names import is_qualified, looks_qualified
 from nvct.base.errors import RequestError, RequirementError
 from nvct.config import CAPABILITIES, Config
+from nvct.request.features import NO_FEATURES, Features, parse_features
+from nvct.request.ignored import ignored_inputs
 from nvct.request.inputs import (
     DEVICE_MOUNT_DIR,
     cdi_annotations,
@@ -47,6 +49,10 @@ class Request:
     requirements: tuple[Requirement, ...] = ()
     source: str = ""
     decisions: tuple[str, ...] = ()
+    # The NVIDIA inputs nvct left alone, each naming the input (also among ``decisions``):
+    # logged on every start.
+    ignored: tuple[str, ...] = ()
+    features: Features = NO_FEATURES
 
     @property
     def wants_gpu(self) -> bool:
@@ -83,14 +89,34 @@ def parse_request(
         RequestError: a capability is unknown or the device list is malformed.
         RequirementError: an ``NVIDIA_REQUIRE_*`` expression is malformed.
     """
+    ignored = ignored_inputs(env, swarm_resources=config.swarm_resources)
+    request = _parse(env, mounts, privileged, config, ignored, annotations or {})
+    if not ignored:
+        return request
+    return replace(
+        request,
+        decisions=(*request.decisions, *ignored),
+        ignored=(*request.ignored, *ignored),
+    )
+
+
+def _parse(
+    env: Mapping[str, str],
+    mounts: Sequence[str],
+    privileged: bool,
+    config: Config,
+    ignored: list[str],
+    annotations: Mapping[str, str],
+) -> Request:
+    """The request; inputs it leaves alone are appended to ``ignored``."""
     decisions: list[str] = []
     # Set by the orchestrator from the device plugin's answer: they name the devices.
     names = [
         name
-        for key, value in sorted((annotations or {}).items())
+        for key, value in sorted(annotations.items())
         for name in _split_devices(value, f"annotation {key}")
     ]
-    if names and annotations:
+    if names:
         if VISIBLE_DEVICES in env:
             decisions.append(f"{VISIBLE_DEVICES} ignored: CDI annotations name the devices")
         return _cdi_request(names, ", ".join(sorted(annotations)), decisions)
@@ -103,6 +129,12 @@ def parse_request(
         for m in mounts
         if m.startswith(DEVICE_MOUNT_DIR) and m[len(DEVICE_MOUNT_DIR) :].strip("/")
     ]
+    if mount_tokens and not (config.accept_volume_mounts or config.only_allocated_gpus):
+        ignored.append(
+            f"{len(mount_tokens)} volume mount(s) under {DEVICE_MOUNT_DIR} ignored: "
+            "request.accept-volume-mounts is false"
+        )
+    swarm = next((name for name in config.swarm_resources if name in env), None)
     if mount_tokens and (config.accept_volume_mounts or config.only_allocated_gpus):
         tokens = _split_devices(",".join(mount_tokens), DEVICE_MOUNT_DIR)
         source = "volume mounts under " + DEVICE_MOUNT_DIR
@@ -110,12 +142,20 @@ def parse_request(
     elif config.only_allocated_gpus:
         # An image's NVIDIA_VISIBLE_DEVICES=all must not hand every GPU of a node to a pod
         # that asked the scheduler for none: only the device plugin's answers count.
-        if VISIBLE_DEVICES in env or legacy_image:
+        if VISIBLE_DEVICES in env or legacy_image or swarm is not None:
             decisions.append(
                 f"{VISIBLE_DEVICES}/CUDA_VERSION ignored: request.only-allocated-gpus is on "
                 "(GPUs come only from device plugin allocations: volume mounts, CDI)"
             )
         return Request(visible="void", source="policy", decisions=tuple(decisions))
+    elif swarm is not None:
+        # NVIDIA's swarm-resource: the first configured variable present replaces
+        # NVIDIA_VISIBLE_DEVICES (which is then not read).
+        tokens = _split_devices(env[swarm], swarm)
+        source = swarm
+        decisions.append(f"devices taken from the Swarm resource {swarm} (request.swarm-resource)")
+        if VISIBLE_DEVICES in env:
+            ignored.append(f"{VISIBLE_DEVICES} ignored: {swarm} (request.swarm-resource) wins")
     elif VISIBLE_DEVICES in env:
         if privileged or config.accept_envvar_when_unprivileged:
             tokens = _split_devices(env[VISIBLE_DEVICES], VISIBLE_DEVICES)
@@ -156,6 +196,12 @@ def parse_request(
         requirements=_requirements(env, legacy_image, config, decisions),
         source=source,
         decisions=tuple(decisions),
+        features=parse_features(
+            env,
+            privileged=privileged,
+            env_accepted=privileged or config.accept_envvar_when_unprivileged,
+            ignored=ignored,
+        ),
     )
 
 

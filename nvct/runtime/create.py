@@ -26,6 +26,7 @@ identical containers are prepared with the stdlib alone.
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 from nvct.base.defaults import config_path
@@ -33,7 +34,7 @@ from nvct.base.digest import sha256
 from nvct.base.errors import ConfigError
 from nvct.base.ldcache_format import MAX_SIZE
 from nvct.base.log import EventLog
-from nvct.base.oci import load_spec, rootfs_path, write_spec
+from nvct.base.oci import HOOK_MARK, load_spec, rootfs_path, write_spec
 from nvct.container.overlay import fresh_overlay_identity
 from nvct.container.rootfs import Rootfs, fd_path
 from nvct.container.stage import stage_rootfs
@@ -43,11 +44,13 @@ from nvct.runtime.order_key import cache_dir_of, order_key
 from nvct.runtime.spec_edits import add_cdi_edits, edit_spec, remove_gpu_hooks
 from nvct.store import cache
 
+DEFAULT_HOOK_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
 if TYPE_CHECKING:
     from typing import Any
 
-    from nvct.plan.workorder import CacheEntry
+    from nvct.plan.workorder import CacheEntry, WorkOrder
 
 
 def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tuple[str, ...]:
@@ -67,6 +70,8 @@ def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tu
         debian = rootfs.exists("/etc/debian_version")
         entry, cached, cache_dir, key = _entry(spec, path, raw, config_file, debian)
         log.configure(*entry["log"])
+        for line in entry.get("ignored", ()):
+            log.info("nvidia_input_ignored", why=line)
         order = entry["order"]
         if order is None:
             # A --gpus hook on a container that asks for nothing would only fail later.
@@ -79,7 +84,7 @@ def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tu
         staged = stage_rootfs(rootfs, order, bind_mounts=False, reused=earlier.read)
         staged_at = time.perf_counter()
         # The spec is edited while ldconfig runs; the container starts only if both succeed.
-        edit_spec(spec, order["devices"], order["mounts"])
+        edit_spec(spec, order["devices"], order["mounts"], _create_hooks(order))
         add_cdi_edits(spec, order)
         write_spec(bundle, spec)
         edited = time.perf_counter()
@@ -180,6 +185,24 @@ def _remember_ld_cache(rootfs: Rootfs, cache_dir: str, reuse: str) -> None:
     cache.write_ld_cache(cache_dir, reuse, data)
 
 
+def _create_hooks(order: WorkOrder) -> list[dict[str, Any]]:
+    """The createContainer hook that covers /proc/driver/nvidia (``nvct-hook procfs``), run as
+    ``nvct.engines.hooksd`` runs nvct's hook: this interpreter, isolated (``-IS``: runc runs
+    createContainer hooks in the rootfs, which the image's author controls), told where nvct
+    is, with only PATH in its environment."""
+    if order["proc_driver"] is None:
+        return []
+    from nvct.base._site import nvct_home
+
+    proc_root, entries = order["proc_driver"]
+    code = (
+        f"import sys; sys.path.insert(0, {nvct_home()!r}); "
+        f"from {HOOK_MARK}.__main__ import main; sys.exit(main())"
+    )
+    args = [sys.executable, "-IS", "-c", code, "procfs", proc_root, *entries]
+    return [{"path": sys.executable, "args": args, "env": [DEFAULT_HOOK_PATH]}]
+
+
 def _ms(seconds: float) -> float:
     return round(seconds * 1000, 2)
 
@@ -220,7 +243,7 @@ def plan_entry(spec: dict[str, Any], config_file: str | None, debian: bool) -> C
     }
     request = request_from_spec(spec, config)
     if not request.wants_gpu:
-        return {**entry, "decisions": list(request.decisions)}
+        return {**entry, "decisions": list(request.decisions), "ignored": list(request.ignored)}
     if request.visible == "cdi":
         from nvct.host.cdi_specs import load_cdi_specs
         from nvct.plan.cdi_order import cdi_order
@@ -236,4 +259,9 @@ def plan_entry(spec: dict[str, Any], config_file: str | None, debian: bool) -> C
         library_dirs="create",
         fingerprint=entry["fingerprint"],
     )
-    return {**entry, "order": planned.order, "gpus": [s.label for s in planned.plan.selected]}
+    return {
+        **entry,
+        "order": planned.order,
+        "gpus": [s.label for s in planned.plan.selected],
+        "ignored": [*request.ignored, *planned.plan.notes],
+    }

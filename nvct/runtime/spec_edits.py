@@ -32,13 +32,24 @@ def _is_gpu_hook(hook: Any) -> bool:
     return posixpath.basename(path) in REPLACED_HOOKS or any(HOOK_MARK in str(a) for a in args)
 
 
-def edit_spec(spec: dict[str, Any], nodes: Sequence[DeviceRow], mounts: Sequence[MountRow]) -> None:
+def edit_spec(
+    spec: dict[str, Any],
+    nodes: Sequence[DeviceRow],
+    mounts: Sequence[MountRow],
+    create_hooks: Sequence[dict[str, Any]] = (),
+) -> None:
     """Apply the shim's edits to ``spec`` in place (idempotent).
 
     ``nodes`` are the work order's ``[path, major, minor, mode]`` entries and ``mounts`` its
-    ``[host path, container path, options]`` bind mounts.
+    ``[host path, container path, options]`` bind mounts; ``create_hooks`` are
+    ``createContainer`` hooks for what only the container's mount namespace can hold
+    (``/proc/driver/nvidia``: runtimes refuse spec mounts inside ``/proc``).
     """
     remove_gpu_hooks(spec)
+    if create_hooks:
+        hooks = spec.setdefault("hooks", {})
+        present = hooks.setdefault("createContainer", [])
+        present += [h for h in create_hooks if h not in present]
 
     linux = spec.setdefault("linux", {})
     devices = linux.setdefault("devices", [])

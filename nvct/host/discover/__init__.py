@@ -8,6 +8,11 @@ from pathlib import Path
 from nvct.base.errors import DiscoveryError
 from nvct.host.arch import Arch, host_arch
 from nvct.host.discover.devices import device_node, discover_control_nodes, mig_cap_node
+from nvct.host.discover.features import (
+    discover_cap_minors,
+    discover_feature_nodes,
+    discover_imex_major,
+)
 from nvct.host.discover.files import (
     discover_binaries,
     discover_firmware,
@@ -52,6 +57,9 @@ def discover_inventory(
         control_nodes=discover_control_nodes(dev_root),
         files=files,
         warnings=warnings,
+        feature_nodes=discover_feature_nodes(dev_root),
+        cap_minors=discover_cap_minors(proc_root),
+        imex_major=discover_imex_major(proc_root),
     )
 
 

@@ -1,0 +1,43 @@
+#!/bin/sh
+# nvct's OCI image, built without a registry: a Debian 12 minbase rootfs (debootstrap, from
+# Debian's mirror) with python3 and nvct's .deb installed, and deployments/node-install.sh as
+# /usr/share/nvct/node-install.sh (the installer DaemonSet's entry point).
+#
+#   packaging/image.sh OUTPUT.tar [DEB]     (as root; DEB default: packaging/build/nvct_*.deb)
+#
+# OUTPUT.tar is the rootfs as a tarball: `docker import OUTPUT.tar nvct:VERSION` (make image does
+# it when a dockerd answers) or `ctr images import`-able after conversion. The debootstrap'd base
+# is cached in packaging/build/image-base.tar, so rebuilding after a code change takes seconds.
+set -eu
+
+out=${1:?usage: packaging/image.sh OUTPUT.tar [DEB]}
+deb=${2:-$(ls packaging/build/nvct_*_"$(dpkg --print-architecture)".deb 2>/dev/null | head -n 1)}
+mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+base=packaging/build/image-base.tar
+
+fail() {
+    echo "packaging/image.sh: $*" >&2
+    exit 1
+}
+[ "$(id -u)" -eq 0 ] || fail "must run as root (debootstrap, chroot)"
+[ -n "$deb" ] && [ -f "$deb" ] || fail "no nvct .deb (fix: make -C packaging deb)"
+command -v debootstrap >/dev/null || fail "debootstrap is missing (fix: apt-get install debootstrap)"
+
+root=$(mktemp -d /tmp/nvct-image.XXXXXX)
+trap 'rm -rf "$root"' EXIT
+if [ ! -f "$base" ]; then
+    debootstrap --variant=minbase --include=python3 bookworm "$root" "$mirror" >&2
+    rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
+    tar -C "$root" -cf "$base.tmp" . && mv "$base.tmp" "$base"
+else
+    tar -C "$root" -xf "$base"
+fi
+cp "$deb" "$root/tmp/nvct.deb"
+# No service may start inside the build (the .deb's postinst asks systemd, absent here).
+printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
+chmod 755 "$root/usr/sbin/policy-rc.d"
+chroot "$root" dpkg -i /tmp/nvct.deb >&2
+rm -f "$root/tmp/nvct.deb" "$root/usr/sbin/policy-rc.d"
+install -m 0755 deployments/node-install.sh "$root/usr/share/nvct/node-install.sh"
+tar -C "$root" --numeric-owner -cf "$out" .
+echo "$out"
