@@ -78,6 +78,25 @@ def _schema() -> dict[str, Any]:
                     "library-mounts": {"enum": list(LIBRARY_MOUNTS)},
                 }
             ),
+            "device-plugin": section(
+                {
+                    "mig-strategy": {"enum": ["none", "single", "mixed"]},
+                    "device-id-strategy": {"enum": ["uuid", "index"]},
+                    "device-list-strategy": {
+                        "type": "array",
+                        "minItems": 1,
+                        "items": {
+                            "enum": ["envvar", "volume-mounts", "cdi-annotations", "cdi-cri"]
+                        },
+                    },
+                    "plugin-dir": abspath,
+                    "cdi-spec-dir": abspath,
+                    "sysfs-root": abspath,
+                    "fail-on-init-error": boolean,
+                    "quiet-period": {"type": "number", "minimum": 0},
+                    "ignored-xids": {"type": "array", "items": {"type": "integer"}},
+                }
+            ),
             "cdi": section(
                 {"spec-dirs": {"type": "array", "items": {"type": "string", "pattern": "^/"}}}
             ),
@@ -118,6 +137,15 @@ class Config:
     inject_proc_driver: bool = True
     library_mounts: str = "directory"
     cdi_spec_dirs: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi")
+    dp_mig_strategy: str = "none"
+    dp_device_id_strategy: str = "uuid"
+    dp_device_list_strategy: tuple[str, ...] = ("cdi-cri",)
+    dp_plugin_dir: str = "/var/lib/kubelet/device-plugins"
+    dp_cdi_spec_dir: str = "/var/run/cdi"
+    dp_sysfs_root: str = "/sys"
+    dp_fail_on_init_error: bool = True
+    dp_quiet_period: float = 30.0
+    dp_ignored_xids: tuple[int, ...] = (13, 31, 43, 45, 68, 109)
     log_file: str = "/var/log/nvct.log"
     log_level: str = "info"
     source: str = field(default="(defaults)", compare=False)
@@ -144,6 +172,15 @@ _KEYMAP: dict[tuple[str, ...], str] = {
     ("inject", "proc-driver"): "inject_proc_driver",
     ("inject", "library-mounts"): "library_mounts",
     ("cdi", "spec-dirs"): "cdi_spec_dirs",
+    ("device-plugin", "mig-strategy"): "dp_mig_strategy",
+    ("device-plugin", "device-id-strategy"): "dp_device_id_strategy",
+    ("device-plugin", "device-list-strategy"): "dp_device_list_strategy",
+    ("device-plugin", "plugin-dir"): "dp_plugin_dir",
+    ("device-plugin", "cdi-spec-dir"): "dp_cdi_spec_dir",
+    ("device-plugin", "sysfs-root"): "dp_sysfs_root",
+    ("device-plugin", "fail-on-init-error"): "dp_fail_on_init_error",
+    ("device-plugin", "quiet-period"): "dp_quiet_period",
+    ("device-plugin", "ignored-xids"): "dp_ignored_xids",
     ("log", "file"): "log_file",
     ("log", "level"): "log_level",
 }

@@ -48,9 +48,9 @@ def output_format(output: Path | None, fmt: str | None) -> str:
 @click.option(
     "--device-name-strategy",
     type=click.Choice(["index", "uuid", "both"]),
-    default="index",
+    default="both",
     show_default=True,
-    help="Name devices by index (0, 0:1), by UUID (GPU-..., MIG-...), or both.",
+    help="Name devices by index (0, 0:1), by UUID (GPU-..., MIG-...), or both (NVIDIA's default).",
 )
 @click.pass_obj
 def generate(

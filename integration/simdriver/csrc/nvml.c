@@ -17,6 +17,17 @@ static int init_count;
 #define MAX_MIG_DEVICES 7
 #define NVML_MEMORY_V2_VERSION_MAJOR 2
 
+/* A GPU whose device node went away after nvmlInit fell off the bus: its handles answer
+ * GPU_IS_LOST, as the real driver's do, until the node is back (tests drive health so). */
+static nvmlReturn_t lost(int gpu)
+{
+    char dir[4096];
+
+    sim_dev_dir(dir, sizeof(dir));
+    return sim_node_exists(dir, "nvidia%u", sim_gpus[gpu].minor) ? NVML_SUCCESS
+                                                                  : NVML_ERROR_GPU_IS_LOST;
+}
+
 static nvmlReturn_t check(nvmlDevice_t d)
 {
     if (init_count == 0)
@@ -24,9 +35,9 @@ static nvmlReturn_t check(nvmlDevice_t d)
     if (d == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     if (d >= h_gpu && d < h_gpu + SIM_NGPUS)
-        return NVML_SUCCESS;
+        return lost(d->gpu);
     if (d >= h_mig && d < h_mig + SIM_NMIGS)
-        return NVML_SUCCESS;
+        return lost(d->gpu);
     return NVML_ERROR_INVALID_ARGUMENT;
 }
 

@@ -1,0 +1,312 @@
+"""The real nvct-device-plugin process against the kubelet stand-in (integration/kubelet), over
+gRPC on Unix sockets, on the simulated driver; its answers applied to real containers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from integration.conftest import NVCT_BIN, write_nvct_config
+from integration.harness.bundles import BundleFactory, run_runc, runc_spec
+from integration.kubelet.standin import Kubelet, sockets
+
+pytestmark = [pytest.mark.root]
+GPU = "nvidia.com/gpu"
+
+
+class PluginProcess:
+    """``python -m nvct.deviceplugin`` with a config for the simulated driver."""
+
+    def __init__(self, work: Path, sim: Any, plugin_dir: Path, *args: str, **toml: str) -> None:
+        self.work = work
+        self.dev_root = work / "devroot"  # the plugin's own device nodes: tests remove some
+        if not (self.dev_root / "dev").exists():
+            from integration.simdriver import make_dev_nodes
+
+            make_dev_nodes(sim.spec, self.dev_root)
+        self.config = write_nvct_config(work / "nvct" / "config.toml", sim, **toml)
+        self.argv = [
+            sys.executable, "-m", "nvct.deviceplugin", "--config", str(self.config),
+            "--dev-root", str(self.dev_root), "--plugin-dir", str(plugin_dir),
+            "--cdi-spec-dir", str(work / "cdi"), "--sysfs-root", str(work / "sys"),
+            "--quiet-period", "1", *args,
+        ]  # fmt: skip
+        self.log = work / "plugin.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> PluginProcess:
+        env = {**os.environ, "NVCT_SIM_DEV_ROOT": str(self.dev_root)}
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=out, env=env)
+        return self
+
+    def stop(self) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def numa_sysfs(work: Path, sim: Any) -> None:
+    for i, gpu in enumerate(sim.spec.gpus):
+        domain, _, rest = gpu.pci_bus_id.lower().partition(":")
+        node = work / "sys/bus/pci/devices" / f"{domain[-4:]}:{rest}"
+        node.mkdir(parents=True, exist_ok=True)
+        (node / "numa_node").write_text(f"{i // 2}\n")
+
+
+@pytest.fixture
+def kubelet(tmp_path: Path) -> Iterator[Kubelet]:
+    standin = Kubelet(tmp_path / "device-plugins").start()
+    yield standin
+    standin.stop()
+
+
+@pytest.fixture
+def plugin_factory(tmp_path: Path, sim_driver: Any, kubelet: Kubelet) -> Iterator[Any]:
+    numa_sysfs(tmp_path, sim_driver)
+    started: list[PluginProcess] = []
+
+    def make(*args: str, start: bool = True, **toml: str) -> PluginProcess:
+        plugin = PluginProcess(tmp_path, sim_driver, kubelet.plugin_dir, *args, **toml)
+        started.append(plugin)
+        return plugin.start() if start else plugin
+
+    yield make
+    for plugin in started:
+        if plugin.proc is not None:
+            plugin.stop()
+
+
+def uuids(sim: Any) -> list[str]:
+    return [g.uuid for g in sim.spec.gpus]
+
+
+def test_registers_and_advertises_what_nvml_sees(kubelet, plugin_factory, sim_driver) -> None:
+    plugin = plugin_factory()
+    assert kubelet.wait(lambda: GPU in kubelet.plugins and kubelet.plugins[GPU].updates), (
+        plugin.output()
+    )
+    assert kubelet.devices(GPU) == dict.fromkeys(uuids(sim_driver), "Healthy")
+    numa = kubelet.numa(GPU)
+    assert [numa[u] for u in uuids(sim_driver)] == [[0], [0], [1], [1]]
+    registered = kubelet.plugins[GPU]
+    assert registered.endpoint == "nvidia-gpu.sock"
+    assert registered.options.get_preferred_allocation_available
+    assert not kubelet.refused
+    assert plugin.stop() == 0
+    assert "nvidia-gpu.sock" not in sockets(kubelet.plugin_dir)  # SIGTERM removed it
+
+
+def test_twenty_kubelet_restarts_each_re_registered_within_a_second(
+    kubelet, plugin_factory
+) -> None:
+    plugin_factory()
+    assert kubelet.wait(lambda: GPU in kubelet.plugins)
+    took = []
+    for _ in range(20):
+        restarted = kubelet.restart()
+        ok = kubelet.wait(lambda: GPU in kubelet.plugins, timeout=5)
+        assert ok, "not registered again within 5 s"
+        took.append(kubelet.plugins[GPU].at - restarted)
+    assert max(took) < 1.0, took
+
+
+def test_a_plugin_started_before_the_kubelet_registers_when_it_appears(
+    tmp_path, sim_driver
+) -> None:
+    standin = Kubelet(tmp_path / "device-plugins")
+    (tmp_path / "device-plugins").mkdir()
+    plugin = PluginProcess(tmp_path, sim_driver, standin.plugin_dir).start()
+    try:
+        time.sleep(1.5)
+        assert plugin.proc is not None and plugin.proc.poll() is None  # waiting, not crashing
+        standin.start()
+        appeared = time.monotonic()
+        assert standin.wait(lambda: GPU in standin.plugins, timeout=5), plugin.output()
+        assert standin.plugins[GPU].at - appeared < 1.0
+    finally:
+        plugin.stop()
+        standin.stop()
+
+
+@pytest.mark.parametrize(
+    ("strategy", "check"),
+    [
+        ("envvar", lambda r, u: dict(r.envs) == {"NVIDIA_VISIBLE_DEVICES": u}),
+        (
+            "volume-mounts",
+            lambda r, u: (
+                dict(r.envs) == {"NVIDIA_VISIBLE_DEVICES": "/var/run/nvidia-container-devices"}
+                and [(m.host_path, m.container_path, m.read_only) for m in r.mounts]
+                == [("/dev/null", f"/var/run/nvidia-container-devices/{u}", True)]
+            ),
+        ),
+        (
+            "cdi-annotations",
+            lambda r, u: (
+                dict(r.annotations) == {"cdi.k8s.io/nvct-device-plugin_gpu": f"nvidia.com/gpu={u}"}
+                and not r.envs
+            ),
+        ),
+        ("cdi-cri", lambda r, u: [d.name for d in r.cdi_devices] == [f"nvidia.com/gpu={u}"]),
+    ],
+)
+def test_allocate_answers_per_strategy(
+    kubelet, plugin_factory, sim_driver, strategy, check
+) -> None:
+    plugin_factory("--device-list-strategy", strategy)
+    assert kubelet.wait(lambda: GPU in kubelet.plugins and kubelet.plugins[GPU].updates)
+    uuid = uuids(sim_driver)[1]
+    response = kubelet.allocate(GPU, [uuid])
+    assert check(response, uuid), response
+
+
+def test_unknown_and_unhealthy_devices_are_refused_and_health_recovers(
+    kubelet, plugin_factory, sim_driver
+) -> None:
+    plugin = plugin_factory()
+    assert kubelet.wait(lambda: GPU in kubelet.plugins and kubelet.plugins[GPU].updates)
+    with pytest.raises(grpc.RpcError) as refused:
+        kubelet.allocate(GPU, ["GPU-00000000-0000-0000-0000-000000000000"])
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "unknown nvidia.com/gpu device" in refused.value.details()
+    lost = uuids(sim_driver)[2]
+    node = plugin.dev_root / "dev/nvidia2"
+    saved = node.stat().st_rdev
+    node.unlink()  # GPU 2 fell off the bus: NVML answers GPU_IS_LOST for it
+    began = time.monotonic()
+    assert kubelet.wait(lambda: kubelet.devices(GPU).get(lost) == "Unhealthy", timeout=5)
+    assert time.monotonic() - began < 1.0
+    assert sum(h == "Healthy" for h in kubelet.devices(GPU).values()) == 3
+    with pytest.raises(grpc.RpcError) as sick:
+        kubelet.allocate(GPU, [lost])
+    assert sick.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    os.mknod(node, 0o666 | 0o020000, saved)  # back on the bus
+    assert kubelet.wait(lambda: kubelet.devices(GPU).get(lost) == "Healthy", timeout=5)
+    assert '"health": "Unhealthy"' in plugin.output() and "GPU is lost" in plugin.output()
+    assert '"health": "Healthy"' in plugin.output() and "recovered" in plugin.output()
+
+
+def test_preferred_allocation_keeps_numa_neighbours_together(
+    kubelet, plugin_factory, sim_driver
+) -> None:
+    plugin_factory()
+    assert kubelet.wait(lambda: GPU in kubelet.plugins)
+    ids = uuids(sim_driver)
+    # GPUs 0,1 on NUMA node 0 and 2,3 on node 1: a pair stays on one node
+    assert sorted(kubelet.preferred(GPU, ids, [], 2)) == sorted(ids[:2])
+    assert sorted(kubelet.preferred(GPU, ids, [ids[3]], 2)) == sorted(ids[2:])
+    assert kubelet.preferred(GPU, list(reversed(ids)), [], 2) == kubelet.preferred(GPU, ids, [], 2)
+
+
+def test_a_malformed_config_is_one_line(tmp_path, sim_driver) -> None:
+    config = write_nvct_config(
+        tmp_path / "c" / "config.toml", sim_driver, **{"device-plugin.mig-strategy": '"weird"'}
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "nvct.deviceplugin", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("nvct-device-plugin: error: ") and str(config) in line
+    assert "mig-strategy" in line
+
+
+def test_nvml_failing_at_start(tmp_path, sim_driver, kubelet) -> None:
+    plugin = PluginProcess(tmp_path, sim_driver, kubelet.plugin_dir)
+    (plugin.dev_root / "dev/nvidiactl").unlink()  # the driver looks unloaded
+    plugin.start()
+    assert plugin.proc is not None and plugin.proc.wait(timeout=30) == 1
+    errors = [ln for ln in plugin.output().splitlines() if ln.startswith("nvct-device-plugin:")]
+    assert len(errors) == 1 and "driver-root" in errors[0], plugin.output()
+    waiting = PluginProcess(tmp_path, sim_driver, kubelet.plugin_dir, "--no-fail-on-init-error")
+    waiting.start()
+    time.sleep(2)
+    assert waiting.proc is not None and waiting.proc.poll() is None
+    assert GPU not in kubelet.plugins  # advertises nothing meanwhile
+    assert waiting.stop() == 0
+
+
+# --- the answers applied to real containers, as containerd's CRI plugin applies them ---------
+
+
+def apply(response: Any, env: list[str]) -> dict[str, Any]:
+    """What the CRI plugin puts in the OCI spec: envs, mounts, annotations."""
+    mounts = [
+        {
+            "destination": m.container_path,
+            "source": m.host_path,
+            "type": "bind",
+            "options": ["rbind", "ro" if m.read_only else "rw"],
+        }
+        for m in response.mounts
+    ]
+    return {
+        "env": [*env, *(f"{k}={v}" for k, v in response.envs.items())],
+        "extra": {
+            "mounts": [*runc_spec()["mounts"], *mounts],
+            "annotations": dict(response.annotations),
+        },
+    }
+
+
+@pytest.mark.runc
+@pytest.mark.parametrize("strategy", ["envvar", "volume-mounts", "cdi-annotations"])
+def test_a_container_gets_exactly_the_allocated_gpu(
+    kubelet,
+    plugin_factory,
+    sim_driver,
+    runc_bundle_factory: BundleFactory,
+    container_id: str,
+    tmp_path: Path,
+    strategy: str,
+) -> None:
+    plugin = plugin_factory("--device-list-strategy", strategy)
+    assert kubelet.wait(lambda: GPU in kubelet.plugins)
+    uuid = uuids(sim_driver)[3]
+    response = kubelet.allocate(GPU, [uuid])
+    applied = apply(response, ["NVIDIA_VISIBLE_DEVICES=all"] if strategy != "envvar" else [])
+    script = "nvidia-smi -L; echo ===; ls /dev"
+    bundle = runc_bundle_factory(["/bin/sh", "-c", script], applied["env"], extra=applied["extra"])
+    runtime_config = write_nvct_config(
+        tmp_path / "runtime" / "config.toml",
+        sim_driver,
+        **{
+            # the envvar strategy's variable is indistinguishable from an image's
+            "request.only-allocated-gpus": "false" if strategy == "envvar" else "true",
+            "cdi.spec-dirs": f'["{plugin.work / "cdi"}"]',
+        },
+    )
+    result = run_runc(
+        bundle,
+        container_id,
+        runtime=NVCT_BIN / "nvct-runtime",
+        env={**os.environ, "NVCT_CONFIG": str(runtime_config)},
+    )
+    assert result.returncode == 0, result.stderr
+    smi, devs = result.stdout.split("===")
+    assert [ln.split("UUID: ")[1].rstrip(")") for ln in smi.splitlines() if "UUID:" in ln] == [uuid]
+    assert sorted(d for d in devs.split() if d.startswith("nvidia") and d[6:].isdigit()) == [
+        "nvidia3"
+    ]

@@ -1,0 +1,308 @@
+"""``nvct-device-plugin``: GPUs as Kubernetes extended resources (kubelet device plugin API).
+
+Settings come from the ``[device-plugin]`` table of nvct's config.toml; flags override them.
+Logs are JSON lines on stdout (the pod's log); errors also go to stderr as one line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+import grpc
+import structlog
+
+from nvct.base.atomic import write_atomic
+from nvct.base.errors import NvctError
+from nvct.config import Config, load_config
+from nvct.deviceplugin.allocate import STRATEGIES
+from nvct.deviceplugin.devices import ID_STRATEGIES, MIG_STRATEGIES, PluginDevice, resources
+from nvct.deviceplugin.health import Health
+from nvct.deviceplugin.server import KUBELET_SOCKET, Endpoint, ResourceService
+
+CDI_SPEC_NAME = "nvct-device-plugin.json"
+WATCH_S = 0.05
+RETRY_MAX_S = 5.0
+INIT_RETRY_S = 5.0
+
+log = structlog.get_logger("nvct-device-plugin")
+
+
+def _logging() -> None:
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
+            structlog.processors.JSONRenderer(),
+        ],
+        logger_factory=structlog.WriteLoggerFactory(file=sys.stdout),
+    )
+
+
+def _error(message: str) -> None:
+    log.error("error", error=message)
+    print(f"nvct-device-plugin: error: {message}", file=sys.stderr, flush=True)
+
+
+class Plugin:
+    """Every resource's endpoint, their registration and the devices' health."""
+
+    def __init__(self, config: Config, stop: threading.Event) -> None:
+        self.config = config
+        self.stop = stop
+        self.plugin_dir = Path(config.dp_plugin_dir)
+        self.endpoints: list[Endpoint] = []
+        self.watch: Any = None
+
+    def start(self) -> bool:
+        """Discover, write the CDI spec, build the services; False when NVML failed."""
+        from nvct.deviceplugin.nvml_watch import NvmlWatch
+        from nvct.host.arch import host_arch
+        from nvct.host.discover.libraries import nvml_library
+        from nvct.host.load import load_inventory
+
+        config = self.config
+        try:
+            inventory = load_inventory(config, use_cache=False)
+            library = nvml_library(Path(config.driver_root), host_arch())
+            if library is None:
+                raise NvctError(
+                    f"no libnvidia-ml.so.1 in {config.driver_root}'s ld.so.cache",
+                    hint="set driver-root to where the NVIDIA driver is installed",
+                )
+            self.watch = NvmlWatch(library)
+        except NvctError as err:
+            _error(f"{err.one_line()} (driver-root {config.driver_root})")
+            return False
+        found = resources(
+            inventory,
+            mig_strategy=config.dp_mig_strategy,
+            id_strategy=config.dp_device_id_strategy,
+            sysfs_root=Path(config.dp_sysfs_root),
+        )
+        devices = [d for r in found for d in r.devices]
+        self.health = Health(
+            [d.id for d in devices],
+            quiet=config.dp_quiet_period,
+            ignored_xids=config.dp_ignored_xids,
+        )
+        names = self._cdi_spec(inventory)
+        links = self._links(devices)
+        for resource in found:
+            service = ResourceService(
+                resource,
+                self.health.state,
+                strategies=config.dp_device_list_strategy,
+                id_strategy=config.dp_device_id_strategy,
+                cdi_names=names,
+                links=links,
+            )
+            self.endpoints.append(Endpoint(service, self.plugin_dir))
+        self.watch.watch(devices)
+        log.info(
+            "devices",
+            resources={r.name: [d.id for d in r.devices] for r in found},
+            strategies=list(config.dp_device_list_strategy),
+        )
+        if not found:
+            log.warning("no_devices", detail="no GPU to advertise; waiting")
+        return True
+
+    def _cdi_spec(self, inventory: Any) -> frozenset[str]:
+        """Write the CDI spec the answers name (before registering); its device names."""
+        if not {"cdi-cri", "cdi-annotations"} & set(self.config.dp_device_list_strategy):
+            return frozenset()
+        from nvct.cdi.spec import build_spec, device_names, to_json
+        from nvct.host.arch import host_arch
+
+        spec = build_spec(inventory, self.config, host_arch(), strategy="both")
+        path = Path(self.config.dp_cdi_spec_dir) / CDI_SPEC_NAME
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(str(path), to_json(spec).encode(), 0o644)
+        log.info("cdi_spec_written", file=str(path))
+        return frozenset(device_names(spec))
+
+    def _links(self, devices: list[PluginDevice]) -> Any:
+        """NVLink links between two GPUs, counted once through NVML (0 where none answer)."""
+        nvml = self.watch.nvml
+        counts: dict[tuple[int, int], int] = {}
+        gpus = {d.gpu: d for d in devices}
+        for d in gpus.values():
+            try:
+                handle = nvml.nvmlDeviceGetHandleByUUID(d.uuid)
+            except nvml.NVMLError:
+                continue
+            for link in range(18):
+                try:
+                    if not nvml.nvmlDeviceGetNvLinkState(handle, link):
+                        continue
+                    remote = nvml.nvmlDeviceGetNvLinkRemotePciInfo_v2(handle, link)
+                except (nvml.NVMLError, AttributeError):
+                    break
+                bus = remote.busId.decode() if isinstance(remote.busId, bytes) else remote.busId
+                for other in gpus.values():
+                    if other.bus_id.lower() == bus.lower():
+                        key = (min(d.gpu, other.gpu), max(d.gpu, other.gpu))
+                        counts[key] = counts.get(key, 0) + 1
+        # Each link is seen from both of its GPUs.
+        return lambda a, b: (counts.get((min(a.gpu, b.gpu), max(a.gpu, b.gpu)), 0) + 1) // 2
+
+    def check_health(self) -> None:
+        """Feed NVML's answers and events to the health state machine until stopped."""
+        while not self.stop.is_set():
+            transitions = self.watch.step(self.health)
+            transitions += self.health.tick(time.monotonic())
+            for t in transitions:
+                log.warning("health", device=t.device, health=t.health, reason=t.reason)
+            if transitions:
+                for endpoint in self.endpoints:
+                    endpoint.service.notify()
+
+    def serve(self) -> None:
+        """Serve and register every endpoint; again whenever the kubelet restarts."""
+        kubelet = self.plugin_dir / KUBELET_SOCKET
+        registered: int | None = None  # kubelet.sock's inode when registered
+        pause = 0.1
+        waiting_logged = False
+        while not self.stop.is_set():
+            inode = _inode(kubelet)
+            fresh = registered is None or inode != registered
+            if not fresh and not any(e.gone() for e in self.endpoints):
+                self.stop.wait(WATCH_S)
+                continue
+            if inode is None:
+                if not waiting_logged:
+                    log.info("waiting_for_kubelet", socket=str(kubelet))
+                    waiting_logged = True
+                self.stop.wait(WATCH_S)
+                continue
+            try:
+                for endpoint in self.endpoints:
+                    endpoint.stop(grace=0)
+                    endpoint.serve()
+                    endpoint.register()
+            except grpc.RpcError as err:
+                detail = err.details() if hasattr(err, "details") else str(err)
+                log.warning("register_failed", error=detail, retry_in_s=pause)
+                registered = None
+                self.stop.wait(pause)
+                pause = min(pause * 2, RETRY_MAX_S)
+                continue
+            registered, pause, waiting_logged = inode, 0.1, False
+            log.info(
+                "registered",
+                resources=[e.service.resource.name for e in self.endpoints],
+                kubelet=str(kubelet),
+            )
+
+    def close(self) -> None:
+        """Stop serving, remove the sockets, release NVML."""
+        for endpoint in self.endpoints:
+            endpoint.stop(grace=0.5)
+        if self.watch is not None:
+            self.watch.close()
+
+
+def _inode(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except FileNotFoundError:
+        return None
+
+
+def run(config: Config) -> int:
+    """The plugin until SIGTERM/SIGINT; exit 0 then, 1 when NVML fails with fail-on-init."""
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    plugin = Plugin(config, stop)
+    while not plugin.start():
+        if config.dp_fail_on_init_error:
+            return 1
+        log.info("init_retry", retry_in_s=INIT_RETRY_S)
+        if stop.wait(INIT_RETRY_S):
+            return 0
+        plugin = Plugin(config, stop)
+    health = threading.Thread(target=plugin.check_health, name="health", daemon=True)
+    health.start()
+    try:
+        plugin.serve()
+    finally:
+        plugin.close()
+        log.info("stopped")
+    return 0
+
+
+@click.command("nvct-device-plugin")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), help="nvct config.toml")
+@click.option("--driver-root", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--dev-root", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--proc-root", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--mig-strategy", type=click.Choice(MIG_STRATEGIES))
+@click.option("--device-id-strategy", type=click.Choice(ID_STRATEGIES))
+@click.option(
+    "--device-list-strategy",
+    help=f"Comma list of {', '.join(STRATEGIES)}.",
+)
+@click.option("--plugin-dir", type=click.Path(file_okay=False))
+@click.option("--cdi-spec-dir", type=click.Path(file_okay=False))
+@click.option("--sysfs-root", type=click.Path(file_okay=False))
+@click.option("--fail-on-init-error/--no-fail-on-init-error", default=None)
+@click.option("--quiet-period", type=click.FloatRange(min=0))
+def cli(config_file: str | None, **flags: Any) -> int:
+    """Advertise the node's GPUs to the kubelet and answer its allocations."""
+    _logging()
+    try:
+        config = load_config(config_file)
+    except NvctError as err:
+        _error(err.one_line())
+        return 2
+    overrides: dict[str, Any] = {}
+    for name in ("driver_root", "dev_root", "proc_root"):
+        if flags[name] is not None:
+            overrides[name] = flags[name].absolute()
+    for name in ("mig_strategy", "device_id_strategy", "plugin_dir", "cdi_spec_dir"):
+        if flags[name] is not None:
+            overrides[f"dp_{name}"] = flags[name]
+    for name in ("sysfs_root", "fail_on_init_error", "quiet_period"):
+        if flags[name] is not None:
+            overrides[f"dp_{name}"] = flags[name]
+    if flags["device_list_strategy"]:
+        chosen = tuple(s.strip() for s in flags["device_list_strategy"].split(",") if s.strip())
+        bad = [s for s in chosen if s not in STRATEGIES]
+        if bad or not chosen:
+            _error(
+                f"--device-list-strategy {flags['device_list_strategy']!r}: "
+                f"use one or more of {', '.join(STRATEGIES)}"
+            )
+            return 2
+        overrides["dp_device_list_strategy"] = chosen
+    config = dataclasses.replace(config, **overrides)
+    log.info("starting", settings=json.loads(json.dumps(_settings(config), default=str)))
+    return run(config)
+
+
+def _settings(config: Config) -> dict[str, Any]:
+    shown = [f.name for f in dataclasses.fields(config) if f.name.startswith(("dp_", "driver"))]
+    return {name: getattr(config, name) for name in shown}
+
+
+def main() -> int:
+    """Console-script entry."""
+    try:
+        return int(cli.main(standalone_mode=False) or 0)
+    except click.ClickException as err:
+        err.show()
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

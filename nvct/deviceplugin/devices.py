@@ -1,0 +1,124 @@
+"""What the plugin advertises: one resource per kind of device, each device with its IDs.
+
+From nvct's inventory (the same discovery the runtime uses): full GPUs as ``nvidia.com/gpu``;
+MIG devices by strategy (``none``: MIG devices are not advertised; ``single``: each MIG device
+as ``nvidia.com/gpu``, when every GPU is in MIG mode with one profile; ``mixed``: one resource
+``nvidia.com/mig-<profile>`` per profile, the other GPUs staying ``nvidia.com/gpu``). A
+device's ID is its UUID (or its index, ``gpu:mig`` for MIG), its NUMA node the GPU's sysfs
+``numa_node``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from nvct.base.errors import NvctError
+from nvct.host.inventory import Gpu, Inventory, MigDevice
+
+VENDOR = "nvidia.com"
+MIG_STRATEGIES = ("none", "single", "mixed")
+ID_STRATEGIES = ("uuid", "index")
+
+
+class DeviceConfigError(NvctError):
+    """The GPUs cannot be advertised as configured."""
+
+
+@dataclass(frozen=True, slots=True)
+class PluginDevice:
+    """One advertised device."""
+
+    id: str  # what kubelet sees (UUID or index)
+    uuid: str  # GPU- or MIG- UUID
+    index: str  # nvidia-smi index, gpu:mig for MIG devices
+    gpu: int  # the physical GPU's index
+    bus_id: str
+    numa_node: int | None
+    minor: int
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """An extended resource and its devices."""
+
+    name: str  # nvidia.com/gpu, nvidia.com/mig-1g.10gb
+    devices: tuple[PluginDevice, ...]
+
+    @property
+    def socket_name(self) -> str:
+        """The plugin's socket file in the device-plugins directory (NVIDIA's names)."""
+        return f"nvidia-{self.name.split('/', 1)[1]}.sock"
+
+
+def numa_node(sysfs_root: Path, bus_id: str) -> int | None:
+    """A PCI device's NUMA node from sysfs (NVML's ``00000000:3B:00.0`` form), or None."""
+    domain, _, rest = bus_id.lower().partition(":")
+    path = sysfs_root / "bus/pci/devices" / f"{domain[-4:]}:{rest}" / "numa_node"
+    try:
+        node = int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return node if node >= 0 else None
+
+
+def resources(
+    inventory: Inventory, *, mig_strategy: str, id_strategy: str, sysfs_root: Path
+) -> tuple[Resource, ...]:
+    """The resources to serve, each with at least one device.
+
+    Raises:
+        DeviceConfigError: ``single`` on GPUs that are not all in MIG mode with one profile.
+    """
+    if mig_strategy not in MIG_STRATEGIES:
+        raise DeviceConfigError(
+            f"MIG strategy {mig_strategy!r}", hint=f"use one of {', '.join(MIG_STRATEGIES)}"
+        )
+    if id_strategy not in ID_STRATEGIES:
+        raise DeviceConfigError(
+            f"device ID strategy {id_strategy!r}", hint=f"use one of {', '.join(ID_STRATEGIES)}"
+        )
+    by_name: dict[str, list[PluginDevice]] = {}
+    migs = [(g, m) for g in inventory.gpus if g.mig_enabled for m in g.migs]
+    if mig_strategy == "single" and migs:
+        profiles = {m.profile for _, m in migs}
+        if len(profiles) != 1 or not all(g.mig_enabled for g in inventory.gpus):
+            raise DeviceConfigError(
+                "MIG strategy single needs every GPU in MIG mode with one profile "
+                f"(found {', '.join(sorted(profiles))})",
+                hint="use mig-strategy mixed, or repartition the GPUs alike",
+            )
+    for gpu in inventory.gpus:
+        numa = numa_node(sysfs_root, gpu.pci_bus_id)
+        if gpu.mig_enabled and mig_strategy != "none":
+            for mig in gpu.migs:
+                name = "gpu" if mig_strategy == "single" else f"mig-{mig.profile}"
+                by_name.setdefault(f"{VENDOR}/{name}", []).append(
+                    _mig_device(gpu, mig, numa, id_strategy)
+                )
+        elif not gpu.mig_enabled:
+            uuid, index = gpu.uuid, str(gpu.index)
+            device = PluginDevice(
+                uuid if id_strategy == "uuid" else index,
+                uuid,
+                index,
+                gpu.index,
+                gpu.pci_bus_id,
+                numa,
+                gpu.minor,
+            )
+            by_name.setdefault(f"{VENDOR}/gpu", []).append(device)
+    return tuple(Resource(name, tuple(devices)) for name, devices in sorted(by_name.items()))
+
+
+def _mig_device(gpu: Gpu, mig: MigDevice, numa: int | None, id_strategy: str) -> PluginDevice:
+    index = f"{gpu.index}:{mig.index}"
+    return PluginDevice(
+        mig.uuid if id_strategy == "uuid" else index,
+        mig.uuid,
+        index,
+        gpu.index,
+        gpu.pci_bus_id,
+        numa,
+        gpu.minor,
+    )

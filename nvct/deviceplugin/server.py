@@ -1,0 +1,218 @@
+"""The DevicePlugin gRPC service of one resource, and its registration with the kubelet.
+
+Robust by construction, as the kubelet's behaviour asks: the plugin serves on its socket
+before it registers (the kubelet dials back inside Register); a watcher notices the kubelet
+restarting (kubelet.sock re-created, or the plugin's own socket deleted) and serves and
+registers again; a failed registration is retried with a growing pause, never a crash.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+import structlog
+
+from nvct.deviceplugin.allocate import AllocationError, allocate
+from nvct.deviceplugin.api import v1beta1_pb2 as api
+from nvct.deviceplugin.api import v1beta1_pb2_grpc as rpc
+from nvct.deviceplugin.devices import PluginDevice, Resource
+from nvct.deviceplugin.health import HEALTHY
+from nvct.deviceplugin.preferred import preferred
+
+VERSION = "v1beta1"
+KUBELET_SOCKET = "kubelet.sock"
+REGISTER_TIMEOUT_S = 10.0
+
+log = structlog.get_logger("nvct-device-plugin")
+
+
+class ResourceService(rpc.DevicePluginServicer):  # type: ignore[misc,unused-ignore]
+    """The DevicePlugin service of one resource."""
+
+    def __init__(
+        self,
+        resource: Resource,
+        health: Mapping[str, str],
+        *,
+        strategies: Sequence[str],
+        id_strategy: str,
+        cdi_names: frozenset[str],
+        links: Callable[[PluginDevice, PluginDevice], int],
+    ) -> None:
+        self.resource = resource
+        self.devices = {d.id: d for d in resource.devices}
+        self.health = health
+        self.strategies = tuple(strategies)
+        self.id_strategy = id_strategy
+        self.cdi_names = cdi_names
+        self.links = links
+        self.changed = threading.Condition()
+        self.generation = 0
+        self.stopping = False
+
+    def notify(self) -> None:
+        """The devices' health changed: every ListAndWatch stream sends the list again."""
+        with self.changed:
+            self.generation += 1
+            self.changed.notify_all()
+
+    def stop(self) -> None:
+        """End the ListAndWatch streams."""
+        with self.changed:
+            self.stopping = True
+            self.changed.notify_all()
+
+    def device_list(self) -> api.ListAndWatchResponse:
+        """The full device list, as ListAndWatch sends it each time."""
+        out = []
+        for d in self.resource.devices:
+            topology = (
+                api.TopologyInfo(nodes=[api.NUMANode(ID=d.numa_node)])
+                if d.numa_node is not None
+                else None
+            )
+            out.append(
+                api.Device(ID=d.id, health=self.health.get(d.id, HEALTHY), topology=topology)
+            )
+        return api.ListAndWatchResponse(devices=out)
+
+    def GetDevicePluginOptions(self, request: Any, context: Any) -> Any:
+        return api.DevicePluginOptions(
+            pre_start_required=False, get_preferred_allocation_available=True
+        )
+
+    def ListAndWatch(self, request: Any, context: Any) -> Iterator[Any]:
+        seen = -1
+        while context.is_active():
+            with self.changed:
+                if seen == self.generation and not self.stopping:
+                    self.changed.wait(timeout=1.0)
+                if self.stopping:
+                    return
+                if seen == self.generation:
+                    continue
+                seen = self.generation
+            yield self.device_list()
+
+    def GetPreferredAllocation(self, request: Any, context: Any) -> Any:
+        answers = []
+        for req in request.container_requests:
+            candidates = [
+                self.devices[i]
+                for i in req.available_deviceIDs
+                if i in self.devices and self.health.get(i, HEALTHY) == HEALTHY
+            ]
+            ids = preferred(
+                candidates, list(req.must_include_deviceIDs), req.allocation_size, self.links
+            )
+            answers.append(api.ContainerPreferredAllocationResponse(deviceIDs=ids))
+        return api.PreferredAllocationResponse(container_responses=answers)
+
+    def Allocate(self, request: Any, context: Any) -> Any:
+        responses = []
+        for req in request.container_requests:
+            try:
+                answer = allocate(
+                    list(req.devices_ids),
+                    self.devices,
+                    self.health,
+                    resource=self.resource.name,
+                    strategies=self.strategies,
+                    id_strategy=self.id_strategy,
+                    cdi_names=self.cdi_names,
+                )
+            except AllocationError as err:
+                log.error("allocate_refused", resource=self.resource.name, error=str(err))
+                code = (
+                    grpc.StatusCode.FAILED_PRECONDITION
+                    if err.unhealthy
+                    else grpc.StatusCode.INVALID_ARGUMENT
+                )
+                context.abort(code, f"nvct-device-plugin: {err.one_line()}")
+            log.info(
+                "allocated",
+                resource=self.resource.name,
+                devices=list(req.devices_ids),
+                strategies=list(self.strategies),
+            )
+            responses.append(
+                api.ContainerAllocateResponse(
+                    envs=answer.envs,
+                    mounts=[
+                        api.Mount(container_path=c, host_path=h, read_only=True)
+                        for h, c in answer.mounts
+                    ],
+                    annotations=answer.annotations,
+                    cdi_devices=[api.CDIDevice(name=n) for n in answer.cdi_devices],
+                )
+            )
+        return api.AllocateResponse(container_responses=responses)
+
+    def PreStartContainer(self, request: Any, context: Any) -> Any:
+        return api.PreStartContainerResponse()
+
+
+class Endpoint:
+    """One resource's gRPC server on its socket, registered with the kubelet."""
+
+    def __init__(self, service: ResourceService, plugin_dir: Path) -> None:
+        self.service = service
+        self.plugin_dir = plugin_dir
+        self.path = plugin_dir / service.resource.socket_name
+        self.server: Any = None
+        self.inode = 0
+
+    def serve(self) -> None:
+        """Serve on the socket (a stale file of that name is replaced)."""
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+        self.service.stopping = False
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        rpc.add_DevicePluginServicer_to_server(self.service, server)  # type: ignore[no-untyped-call]
+        server.add_insecure_port(f"unix://{self.path}")
+        server.start()
+        self.server = server
+        self.inode = os.stat(self.path).st_ino
+
+    def register(self) -> None:
+        """Register with the kubelet (which dials back before it answers).
+
+        Raises:
+            grpc.RpcError: the kubelet refused or did not answer.
+        """
+        with grpc.insecure_channel(f"unix://{self.plugin_dir / KUBELET_SOCKET}") as channel:
+            rpc.RegistrationStub(channel).Register(  # type: ignore[no-untyped-call]
+                api.RegisterRequest(
+                    version=VERSION,
+                    endpoint=self.path.name,
+                    resource_name=self.service.resource.name,
+                    options=api.DevicePluginOptions(
+                        pre_start_required=False, get_preferred_allocation_available=True
+                    ),
+                ),
+                timeout=REGISTER_TIMEOUT_S,
+            )
+
+    def gone(self) -> bool:
+        """Whether the socket was deleted or replaced (the kubelet restarted)."""
+        try:
+            return os.stat(self.path).st_ino != self.inode
+        except FileNotFoundError:
+            return True
+
+    def stop(self, grace: float = 0.5) -> None:
+        """Stop serving and remove the socket (if it is still ours)."""
+        self.service.stop()
+        if self.server is not None:
+            self.server.stop(grace=grace or None).wait()
+            self.server = None
+        if not self.gone():
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
