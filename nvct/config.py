@@ -91,6 +91,7 @@ def _schema() -> dict[str, Any]:
                     },
                     "plugin-dir": abspath,
                     "cdi-spec-dir": abspath,
+                    "host-driver-root": {"type": "string", "pattern": "^(/.*)?$"},
                     "sysfs-root": abspath,
                     "fail-on-init-error": boolean,
                     "quiet-period": {"type": "number", "minimum": 0},
@@ -142,6 +143,7 @@ class Config:
     dp_device_list_strategy: tuple[str, ...] = ("cdi-cri",)
     dp_plugin_dir: str = "/var/lib/kubelet/device-plugins"
     dp_cdi_spec_dir: str = "/var/run/cdi"
+    dp_host_driver_root: str = ""
     dp_sysfs_root: str = "/sys"
     dp_fail_on_init_error: bool = True
     dp_quiet_period: float = 30.0
@@ -177,6 +179,7 @@ _KEYMAP: dict[tuple[str, ...], str] = {
     ("device-plugin", "device-list-strategy"): "dp_device_list_strategy",
     ("device-plugin", "plugin-dir"): "dp_plugin_dir",
     ("device-plugin", "cdi-spec-dir"): "dp_cdi_spec_dir",
+    ("device-plugin", "host-driver-root"): "dp_host_driver_root",
     ("device-plugin", "sysfs-root"): "dp_sysfs_root",
     ("device-plugin", "fail-on-init-error"): "dp_fail_on_init_error",
     ("device-plugin", "quiet-period"): "dp_quiet_period",

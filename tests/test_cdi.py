@@ -102,7 +102,8 @@ def test_common_edits_come_from_the_plan(recorded_h100x4, tmp_path) -> None:
     (hook,) = edits["hooks"]
     assert hook["hookName"] == "createContainer"
     assert hook["path"] == sys.executable
-    assert hook["args"][:4] == [sys.executable, "-I", "-m", "nvct.cdi.hook"]
+    assert hook["args"][:4] == [sys.executable, "-I", "-S", "-c"]
+    assert "from nvct.cdi.hook import main" in hook["args"][4]
     assert hook["env"] == ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
     links = [hook["args"][i + 1] for i, a in enumerate(hook["args"]) if a == "--symlink"]
     assert "libcuda.so.550.54.15::/usr/lib/x86_64-linux-gnu/libcuda.so.1" in links
@@ -144,7 +145,7 @@ def test_generate_writes_atomically_and_list_reads_it(recorded_h100x4, tmp_path,
     out = specs / "nvct.yaml"
     roots = cli_roots(recorded_h100x4, tmp_path)
     assert main([*roots, "cdi", "generate", "--output", str(out)]) == 0
-    assert "written (5 devices, driver 550.54.15)" in capsys.readouterr().out
+    assert "written (9 devices, driver 550.54.15)" in capsys.readouterr().out
     assert yaml.safe_load(out.read_text())["kind"] == "nvidia.com/gpu"  # format from suffix
     assert oct(out.stat().st_mode & 0o777) == "0o644"
     assert main([*roots, "cdi", "generate", "--output", str(out)]) == 0
@@ -154,7 +155,10 @@ def test_generate_writes_atomically_and_list_reads_it(recorded_h100x4, tmp_path,
     (specs / "broken.json").write_text("{")
     assert main(["cdi", "list", "--spec-dir", str(specs)]) == 0
     listed, err = capsys.readouterr()
-    names = [f"nvidia.com/gpu={n}" for n in ("0", "1", "2", "3", "all")]
+    gpus = recorded_h100x4.spec.gpus
+    # by index and by UUID, as NVIDIA's default spec names them
+    names = [f"nvidia.com/gpu={n}" for g in gpus for n in (str(gpus.index(g)), g.uuid)]
+    names.append("nvidia.com/gpu=all")
     assert listed.splitlines() == names * 2  # b.json, then nvct.yaml
     assert "broken.json is not valid JSON" in err
     assert list_devices([tmp_path / "missing"]).devices == ()

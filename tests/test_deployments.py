@@ -46,7 +46,8 @@ def test_kustomization_lists_every_manifest() -> None:
 
 def test_workloads_run_nvcts_image_with_no_token_and_only_what_they_need() -> None:
     workloads = [doc for _, doc in documents() if doc["kind"] == "DaemonSet"]
-    assert {w["metadata"]["name"] for w in workloads} >= {"nvct-installer", "nvct-labeller"}
+    names = {w["metadata"]["name"] for w in workloads}
+    assert names >= {"nvct-installer", "nvct-labeller", "nvct-device-plugin"}
     accounts = {d["metadata"]["name"] for _, d in documents() if d["kind"] == "ServiceAccount"}
     roles = [d for _, d in documents() if d["kind"] in ("Role", "ClusterRole")]
     assert roles == []  # none of them uses the Kubernetes API
@@ -55,6 +56,26 @@ def test_workloads_run_nvcts_image_with_no_token_and_only_what_they_need() -> No
         assert pod["serviceAccountName"] in accounts
         assert pod["automountServiceAccountToken"] is False
         assert {c["image"] for c in pod["containers"]} == {"nvct:0.1.0"}
+
+
+def test_the_device_plugins_config_and_command_are_valid(tmp_path: Path) -> None:
+    """Its ConfigMap's config.toml passes nvct's own validation, and its flags parse."""
+    from nvct.config import parse_config
+    from nvct.deviceplugin.__main__ import cli
+
+    (config_map,) = [d for _, d in documents() if d["kind"] == "ConfigMap"
+                     and d["metadata"]["name"] == "nvct-device-plugin"]  # fmt: skip
+    config = parse_config(config_map["data"]["config.toml"].encode(), source="configmap")
+    assert config.dp_device_list_strategy == ("cdi-cri", "cdi-annotations")
+    (plugin,) = [d for _, d in documents() if d["kind"] == "DaemonSet"
+                 and d["metadata"]["name"] == "nvct-device-plugin"]  # fmt: skip
+    command = plugin["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[0] == "nvct-device-plugin"
+    cli.make_context("nvct-device-plugin", command[1:])
+    mounts = {
+        v["mountPath"] for v in plugin["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+    }
+    assert {"/var/lib/kubelet/device-plugins", "/var/run/cdi"} <= mounts
 
 
 def test_the_labeller_command_is_one_nvct_cli_accepts() -> None:

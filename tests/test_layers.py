@@ -91,9 +91,7 @@ def test_no_frontend_imports_another() -> None:
     wrong = [
         f"{where}: {source} imports {target}"
         for where, source, target in _edges()
-        if source in FRONTENDS
-        and target in FRONTENDS
-        and target not in SERVES.get(source, set())
+        if source in FRONTENDS and target in FRONTENDS and target not in SERVES.get(source, set())
     ]
     assert wrong == []
 

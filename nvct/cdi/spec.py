@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from nvct.base._site import module_argv
 from nvct.config import CAPABILITIES, Config
 from nvct.host.arch import Arch
 from nvct.host.inventory import DeviceNode, Inventory
@@ -109,7 +110,9 @@ def hook_entry(plan: Plan, ldconfig: str, python: str = sys.executable) -> dict[
     """The createContainer hook for the plan's symlinks and ldconfig run (None: nothing to do)."""
     if not plan.symlinks and not plan.ldconfig_dirs:
         return None
-    args = [python, "-I", "-m", HOOK_MODULE, "--ldconfig", ldconfig]
+    # The interpreter told where nvct lives (-I -S: nothing from the environment), so the hook
+    # runs wherever this nvct is installed: the packages' private tree, a venv, pip.
+    args = [python, *module_argv(HOOK_MODULE)[1:], "--ldconfig", ldconfig]
     for link in plan.symlinks:
         args += ["--symlink", f"{link.target}::{link.path}"]
     for directory in plan.ldconfig_dirs:

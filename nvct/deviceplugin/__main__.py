@@ -124,6 +124,8 @@ class Plugin:
         from nvct.host.arch import host_arch
 
         spec = build_spec(inventory, self.config, host_arch(), strategy="both")
+        if self.config.dp_host_driver_root:
+            spec = _on_host(spec, str(self.config.driver_root), self.config.dp_host_driver_root)
         path = Path(self.config.dp_cdi_spec_dir) / CDI_SPEC_NAME
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(str(path), to_json(spec).encode(), 0o644)
@@ -209,6 +211,18 @@ class Plugin:
             endpoint.stop(grace=0.5)
         if self.watch is not None:
             self.watch.close()
+
+
+def _on_host(value: Any, seen_as: str, host: str) -> Any:
+    """``value`` with paths under ``seen_as`` (the driver root as the plugin sees it) moved
+    under ``host`` (where the engine finds them)."""
+    if isinstance(value, str) and (value == seen_as or value.startswith(seen_as.rstrip("/") + "/")):
+        return os.path.normpath(os.path.join(host, os.path.relpath(value, seen_as)))
+    if isinstance(value, list):
+        return [_on_host(v, seen_as, host) for v in value]
+    if isinstance(value, dict):
+        return {k: _on_host(v, seen_as, host) for k, v in value.items()}
+    return value
 
 
 def _inode(path: Path) -> int | None:
