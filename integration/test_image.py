@@ -4,8 +4,10 @@ uninstalls on a node root mounted at /host."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ def image(dockerd_factory: Any) -> tuple[Dockerd, str]:
     done = subprocess.run(
         ["sh", "packaging/image.sh", str(tar), str(packages.deb)],
         cwd=ROOT,
+        env={**os.environ, "BUILD_PYTHON": sys.executable},
         capture_output=True,
         text=True,
         timeout=1200,
@@ -85,3 +88,50 @@ def test_the_images_installer_installs_and_uninstalls_on_a_node(image, tmp_path:
     assert (host / "etc/containerd/config.toml").read_text() == default
     assert not (host / "usr/bin/nvct-runtime").exists()
     assert not (host / "usr/share/nvct").exists()
+
+
+def test_the_device_plugin_from_the_image_registers_and_its_answer_gives_a_gpu(
+    image, sim_driver: Any, tmp_path: Path, runc_bundle_factory, container_id: str
+) -> None:
+    """docker run of the image's nvct-device-plugin (the device-plugins directory mounted, the
+    simulated driver as its driver root) against the kubelet stand-in; the envvar answer then
+    runs a real container through this checkout's nvct-runtime."""
+    from integration.conftest import NVCT_BIN, write_nvct_config
+    from integration.harness.bundles import run_runc
+    from integration.kubelet.standin import Kubelet
+
+    dockerd, tag = image
+    plugins = tmp_path / "device-plugins"
+    kubelet = Kubelet(plugins).start()
+    root = sim_driver.driver_root
+    name = f"nvct-plugin-{container_id}"
+    try:
+        dockerd.docker(
+            "run", "-d", "--name", name, "--network", "none",
+            "-v", f"{plugins}:{plugins}", "-v", f"{root}:{root}:ro", tag,
+            "nvct-device-plugin", "--driver-root", str(root),
+            "--dev-root", str(sim_driver.dev_root), "--proc-root", str(sim_driver.proc_root),
+            "--plugin-dir", str(plugins),
+            "--device-list-strategy", "envvar",
+            timeout=120,
+        )  # fmt: skip
+        registered = kubelet.wait(lambda: "nvidia.com/gpu" in kubelet.plugins, timeout=60)
+        logs = dockerd.docker("logs", name, check=False).stdout
+        assert registered, logs
+        uuid = sim_driver.spec.gpus[2].uuid
+        assert kubelet.devices("nvidia.com/gpu")[uuid] == "Healthy"
+        answer = kubelet.allocate("nvidia.com/gpu", [uuid])
+        env = [f"{k}={v}" for k, v in answer.envs.items()]
+        bundle = runc_bundle_factory(["/bin/sh", "-c", "nvidia-smi -L"], env)
+        config = write_nvct_config(tmp_path / "rt" / "config.toml", sim_driver)
+        result = run_runc(
+            bundle,
+            container_id,
+            runtime=NVCT_BIN / "nvct-runtime",
+            env={**os.environ, "NVCT_CONFIG": str(config)},
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.count("UUID: GPU-") == 1 and uuid in result.stdout
+    finally:
+        dockerd.docker("rm", "-f", name, check=False)
+        kubelet.stop()

@@ -1,0 +1,101 @@
+"""nvct-device-plugin's latencies, seen from the kubelet stand-in over gRPC on Unix sockets.
+
+``python -m bench.deviceplugin [--rounds N] [--output FILE]`` (root: the simulated driver's
+device nodes): the real plugin process on the 8-GPU simulated driver (h100x8-550), then
+GetPreferredAllocation (2 and 4 of 8 GPUs) and Allocate (1 GPU, cdi-cri and envvar answers)
+p50/p99, the time from a kubelet restart (kubelet.sock re-created) to the plugin's new
+registration, and the plugin's resident memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.bench import config_for
+from integration.kubelet.standin import Kubelet
+from integration.simdriver import cached_driver, preset
+
+GPU = "nvidia.com/gpu"
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    q = statistics.quantiles(ordered, n=100)
+    return {"p50_ms": round(q[49], 3), "p99_ms": round(q[98], 3), "n": len(ordered)}
+
+
+def timed_ms(call: object) -> float:
+    start = time.perf_counter()
+    call()  # type: ignore[operator]
+    return (time.perf_counter() - start) * 1000
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.deviceplugin")
+    parser.add_argument("--rounds", type=int, default=500)
+    parser.add_argument("--restarts", type=int, default=20)
+    parser.add_argument("--output", type=Path, default=Path("bench/results-deviceplugin.json"))
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        print("bench: needs root (the simulated driver's device nodes)", file=sys.stderr)
+        return 1
+    work = Path(tempfile.mkdtemp(prefix="nvct-bench-dp-"))
+    sim = cached_driver(preset("h100x8-550"), Path("/tmp/nvct-test-simdrivers"))
+    config = config_for(sim, work / "nvct")
+    kubelet = Kubelet(work / "device-plugins").start()
+    argv = [sys.executable, "-m", "nvct.deviceplugin", "--config", str(config)]
+    argv += ["--plugin-dir", str(kubelet.plugin_dir), "--cdi-spec-dir", str(work / "cdi")]
+    argv += ["--device-list-strategy", "cdi-cri,envvar"]
+    plugin = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        if not kubelet.wait(lambda: GPU in kubelet.plugins and kubelet.plugins[GPU].updates, 60):
+            print("bench: the plugin did not register", file=sys.stderr)
+            return 1
+        ids = sorted(kubelet.devices(GPU))
+        results: dict[str, object] = {"gpus": len(ids)}
+        for size in (2, 4):
+            samples = [
+                timed_ms(lambda s=size: kubelet.preferred(GPU, ids, [], s))
+                for _ in range(args.rounds)
+            ]
+            results[f"GetPreferredAllocation {size} of {len(ids)}"] = percentiles(samples)
+        samples = [timed_ms(lambda: kubelet.allocate(GPU, ids[:1])) for _ in range(args.rounds)]
+        results["Allocate 1 GPU (cdi-cri + envvar)"] = percentiles(samples)
+        took = []
+        for _ in range(args.restarts):
+            restarted = kubelet.restart()
+            kubelet.wait(lambda: GPU in kubelet.plugins, timeout=10)
+            took.append((kubelet.plugins[GPU].at - restarted) * 1000)
+        results["kubelet restart -> registered"] = {
+            "median_ms": round(statistics.median(took), 1),
+            "max_ms": round(max(took), 1),
+            "n": len(took),
+        }
+        results["plugin RSS (MiB)"] = rss_mib(plugin.pid)
+    finally:
+        plugin.send_signal(signal.SIGTERM)
+        plugin.wait(timeout=15)
+        kubelet.stop()
+    print(json.dumps(results, indent=2))
+    args.output.write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
