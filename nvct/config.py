@@ -25,6 +25,7 @@ from nvct.base.defaults import DEFAULT_CACHE_DIR, ENV_VAR, config_path
 CAPABILITIES = ("utility", "compute", "video", "graphics", "display", "ngx", "compat32")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LIBRARY_MOUNTS = ("directory", "files")
+CUDA_COMPAT = ("ldconfig", "off")
 
 
 def _schema() -> dict[str, Any]:
@@ -74,6 +75,7 @@ def _schema() -> dict[str, Any]:
                     "mps": boolean,
                     "gsp-firmware": boolean,
                     "proc-driver": boolean,
+                    "cuda-compat": {"enum": list(CUDA_COMPAT)},
                     "library-mounts": {"enum": list(LIBRARY_MOUNTS)},
                 }
             ),
@@ -111,6 +113,7 @@ class Config:
     inject_mps: bool = True
     inject_gsp_firmware: bool = True
     inject_proc_driver: bool = True
+    cuda_compat: str = "ldconfig"
     library_mounts: str = "directory"
     log_file: str = "/var/log/nvct.log"
     log_level: str = "info"
@@ -135,6 +138,7 @@ _KEYMAP: dict[tuple[str, ...], str] = {
     ("inject", "mps"): "inject_mps",
     ("inject", "gsp-firmware"): "inject_gsp_firmware",
     ("inject", "proc-driver"): "inject_proc_driver",
+    ("inject", "cuda-compat"): "cuda_compat",
     ("inject", "library-mounts"): "library_mounts",
     ("log", "file"): "log_file",
     ("log", "level"): "log_level",
