@@ -788,3 +788,21 @@ def test_forward_compat_libcuda_first_only_when_newer(
     done = [e for e in log if e["event"] in ("container_prepared", "container_configured")]
     said = compat[:-1] if compat_first else "off" if mode == "off" else "the host driver's"
     assert done[-1]["cuda_compat"].startswith(said), done
+
+
+@pytest.mark.parametrize("path", ["shim", "hook"])
+def test_graphics_container_sees_its_gpus_drm_nodes_and_the_icd(
+    runc_bundle_factory: BundleFactory,
+    container_id: str,
+    sim_driver: Any,
+    tmp_path: Path,
+    path: str,
+) -> None:
+    config = _feature_config(tmp_path, sim_driver)
+    script = "ls -l /dev/dri; cat /etc/vulkan/icd.d/nvidia_icd.json >/dev/null && echo icd-ok"
+    env = ["NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=graphics"]
+    result = run_through(path, runc_bundle_factory, container_id, config, script, env)
+    out = result.stdout
+    assert re.search(r"^c.* 226, +1 .*card1$", out, re.MULTILINE), out + result.stderr
+    assert re.search(r"^c.* 226, +129 .*renderD129$", out, re.MULTILINE), out
+    assert "icd-ok" in out

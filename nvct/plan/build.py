@@ -206,6 +206,9 @@ def _devices(
         add(inventory.control_node("nvidia-modeset"), "capability display", "/dev/nvidia-modeset")
     for sel in selected:
         add(sel.gpu.node, f"{sel.label} ({sel.token})", f"/dev/nvidia{sel.gpu.minor}")
+        if caps & {"graphics", "display"} and sel.mig is None:
+            for drm in sel.gpu.drm:  # where the host has them (no display engine: none)
+                out.setdefault(drm.path, PlannedDevice(drm, f"capability graphics ({sel.label})"))
         if sel.mig is not None:
             for cap in sel.mig.caps:
                 add(cap, f"{sel.label} access ({sel.mig.uuid})", cap.path)

@@ -8,6 +8,7 @@ from pathlib import Path
 from nvct.base.errors import DiscoveryError
 from nvct.host.arch import Arch, host_arch
 from nvct.host.discover.devices import device_node, discover_control_nodes, mig_cap_node
+from nvct.host.discover.drm import drm_nodes
 from nvct.host.discover.features import (
     discover_cap_minors,
     discover_feature_nodes,
@@ -74,4 +75,5 @@ def _gpu(gpu: NvmlGpu, dev_root: Path, proc_root: Path) -> Gpu:
         migs.append(MigDevice(**asdict(mig), caps=tuple(c for c in caps if c is not None)))
     facts = {k: v for k, v in asdict(gpu).items() if k != "migs"}
     node = device_node(dev_root, f"/dev/nvidia{gpu.minor}")
-    return Gpu(**facts, migs=tuple(migs), node=node)
+    drm = drm_nodes(dev_root, gpu.pci_bus_id)
+    return Gpu(**facts, migs=tuple(migs), node=node, drm=drm)

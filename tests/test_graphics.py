@@ -1,0 +1,55 @@
+"""Graphics and display: the selected GPUs' DRM nodes and the Vulkan files under every name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nvct.host.arch import host_arch
+from nvct.host.discover.files import discover_graphics_configs
+from nvct.host.load import load_inventory
+from nvct.plan.build import build_plan
+from nvct.request.parse import parse_request
+from tests.conftest import DRM_MAJOR, sim_config, with_feature_nodes
+
+pytestmark = pytest.mark.root
+
+
+@pytest.mark.parametrize(
+    ("caps", "drm"),
+    [("graphics", True), ("display", True), ("compute,utility", False)],
+)
+def test_graphics_brings_the_selected_gpus_drm_nodes(h100x4, tmp_path, caps, drm) -> None:
+    dev_root, proc_root = with_feature_nodes(h100x4, tmp_path)
+    config = sim_config(h100x4, tmp_path, dev_root=dev_root, proc_root=proc_root)
+    inventory = load_inventory(config, use_cache=False)
+    env = {"NVIDIA_VISIBLE_DEVICES": "0,1", "NVIDIA_DRIVER_CAPABILITIES": caps}
+    plan = build_plan(parse_request(env, config=config), inventory, config, host_arch())
+    got = {
+        d.node.path: (d.node.major, d.node.minor) for d in plan.devices if "/dri/" in d.node.path
+    }
+    # GPU 0 has no DRM nodes on this host (no display engine): nothing is made up for it.
+    expected = {"/dev/dri/card1": (DRM_MAJOR, 1), "/dev/dri/renderD129": (DRM_MAJOR, 129)}
+    assert got == (expected if drm else {})
+    only_gpu0 = build_plan(
+        parse_request({**env, "NVIDIA_VISIBLE_DEVICES": "0"}, config=config),
+        inventory,
+        config,
+        host_arch(),
+    )
+    assert not any("/dri/" in d.node.path for d in only_gpu0.devices)
+
+
+def test_vulkan_files_found_under_every_name(tmp_path: Path) -> None:
+    files = {
+        "usr/share/vulkan/icd.d/nvidia_icd.json": "Debian/Ubuntu packages",
+        "etc/vulkan/icd.d/nvidia_icd.x86_64.json": "RPM packages",
+        "usr/share/vulkan/implicit_layer.d/nvidia_layers.json": "layers",
+        "usr/share/vulkan/icd.d/other_icd.json": "another vendor's",
+    }
+    for rel in files:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("{}")
+    found = {f.name for f in discover_graphics_configs(tmp_path)}
+    assert found == set(files) - {"usr/share/vulkan/icd.d/other_icd.json"}
