@@ -798,11 +798,24 @@ def test_graphics_container_sees_its_gpus_drm_nodes_and_the_icd(
     tmp_path: Path,
     path: str,
 ) -> None:
+    """/dev/dri nodes by bus id, the Vulkan ICD, and the EGL GBM platform library its JSON
+    file names, in the container's ld.so.cache (read by a static ldconfig -p in the image)."""
     config = _feature_config(tmp_path, sim_driver)
-    script = "ls -l /dev/dri; cat /etc/vulkan/icd.d/nvidia_icd.json >/dev/null && echo icd-ok"
+    script = (
+        "ls -l /dev/dri; cat /etc/vulkan/icd.d/nvidia_icd.json >/dev/null && echo icd-ok;"
+        " grep -o 'libnvidia-egl-gbm.so.1' /usr/share/egl/egl_external_platform.d/*gbm*;"
+        " /sbin/ldconfig -p"
+    )
     env = ["NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=graphics"]
-    result = run_through(path, runc_bundle_factory, container_id, config, script, env)
+
+    def with_ldconfig(rootfs: Path) -> None:
+        shutil.copy2("/sbin/ldconfig", rootfs / "sbin/ldconfig")
+
+    result = run_through(
+        path, runc_bundle_factory, container_id, config, script, env, prepare=with_ldconfig
+    )
     out = result.stdout
     assert re.search(r"^c.* 226, +1 .*card1$", out, re.MULTILINE), out + result.stderr
     assert re.search(r"^c.* 226, +129 .*renderD129$", out, re.MULTILINE), out
     assert "icd-ok" in out
+    assert re.search(r"^\s+libnvidia-egl-gbm\.so\.1 \(libc6[^)]*\) => /\S+", out, re.MULTILINE), out

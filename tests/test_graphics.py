@@ -53,3 +53,29 @@ def test_vulkan_files_found_under_every_name(tmp_path: Path) -> None:
         (tmp_path / rel).write_text("{}")
     found = {f.name for f in discover_graphics_configs(tmp_path)}
     assert found == set(files) - {"usr/share/vulkan/icd.d/other_icd.json"}
+
+
+def test_egl_platform_libraries_the_json_files_name_come_with_them(h100x4, tmp_path) -> None:
+    from tests.conftest import sim_inventory
+
+    config = sim_config(h100x4, tmp_path)
+    inventory = sim_inventory(h100x4, tmp_path)
+
+    def plan_files(caps: str) -> set[str]:
+        env = {"NVIDIA_VISIBLE_DEVICES": "0", "NVIDIA_DRIVER_CAPABILITIES": caps}
+        plan = build_plan(parse_request(env, config=config), inventory, config, host_arch())
+        return {Path(m.source).name for m in plan.mounts} | {
+            Path(s.path).name for s in plan.symlinks
+        }
+
+    graphics = plan_files("graphics")
+    # The JSON files name libnvidia-egl-gbm.so.1 and libnvidia-egl-wayland.so.1; their files
+    # carry their own versions (1.1.1, 1.1.13), not the driver's.
+    assert {"15_nvidia_gbm.json", "10_nvidia_wayland.json"} <= graphics
+    assert {
+        "libnvidia-egl-gbm.so.1.1.1",
+        "libnvidia-egl-gbm.so.1",
+        "libnvidia-egl-wayland.so.1.1.13",
+        "libnvidia-egl-wayland.so.1",
+    } <= graphics
+    assert not any("egl-gbm" in name for name in plan_files("compute,utility"))

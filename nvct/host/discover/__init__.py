@@ -9,6 +9,7 @@ from nvct.base.errors import DiscoveryError
 from nvct.host.arch import Arch, host_arch
 from nvct.host.discover.devices import device_node, discover_control_nodes, mig_cap_node
 from nvct.host.discover.drm import drm_nodes
+from nvct.host.discover.egl import discover_platform_libraries
 from nvct.host.discover.features import (
     discover_cap_minors,
     discover_feature_nodes,
@@ -43,12 +44,18 @@ def discover_inventory(
         )
     report = query_nvml(library)
     libs, warnings = discover_libraries(driver_root, report.driver_version, arch)
+    configs = discover_graphics_configs(driver_root)
+    platform, platform_warnings = discover_platform_libraries(
+        driver_root, configs, arch, {f.host_path for f in libs}
+    )
+    warnings += platform_warnings
     files = (
         libs
+        + platform
         + discover_binaries(driver_root)
         + discover_ipcs(driver_root)
         + discover_firmware(driver_root, report.driver_version)
-        + discover_graphics_configs(driver_root)
+        + configs
     )
     return Inventory(
         driver_version=report.driver_version,
