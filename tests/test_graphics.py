@@ -79,3 +79,34 @@ def test_egl_platform_libraries_the_json_files_name_come_with_them(h100x4, tmp_p
         "libnvidia-egl-wayland.so.1",
     } <= graphics
     assert not any("egl-gbm" in name for name in plan_files("compute,utility"))
+
+
+def test_display_brings_the_xorg_modules(h100x4, tmp_path) -> None:
+    import subprocess
+
+    root = tmp_path / "driver"
+    subprocess.run(["cp", "-a", str(h100x4.driver_root), str(root)], check=True)
+    modules = root / "usr/lib/xorg/modules"
+    (modules / "drivers").mkdir(parents=True)
+    (modules / "extensions").mkdir()
+    (modules / "drivers/nvidia_drv.so").write_bytes(b"\x7fELF")
+    (modules / "extensions/libglxserver_nvidia.so.550.54.15").write_bytes(b"\x7fELF")
+    config = sim_config(h100x4, tmp_path, driver_root=root)
+    inventory = load_inventory(config, use_cache=False)
+
+    def planned(caps: str) -> tuple[set[str], set[tuple[str, str]]]:
+        env = {"NVIDIA_VISIBLE_DEVICES": "0", "NVIDIA_DRIVER_CAPABILITIES": caps}
+        plan = build_plan(parse_request(env, config=config), inventory, config, host_arch())
+        return {m.target for m in plan.mounts}, {(s.path, s.target) for s in plan.symlinks}
+
+    mounts, links = planned("display")
+    assert {
+        "/usr/lib/xorg/modules/drivers/nvidia_drv.so",
+        "/usr/lib/xorg/modules/extensions/libglxserver_nvidia.so.550.54.15",
+    } <= mounts
+    assert (
+        "/usr/lib/xorg/modules/extensions/libglxserver_nvidia.so",
+        "libglxserver_nvidia.so.550.54.15",
+    ) in links
+    mounts, links = planned("graphics")  # the loaders' files, not an X server's
+    assert not any("xorg" in m for m in mounts) and not any("xorg" in p for p, _ in links)

@@ -13,6 +13,7 @@ from nvct.base.ldcache_format import FLAG_ELF_LIBC6
 from nvct.config import Config
 from nvct.host.arch import Arch
 from nvct.host.components import MPS_BINARIES, expand_capabilities
+from nvct.host.discover.xorg import GLX_LINK
 from nvct.host.inventory import DeviceNode, DriverFile, Inventory
 from nvct.plan.features import feature_devices
 from nvct.plan.model import (
@@ -274,16 +275,32 @@ def _driver_files(
             target = _container_path(inventory, f)
             reason = f"GSP firmware of driver {version}"
         elif f.kind == "config":
-            if "graphics" not in caps and "display" not in caps:
-                continue
-            target = _container_path(inventory, f)
-            reason = "capability graphics (loader config)"
+            target, reason = _config(f, caps, inventory, links)
         if target is not None:
             mounts.append(Mount(f.host_path, target, f.kind, options, reason))
 
     _compat_links(caps, lib_dir, version, mounts, links, entries)
     cache = tuple((soname, path, flags) for (soname, flags), path in entries.items())
     return tuple(mounts), tuple(links.values()), tuple(dirs), cache
+
+
+def _config(
+    f: DriverFile, caps: frozenset[str], inventory: Inventory, links: dict[str, Symlink]
+) -> tuple[str | None, str]:
+    """Where a loader config file or Xorg module goes (None: not for these capabilities)."""
+    if "graphics" not in caps and "display" not in caps:
+        return None, ""
+    target = _container_path(inventory, f)
+    if f.capability != "display":
+        return target, "capability graphics (loader config)"
+    if "display" not in caps:  # Xorg modules: for an X server of the container's own
+        return None, ""
+    reason = "capability display (Xorg module)"
+    name = posixpath.basename(target)
+    if name.startswith(GLX_LINK + "."):
+        link = f"{posixpath.dirname(target)}/{GLX_LINK}"
+        links.setdefault(link, Symlink(link, name, reason))
+    return target, reason
 
 
 def _compat_links(

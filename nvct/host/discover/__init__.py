@@ -23,6 +23,7 @@ from nvct.host.discover.files import (
 )
 from nvct.host.discover.libraries import discover_libraries, nvml_library
 from nvct.host.discover.nvml import NvmlGpu, query_nvml
+from nvct.host.discover.xorg import discover_xorg_modules
 from nvct.host.inventory import Gpu, Inventory, MigDevice
 
 
@@ -56,6 +57,7 @@ def discover_inventory(
         + discover_ipcs(driver_root)
         + discover_firmware(driver_root, report.driver_version)
         + configs
+        + discover_xorg_modules(driver_root, report.driver_version)
     )
     return Inventory(
         driver_version=report.driver_version,
