@@ -51,7 +51,11 @@ LIBRARY_PREFIXES: dict[str, tuple[str, ...]] = {
 BINARIES: dict[str, tuple[str, ...]] = {
     "utility": ("nvidia-smi", "nvidia-debugdump", "nvidia-persistenced"),
     "compute": ("nvidia-cuda-mps-control", "nvidia-cuda-mps-server"),
+    # Not a capability: brought by NVIDIA_IMEX_CHANNELS (the IMEX daemon and its control tool).
+    "imex": ("nvidia-imex", "nvidia-imex-ctl"),
 }
+# The IMEX daemon's configuration, relative to the driver root (with NVIDIA_IMEX_CHANNELS).
+IMEX_CONFIGS: tuple[str, ...] = ("etc/nvidia-imex/config.cfg", "etc/nvidia-imex/nodes_config.cfg")
 MPS_BINARIES = frozenset(BINARIES["compute"])
 
 # Graphics configuration files (ICD loaders look for them), relative to the driver root.

@@ -162,7 +162,7 @@ def build_plan(
     )
     devices = _devices(caps, inventory, selected, extra)
     mounts, symlinks, ldconfig_dirs, entries = _driver_files(
-        caps, inventory, config, arch, layout, notes
+        caps, inventory, config, arch, layout, notes, imex=bool(request.features.imex_channels)
     )
     return Plan(
         request=request,
@@ -225,6 +225,8 @@ def _driver_files(
     arch: Arch,
     layout: RootfsLayout,
     notes: list[str],
+    *,
+    imex: bool = False,
 ) -> tuple[
     tuple[Mount, ...], tuple[Symlink, ...], tuple[str, ...], tuple[tuple[str, str, int], ...]
 ]:
@@ -248,7 +250,7 @@ def _driver_files(
             if base not in dirs:
                 dirs.append(base)
         elif f.kind == "bin":
-            if f.capability not in caps:
+            if f.capability not in caps and not (f.capability == "imex" and imex):
                 continue
             if f.name in MPS_BINARIES and not config.inject_mps:
                 notes.append(f"{f.name} not mounted: inject.mps is false")
@@ -274,6 +276,13 @@ def _driver_files(
                 continue
             target = _container_path(inventory, f)
             reason = f"GSP firmware of driver {version}"
+        elif f.kind == "config" and f.capability == "imex":
+            if not imex:
+                continue
+            target, reason = (
+                _container_path(inventory, f),
+                "IMEX daemon config (NVIDIA_IMEX_CHANNELS)",
+            )
         elif f.kind == "config":
             target, reason = _config(f, caps, inventory, links)
         if target is not None:
