@@ -462,10 +462,11 @@ def test_busybox_image_gets_a_fresh_ld_cache_from_the_hook_alone(
     assert [e["ld_cache"] for e in log if e["event"] == "container_configured"] == ["fresh"]
 
 
-def unified_runc(tmp_path: Path) -> Path:
-    """runc in a mount namespace where /sys/fs/cgroup is this hybrid host's cgroup2 hierarchy:
-    runc then sees a unified (cgroup v2 only) host, puts the container in a v2 cgroup and
-    attaches its deny-by-default device program there, as on current distributions."""
+def unified_runc(tmp_path: Path, runtime: str = "runc") -> Path:
+    """runc (or crun) in a mount namespace where /sys/fs/cgroup is this hybrid host's cgroup2
+    hierarchy: the runtime then sees a unified (cgroup v2 only) host, puts the container in a
+    v2 cgroup and attaches its deny-by-default device program there, as on current
+    distributions."""
     unified = Path("/sys/fs/cgroup/unified")
     if not (unified / "cgroup.procs").exists():
         pytest.skip("needs this VM's hybrid cgroup2 mount at /sys/fs/cgroup/unified")
@@ -479,12 +480,14 @@ def unified_runc(tmp_path: Path) -> Path:
     return wrapper
 
 
+@pytest.mark.parametrize("runtime", ["runc", "crun"])
 def test_hook_alone_on_cgroup_v2_grants_only_the_selected_gpu(
     runc_bundle_factory: BundleFactory,
     container_id: str,
     nvct_config: Path,
     sim_driver: Any,
     tmp_path: Path,
+    runtime: str,
 ) -> None:
     """``docker run --gpus device=1`` on plain runc, cgroup v2: /dev/nvidia1 opens (ENXIO from
     the simulated major, past the cgroup), /dev/nvidia0 is refused by the device program."""
@@ -504,7 +507,8 @@ def test_hook_alone_on_cgroup_v2_grants_only_the_selected_gpu(
             "mounts": [*runc_spec()["mounts"], sim_dev],
         },
     )
-    result = run_runc(bundle, container_id, runtime=unified_runc(tmp_path))
+    require(need_binary(runtime))
+    result = run_runc(bundle, container_id, runtime=unified_runc(tmp_path, runtime))
     cgroups = dict(ln.split(":", 2)[1:] for ln in result.stdout.splitlines() if ln.count(":") >= 2)
     # In runc's v2 cgroup; the v1 devices controller (the root) allows all: only the BPF
     # programs decide.
