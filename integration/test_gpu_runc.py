@@ -823,3 +823,28 @@ def test_graphics_container_sees_its_gpus_drm_nodes_and_the_icd(
     assert re.search(r"^c.* 226, +129 .*renderD129$", out, re.MULTILINE), out
     assert "icd-ok" in out
     assert re.search(r"^\s+libnvidia-egl-gbm\.so\.1 \(libc6[^)]*\) => /\S+", out, re.MULTILINE), out
+
+
+@pytest.mark.parametrize("library_mounts", ["directory", "files"])
+def test_gbm_backend_link_resolves_in_the_container(
+    runc_bundle_factory: BundleFactory,
+    container_id: str,
+    sim_driver: Any,
+    tmp_path: Path,
+    library_mounts: str,
+) -> None:
+    """Mesa's libgbm finds NVIDIA's backend at <libdir>/gbm/nvidia-drm_gbm.so: a link to the
+    allocator, wherever the driver's libraries are bound (one directory, or file by file)."""
+    config = write_nvct_config(
+        tmp_path / "gbm" / "config.toml",
+        sim_driver,
+        **{"inject.library-mounts": f'"{library_mounts}"'},
+    )
+    from nvct.host.arch import host_arch
+
+    gbm = f"/usr/lib/{host_arch().multiarch64}/gbm/nvidia-drm_gbm.so"
+    script = f"readlink {gbm}; test -f {gbm} && echo resolves"
+    env = ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=graphics,compute"]
+    result = run_through("shim", runc_bundle_factory, container_id, config, script, env)
+    assert "resolves" in result.stdout, result.stdout + result.stderr
+    assert result.stdout.splitlines()[0].endswith("/libnvidia-allocator.so.1")

@@ -338,6 +338,11 @@ def _compat_links(
             linked = [flags for (_, flags), path in entries.items() if path == f"{base}/{target}"]
             for flags in linked:
                 entries.setdefault((name, flags), f"{base}/{name}")
+    # Mesa's libgbm loads <libdir>/gbm/<drm driver>_gbm.so: NVIDIA's backend is the allocator.
+    allocator = "libnvidia-allocator.so.1"
+    if "graphics" in lib_caps and f"{lib_dir}/{allocator}" in links:
+        gbm = f"{lib_dir}/gbm/nvidia-drm_gbm.so"
+        links.setdefault(gbm, Symlink(gbm, f"../{allocator}", "capability graphics (GBM backend)"))
 
 
 def _library(
