@@ -17,6 +17,7 @@ import pytest
 
 from integration.conftest import NVCT_BIN, write_nvct_config
 from integration.harness.bundles import BundleFactory, run_runc
+from integration.harness.skips import need_binary, require
 
 pytestmark = [pytest.mark.runc, pytest.mark.root]
 
@@ -461,10 +462,11 @@ def test_busybox_image_gets_a_fresh_ld_cache_from_the_hook_alone(
     assert [e["ld_cache"] for e in log if e["event"] == "container_configured"] == ["fresh"]
 
 
-def unified_runc(tmp_path: Path) -> Path:
-    """runc in a mount namespace where /sys/fs/cgroup is this hybrid host's cgroup2 hierarchy:
-    runc then sees a unified (cgroup v2 only) host, puts the container in a v2 cgroup and
-    attaches its deny-by-default device program there, as on current distributions."""
+def unified_runc(tmp_path: Path, runtime: str = "runc") -> Path:
+    """runc (or crun) in a mount namespace where /sys/fs/cgroup is this hybrid host's cgroup2
+    hierarchy: the runtime then sees a unified (cgroup v2 only) host, puts the container in a
+    v2 cgroup and attaches its deny-by-default device program there, as on current
+    distributions."""
     unified = Path("/sys/fs/cgroup/unified")
     if not (unified / "cgroup.procs").exists():
         pytest.skip("needs this VM's hybrid cgroup2 mount at /sys/fs/cgroup/unified")
@@ -478,12 +480,14 @@ def unified_runc(tmp_path: Path) -> Path:
     return wrapper
 
 
+@pytest.mark.parametrize("runtime", ["runc", "crun"])
 def test_hook_alone_on_cgroup_v2_grants_only_the_selected_gpu(
     runc_bundle_factory: BundleFactory,
     container_id: str,
     nvct_config: Path,
     sim_driver: Any,
     tmp_path: Path,
+    runtime: str,
 ) -> None:
     """``docker run --gpus device=1`` on plain runc, cgroup v2: /dev/nvidia1 opens (ENXIO from
     the simulated major, past the cgroup), /dev/nvidia0 is refused by the device program."""
@@ -503,7 +507,8 @@ def test_hook_alone_on_cgroup_v2_grants_only_the_selected_gpu(
             "mounts": [*runc_spec()["mounts"], sim_dev],
         },
     )
-    result = run_runc(bundle, container_id, runtime=unified_runc(tmp_path))
+    require(need_binary(runtime))
+    result = run_runc(bundle, container_id, runtime=unified_runc(tmp_path, runtime))
     cgroups = dict(ln.split(":", 2)[1:] for ln in result.stdout.splitlines() if ln.count(":") >= 2)
     # In runc's v2 cgroup; the v1 devices controller (the root) allows all: only the BPF
     # programs decide.
@@ -582,6 +587,27 @@ def test_imported_nvidia_config_drives_the_shim(
     assert smi_uuids(result.stdout) == [uuid], result.stderr
 
 
+def run_through(
+    path: str,
+    factory: BundleFactory,
+    container_id: str,
+    config: Path,
+    script: str,
+    env: list[str],
+    prepare: Any = None,
+) -> subprocess.CompletedProcess[str]:
+    """``sh -c script`` with GPUs through the shim (``path`` "shim") or the --gpus hook alone
+    ("hook"); ``prepare(rootfs)`` changes the image first."""
+    hooks = {} if path == "shim" else {"hooks": {"prestart": [gpus_hook(config)]}}
+    bundle = factory(["/bin/sh", "-c", script], env, extra=hooks)
+    if prepare is not None:
+        prepare(bundle / "rootfs")
+    if path == "shim":
+        runtime = str(NVCT_BIN / "nvct-runtime")
+        return run_runc(bundle, container_id, runtime=runtime, env=shim_env(config))
+    return run_runc(bundle, container_id)
+
+
 PROC_PROBE = (
     "ls /proc/driver/nvidia; ls /proc/driver/nvidia/gpus; ls /proc/driver/nvidia/capabilities;"
     " grep ModifyDeviceFiles /proc/driver/nvidia/params; touch /proc/driver/nvidia/x"
@@ -601,17 +627,7 @@ def test_proc_driver_shows_only_the_containers_gpus(
     hook, the --gpus hook itself)."""
     gpus = [sim_driver.spec.gpus[i] for i in (1, 3)]
     env = [f"NVIDIA_VISIBLE_DEVICES={gpus[0].uuid},{gpus[1].uuid}"]
-    if path == "shim":
-        bundle = runc_bundle_factory(["/bin/sh", "-c", PROC_PROBE], env)
-        result = run_runc(
-            bundle, container_id, runtime=str(NVCT_BIN / "nvct-runtime"), env=shim_env(nvct_config)
-        )
-    else:
-        hook = gpus_hook(nvct_config)
-        bundle = runc_bundle_factory(
-            ["/bin/sh", "-c", PROC_PROBE], env, extra={"hooks": {"prestart": [hook]}}
-        )
-        result = run_runc(bundle, container_id)
+    result = run_through(path, runc_bundle_factory, container_id, nvct_config, PROC_PROBE, env)
     out = result.stdout.split()
     host = Path(sim_driver.proc_root, "driver/nvidia/gpus")
     wanted = {p.name for p in host.iterdir() if any(p.name in g.pci_bus_id.lower() for g in gpus)}
@@ -681,3 +697,154 @@ def test_mig_management_caps_only_for_privileged_containers(
         assert result.returncode != 0
         assert "NVIDIA_MIG_CONFIG_DEVICES is set in an unprivileged container" in result.stderr
         assert container_id not in runc_list()
+
+
+PROBE_C = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <link.h>
+#include <stdio.h>
+int main(void) {
+    void *h = dlopen("libcuda.so.1", RTLD_NOW);
+    struct link_map *map = NULL;
+    if (h == NULL || dlinfo(h, RTLD_DI_LINKMAP, &map) != 0) {
+        printf("dlopen failed: %s\n", dlerror());
+        return 1;
+    }
+    printf("loaded %s\n", map->l_name);
+    return 0;
+}
+"""
+
+
+def _compat_rootfs(rootfs: Path, tmp_path: Path, version: str) -> None:
+    """An image with a forward-compatible libcuda.so.<version> and a dlopen probe."""
+    compat = rootfs / "usr/local/cuda/compat"
+    compat.mkdir(parents=True)
+    (tmp_path / "stub.c").write_text("int cuInit(unsigned int f) { return f; }\n")
+    (tmp_path / "probe.c").write_text(PROBE_C)
+    subprocess.run(
+        [
+            "gcc",
+            "-shared",
+            "-fPIC",
+            "-Wl,-soname,libcuda.so.1",
+            "-o",
+            str(compat / f"libcuda.so.{version}"),
+            str(tmp_path / "stub.c"),
+        ],
+        check=True,
+    )
+    (compat / "libcuda.so.1").symlink_to(f"libcuda.so.{version}")
+    (rootfs / "sbin").mkdir(exist_ok=True)
+    shutil.copy2("/sbin/ldconfig", rootfs / "sbin/ldconfig")  # static: runs in the image
+    subprocess.run(
+        ["gcc", "-o", str(rootfs / "usr/bin/cudaprobe"), str(tmp_path / "probe.c")], check=True
+    )
+
+
+@pytest.mark.parametrize(
+    ("path", "version", "mode", "compat_first"),
+    [
+        ("shim", "999.1.2", "ldconfig", True),
+        ("hook", "999.1.2", "ldconfig", True),
+        ("shim", "999.1.2", "off", False),
+        ("shim", "535.104.05", "ldconfig", False),
+    ],
+)
+def test_forward_compat_libcuda_first_only_when_newer(
+    runc_bundle_factory: BundleFactory,
+    container_id: str,
+    sim_driver: Any,
+    tmp_path: Path,
+    path: str,
+    version: str,
+    mode: str,
+    compat_first: bool,
+) -> None:
+    """The loader (dlopen("libcuda.so.1") in the container) gets the image's compat libcuda
+    when it is newer than the host's 550.54.15 on data-center GPUs, and the host's otherwise;
+    an ldconfig the container runs later keeps that order."""
+    require(need_binary("gcc"))
+    config = write_nvct_config(
+        tmp_path / "compat" / "config.toml", sim_driver, **{"inject.cuda-compat": f'"{mode}"'}
+    )
+    script = "cudaprobe; /sbin/ldconfig 2>/dev/null && cudaprobe; cat /etc/ld.so.conf.d/*"
+    env = ["NVIDIA_VISIBLE_DEVICES=0"]
+    result = run_through(
+        path,
+        runc_bundle_factory,
+        container_id,
+        config,
+        script,
+        env,
+        prepare=lambda rootfs: _compat_rootfs(rootfs, tmp_path, version),
+    )
+    loaded = [ln.split()[1] for ln in result.stdout.splitlines() if ln.startswith("loaded ")]
+    assert loaded, result.stdout + result.stderr
+    compat = "/usr/local/cuda/compat/libcuda.so.1"
+    if compat_first:
+        # Twice: as nvct left the ld.so.cache, and after the container's own ldconfig.
+        assert loaded == [compat, compat], result.stdout
+    else:
+        assert compat not in loaded and all(p.endswith("libcuda.so.1") for p in loaded), loaded
+    log = [json.loads(ln) for ln in (config.parent / "nvct.log").read_text().splitlines()]
+    done = [e for e in log if e["event"] in ("container_prepared", "container_configured")]
+    said = compat[:-1] if compat_first else "off" if mode == "off" else "the host driver's"
+    assert done[-1]["cuda_compat"].startswith(said), done
+
+
+@pytest.mark.parametrize("path", ["shim", "hook"])
+def test_graphics_container_sees_its_gpus_drm_nodes_and_the_icd(
+    runc_bundle_factory: BundleFactory,
+    container_id: str,
+    sim_driver: Any,
+    tmp_path: Path,
+    path: str,
+) -> None:
+    """/dev/dri nodes by bus id, the Vulkan ICD, and the EGL GBM platform library its JSON
+    file names, in the container's ld.so.cache (read by a static ldconfig -p in the image)."""
+    config = _feature_config(tmp_path, sim_driver)
+    script = (
+        "ls -l /dev/dri; cat /etc/vulkan/icd.d/nvidia_icd.json >/dev/null && echo icd-ok;"
+        " grep -o 'libnvidia-egl-gbm.so.1' /usr/share/egl/egl_external_platform.d/*gbm*;"
+        " /sbin/ldconfig -p"
+    )
+    env = ["NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=graphics"]
+
+    def with_ldconfig(rootfs: Path) -> None:
+        shutil.copy2("/sbin/ldconfig", rootfs / "sbin/ldconfig")
+
+    result = run_through(
+        path, runc_bundle_factory, container_id, config, script, env, prepare=with_ldconfig
+    )
+    out = result.stdout
+    assert re.search(r"^c.* 226, +1 .*card1$", out, re.MULTILINE), out + result.stderr
+    assert re.search(r"^c.* 226, +129 .*renderD129$", out, re.MULTILINE), out
+    assert "icd-ok" in out
+    assert re.search(r"^\s+libnvidia-egl-gbm\.so\.1 \(libc6[^)]*\) => /\S+", out, re.MULTILINE), out
+
+
+@pytest.mark.parametrize("library_mounts", ["directory", "files"])
+def test_gbm_backend_link_resolves_in_the_container(
+    runc_bundle_factory: BundleFactory,
+    container_id: str,
+    sim_driver: Any,
+    tmp_path: Path,
+    library_mounts: str,
+) -> None:
+    """Mesa's libgbm finds NVIDIA's backend at <libdir>/gbm/nvidia-drm_gbm.so: a link to the
+    allocator, wherever the driver's libraries are bound (one directory, or file by file)."""
+    config = write_nvct_config(
+        tmp_path / "gbm" / "config.toml",
+        sim_driver,
+        **{"inject.library-mounts": f'"{library_mounts}"'},
+    )
+    from nvct.host.arch import host_arch
+
+    gbm = f"/usr/lib/{host_arch().multiarch64}/gbm/nvidia-drm_gbm.so"
+    script = f"readlink {gbm}; test -f {gbm} && echo resolves"
+    env = ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=graphics,compute"]
+    result = run_through("shim", runc_bundle_factory, container_id, config, script, env)
+    assert "resolves" in result.stdout, result.stdout + result.stderr
+    assert result.stdout.splitlines()[0].endswith("/libnvidia-allocator.so.1")

@@ -25,6 +25,7 @@ from nvct.base.defaults import DEFAULT_CACHE_DIR, ENV_VAR, config_path
 CAPABILITIES = ("utility", "compute", "video", "graphics", "display", "ngx", "compat32")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LIBRARY_MOUNTS = ("directory", "files")
+CUDA_COMPAT = ("ldconfig", "off")
 
 
 def _schema() -> dict[str, Any]:
@@ -75,6 +76,7 @@ def _schema() -> dict[str, Any]:
                     "mps": boolean,
                     "gsp-firmware": boolean,
                     "proc-driver": boolean,
+                    "cuda-compat": {"enum": list(CUDA_COMPAT)},
                     "library-mounts": {"enum": list(LIBRARY_MOUNTS)},
                 }
             ),
@@ -136,6 +138,7 @@ class Config:
     inject_mps: bool = True
     inject_gsp_firmware: bool = True
     inject_proc_driver: bool = True
+    cuda_compat: str = "ldconfig"
     library_mounts: str = "directory"
     cdi_spec_dirs: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi")
     dp_mig_strategy: str = "none"
@@ -172,6 +175,7 @@ _KEYMAP: dict[tuple[str, ...], str] = {
     ("inject", "mps"): "inject_mps",
     ("inject", "gsp-firmware"): "inject_gsp_firmware",
     ("inject", "proc-driver"): "inject_proc_driver",
+    ("inject", "cuda-compat"): "cuda_compat",
     ("inject", "library-mounts"): "library_mounts",
     ("cdi", "spec-dirs"): "cdi_spec_dirs",
     ("device-plugin", "mig-strategy"): "dp_mig_strategy",

@@ -89,11 +89,12 @@ FEATURE_NODES = (
     ("dev/nvidia-caps-imex-channels/channel1", 234, 1),
 )
 IMEX_MAJOR = 234
+DRM_MAJOR = 226
 
 
 def with_feature_nodes(sim, tmp: Path) -> tuple[Path, Path]:
-    """A copy of ``sim``'s dev and proc roots under ``tmp`` that also has ``FEATURE_NODES``
-    and the IMEX channel driver in ``devices``: (dev root, proc root)."""
+    """A copy of ``sim``'s dev and proc roots under ``tmp`` that also has ``FEATURE_NODES``,
+    GPU 1's DRM nodes and the IMEX channel driver in ``devices``: (dev root, proc root)."""
     import subprocess
 
     dev_root, proc_root = tmp / "featdev", tmp / "featproc"
@@ -104,6 +105,14 @@ def with_feature_nodes(sim, tmp: Path) -> tuple[Path, Path]:
         path = dev_root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         os.mknod(path, 0o20666, os.makedev(major, minor))
+    # GPU 1's DRM nodes, named by PCI bus id as udev names them.
+    domain, _, rest = sim.spec.gpus[1].pci_bus_id.partition(":")
+    bus = f"{int(domain, 16):04x}:{rest.lower()}"
+    dri = dev_root / "dev/dri"
+    (dri / "by-path").mkdir(parents=True)
+    for name, minor, kind in (("card1", 1, "card"), ("renderD129", 129, "render")):
+        os.mknod(dri / name, 0o20666, os.makedev(DRM_MAJOR, minor))
+        (dri / "by-path" / f"pci-{bus}-{kind}").symlink_to(f"../{name}")
     devices = proc_root / "devices"
     devices.write_text(
         devices.read_text().replace(

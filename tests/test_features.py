@@ -130,3 +130,74 @@ def test_features_asked_for_and_absent_are_said(h100x4, tmp_path) -> None:
     assert plan.request.ignored == (
         "NVIDIA_GDRCOPY='yes' ignored: only 'enabled' turns gdrcopy on",
     )
+
+
+def test_imex_request_brings_the_imex_daemon_and_its_config(h100x4, tmp_path) -> None:
+    import subprocess
+
+    root = tmp_path / "driver"
+    subprocess.run(["cp", "-a", str(h100x4.driver_root), str(root)], check=True)
+    for rel in ("usr/bin/nvidia-imex", "usr/bin/nvidia-imex-ctl"):
+        (root / rel).write_text("#!/bin/sh\n")
+        (root / rel).chmod(0o755)
+    (root / "etc/nvidia-imex").mkdir(parents=True)
+    (root / "etc/nvidia-imex/config.cfg").write_text("SERVER_PORT=50000\n")
+    dev_root, proc_root = with_feature_nodes(h100x4, tmp_path)
+    config = sim_config(h100x4, tmp_path, driver_root=root, dev_root=dev_root, proc_root=proc_root)
+    inventory = load_inventory(config, use_cache=False)
+
+    def targets(env: dict[str, str]) -> set[str]:
+        request = parse_request({"NVIDIA_VISIBLE_DEVICES": "0", **env}, config=config)
+        return {m.target for m in build_plan(request, inventory, config, host_arch()).mounts}
+
+    imex = {"/usr/bin/nvidia-imex", "/usr/bin/nvidia-imex-ctl", "/etc/nvidia-imex/config.cfg"}
+    assert imex <= targets({"NVIDIA_IMEX_CHANNELS": "0"})
+    assert not imex & targets({})
+
+
+def test_cdi_spec_of_the_imex_channels(h100x4, tmp_path) -> None:
+    import json
+
+    from tests.test_cli import cli
+
+    dev_root, proc_root = with_feature_nodes(h100x4, tmp_path)
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f"cache-dir = '{tmp_path / 'cache'}'\n[log]\nfile = '{tmp_path / 'log'}'\n")
+    roots = ["--config", str(cfg), "--driver-root", str(h100x4.driver_root)]
+    out = cli(
+        *roots,
+        "--dev-root",
+        str(dev_root),
+        "--proc-root",
+        str(proc_root),
+        "cdi",
+        "generate",
+        "--kind",
+        "imex-channel",
+    ).stdout
+    spec = json.loads(out)
+    assert spec["kind"] == "nvidia.com/imex-channel"
+    names = {d["name"]: d["containerEdits"]["deviceNodes"] for d in spec["devices"]}
+    assert set(names) == {"0", "1", "all"}
+    assert names["1"] == [
+        {
+            "path": "/dev/nvidia-caps-imex-channels/channel1",
+            "hostPath": str(dev_root / "dev/nvidia-caps-imex-channels/channel1"),
+            "type": "c",
+            "major": IMEX_MAJOR,
+            "minor": 1,
+        }
+    ]
+    none = cli(
+        *roots,
+        "--dev-root",
+        str(h100x4.dev_root),
+        "--proc-root",
+        str(h100x4.proc_root),
+        "cdi",
+        "generate",
+        "--kind",
+        "imex-channel",
+        check=False,
+    )
+    assert none.returncode == 1 and "no IMEX channel nodes" in none.stderr

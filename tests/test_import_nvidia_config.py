@@ -29,6 +29,9 @@ log-level = "warn"
 mode = "auto"
 runtimes = ["runc", "crun"]
 
+[nvidia-container-runtime.modes.legacy]
+cuda-compat-mode = "disabled"
+
 [features]
 disable-imex-channel-creation = true
 """
@@ -51,6 +54,7 @@ def test_settings_carried_over_with_the_comments_kept(tmp_path: Path) -> None:
     assert config.accept_volume_mounts is True
     assert config.swarm_resources == ("DOCKER_RESOURCE_GPU", "DOCKER_RESOURCE_NVIDIA")
     assert config.log_level == "warning"
+    assert config.cuda_compat == "off"
     text = target.read_text()
     # Every comment of the file is still there, and the old file is kept beside it.
     comments = [ln for ln in SHIPPED.read_text().splitlines() if ln.startswith("#")]

@@ -122,7 +122,8 @@ def _driver_in(image: Path, plan: Any) -> Path:
             shutil.copyfile(m.source, dest)
         elif m.kind == "libdir":
             shutil.copytree(m.source, image / m.target.lstrip("/"), symlinks=True)
-    for link in plan.symlinks:
+    for link in plan.symlinks:  # as create_symlinks does: parents made (gbm/)
+        (image / link.path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
         (image / link.path.lstrip("/")).symlink_to(link.target)
     return image
 
@@ -239,7 +240,8 @@ def _busybox_like(root: Path, plan: Any) -> Path:
             shutil.copytree(m.source, dest, symlinks=True)
         else:
             dest.write_bytes(b"")
-    for link in plan.symlinks:
+    for link in plan.symlinks:  # as create_symlinks does: parents made (gbm/)
+        (root / link.path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
         (root / link.path.lstrip("/")).symlink_to(link.target)
     return root
 

@@ -204,3 +204,14 @@ def test_device_mounts_the_config_refuses_are_reported() -> None:
         "1 volume mount(s) under /var/run/nvidia-container-devices/ ignored: "
         "request.accept-volume-mounts is false",
     )
+
+
+def test_features_without_a_gpu_request_are_reported() -> None:
+    request = parse_request({"NVIDIA_IMEX_CHANNELS": "0", "NVIDIA_GDS": "enabled"}, config=CONFIG)
+    assert request.visible == "void"
+    assert request.ignored == (
+        "NVIDIA_GDS ignored: the container asks for no GPU (NVIDIA_VISIBLE_DEVICES unset or void)",
+        "NVIDIA_IMEX_CHANNELS ignored: the container asks for no GPU "
+        "(NVIDIA_VISIBLE_DEVICES unset or void)",
+    )
+    assert request.decisions == request.ignored

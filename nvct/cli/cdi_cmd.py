@@ -52,18 +52,31 @@ def output_format(output: Path | None, fmt: str | None) -> str:
     show_default=True,
     help="Name devices by index (0, 0:1), by UUID (GPU-..., MIG-...), or both (NVIDIA's default).",
 )
+@click.option(
+    "--kind",
+    type=click.Choice(["gpu", "imex-channel"]),
+    default="gpu",
+    show_default=True,
+    help="nvidia.com/gpu (the GPUs and the driver), or nvidia.com/imex-channel (one device per "
+    "IMEX channel node of the host).",
+)
 @click.pass_obj
 def generate(
-    obj: CliContext, output: Path | None, fmt: str | None, device_name_strategy: str
+    obj: CliContext, output: Path | None, fmt: str | None, device_name_strategy: str, kind: str
 ) -> None:
-    """Generate a CDI spec (kind nvidia.com/gpu) from the host's driver."""
+    """Generate a CDI spec (kind nvidia.com/gpu or nvidia.com/imex-channel) from the host."""
     from nvct.cdi.spec import build_spec
     from nvct.engines.files import FileChange, apply_change, read_config
     from nvct.host.arch import host_arch
     from nvct.host.load import load_inventory
 
     inventory = load_inventory(obj.config, use_cache=obj.use_cache)
-    spec = build_spec(inventory, obj.config, host_arch(), strategy=device_name_strategy)
+    if kind == "imex-channel":
+        from nvct.cdi.imex import build_imex_spec
+
+        spec = build_imex_spec(inventory)
+    else:
+        spec = build_spec(inventory, obj.config, host_arch(), strategy=device_name_strategy)
     text = spec_text(spec, output_format(output, fmt))
     if output is None:
         click.echo(text, nl=False)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import posixpath
 import time
 
+from nvct.container.cuda_compat import COMPAT_DIR, stage_compat
 from nvct.container.ld_cache import image_cache_with
 from nvct.container.ld_conf import write_ld_conf
 from nvct.container.links import create_symlinks
@@ -33,9 +34,18 @@ LD_SO_CACHE = "/etc/ld.so.cache"
 class Staged:
     """What staging did, for the caller's log line, and ldconfig when it still runs."""
 
-    __slots__ = ("ld_cache", "ldconfig", "mounts", "phases_ms", "skipped_symlinks", "symlinks")
+    __slots__ = (
+        "cuda_compat",
+        "ld_cache",
+        "ldconfig",
+        "mounts",
+        "phases_ms",
+        "skipped_symlinks",
+        "symlinks",
+    )
 
     def __init__(self) -> None:
+        self.cuda_compat = "off"  # which libcuda the container loads first, and why
         self.ld_cache = "none"  # none | merged | fresh | reused | ldconfig
         self.ldconfig: Ldconfig | None = None
         self.mounts = 0
@@ -85,7 +95,11 @@ def stage_rootfs(
     start = time.perf_counter()
     # Decided first, on the rootfs as the image left it: a fresh overlay's empty upper layer
     # is what lets ldconfig's earlier result for the image be reused.
-    staged.ld_cache, known = choose_ld_cache(rootfs, order, reused)
+    compat, staged.cuda_compat = stage_compat(rootfs, order)
+    if compat:  # only ldconfig puts the image's compat directory before the driver's
+        staged.ld_cache, known = "ldconfig", None
+    else:
+        staged.ld_cache, known = choose_ld_cache(rootfs, order, reused)
     remake_missing(order)
     if bind_mounts:
         from nvct.container.apply import bind_mount
@@ -109,6 +123,7 @@ def stage_rootfs(
             for source, target, _ in order["mounts"]
             if not bind_mounts and (target in dirs or posixpath.dirname(target) in dirs)
         ]
-        staged.ldconfig = start_ldconfig(rootfs, order["ldconfig"], dirs, binds=binds)
+        first = [COMPAT_DIR] if compat else []
+        staged.ldconfig = start_ldconfig(rootfs, order["ldconfig"], [*first, *dirs], binds=binds)
     staged.lap("ld_cache", start)
     return staged

@@ -140,6 +140,14 @@ def _map(key: str, value: Any) -> list[tuple[str, Any]] | str:
     }
     if key in simple:
         return [(simple[key], value)]
+    if key == "nvidia-container-runtime.modes.legacy.cuda-compat-mode":
+        # ldconfig, and hook (the same ld.so.conf.d entry from a hook), are what nvct does;
+        # mount (compat libraries mounted over the driver's) is done the ldconfig way.
+        modes = {"ldconfig": "ldconfig", "hook": "ldconfig", "mount": "ldconfig", "disabled": "off"}
+        mode = modes.get(str(value))
+        return [("inject.cuda-compat", mode)] if mode else f"unknown mode {value!r}"
+    if key == "features.disable-cuda-compat-lib-hook" and value is True:
+        return [("inject.cuda-compat", "off")]
     if key == "swarm-resource":
         names = [n.strip() for n in str(value).split(",") if n.strip()]
         return [("request.swarm-resource", names)] if names else "empty: no Swarm resource"

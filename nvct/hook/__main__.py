@@ -112,6 +112,7 @@ def _prestart(log: EventLog) -> int:
         symlinks=stats.symlinks,
         symlinks_kept_from_image=stats.skipped_symlinks,
         ld_cache=stats.ld_cache,
+        cuda_compat=stats.cuda_compat,
         phases_ms={
             "plan": round((planned - t0) * 1000, 2),
             "prepare": round((applied_at[0] - planned) * 1000, 2),

@@ -51,7 +51,11 @@ LIBRARY_PREFIXES: dict[str, tuple[str, ...]] = {
 BINARIES: dict[str, tuple[str, ...]] = {
     "utility": ("nvidia-smi", "nvidia-debugdump", "nvidia-persistenced"),
     "compute": ("nvidia-cuda-mps-control", "nvidia-cuda-mps-server"),
+    # Not a capability: brought by NVIDIA_IMEX_CHANNELS (the IMEX daemon and its control tool).
+    "imex": ("nvidia-imex", "nvidia-imex-ctl"),
 }
+# The IMEX daemon's configuration, relative to the driver root (with NVIDIA_IMEX_CHANNELS).
+IMEX_CONFIGS: tuple[str, ...] = ("etc/nvidia-imex/config.cfg", "etc/nvidia-imex/nodes_config.cfg")
 MPS_BINARIES = frozenset(BINARIES["compute"])
 
 # Graphics configuration files (ICD loaders look for them), relative to the driver root.
@@ -63,8 +67,20 @@ GRAPHICS_CONFIGS: tuple[str, ...] = (
     "usr/share/egl/egl_external_platform.d/20_nvidia_xcb.json",
     "usr/share/egl/egl_external_platform.d/20_nvidia_xlib.json",
     "usr/share/nvidia/nvoptix.bin",
-    "etc/vulkan/icd.d/nvidia_icd.json",
-    "etc/vulkan/implicit_layer.d/nvidia_layers.json",
+    # Vulkan: the loader reads /etc/vulkan and /usr/share/vulkan; distributions install the
+    # ICD as nvidia_icd.json (Debian, Ubuntu, the .run installer) or nvidia_icd.<arch>.json
+    # (RPM packages), the layers in implicit_layer.d (and icd.d in some driver versions).
+    *(
+        f"{root}/vulkan/{rel}"
+        for root in ("etc", "usr/share")
+        for rel in (
+            "icd.d/nvidia_icd.json",
+            "icd.d/nvidia_icd.x86_64.json",
+            "icd.d/nvidia_icd.aarch64.json",
+            "icd.d/nvidia_layers.json",
+            "implicit_layer.d/nvidia_layers.json",
+        )
+    ),
     "etc/OpenCL/vendors/nvidia.icd",
 )
 

@@ -33,7 +33,7 @@ def inventory_fingerprint(
     for directory in (os.path.join(dev, "dev"), os.path.join(dev, "dev/nvidia-caps")):
         parts.extend(_nodes(directory))
     # The optional features' nodes outside /dev/nvidia* (nvct.host.discover.features).
-    for directory in ("dev/infiniband", "dev/nvidia-caps-imex-channels"):
+    for directory in ("dev/infiniband", "dev/nvidia-caps-imex-channels", "dev/dri"):
         parts.extend(_nodes(os.path.join(dev, directory), prefix=""))
     parts.append(_stat_id(os.path.join(dev, "dev/gdrdrv")))
     try:

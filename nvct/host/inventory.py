@@ -52,6 +52,7 @@ class Gpu:
     mig_enabled: bool = False
     migs: tuple[MigDevice, ...] = ()
     node: DeviceNode | None = None
+    drm: tuple[DeviceNode, ...] = ()  # /dev/dri card and render nodes (graphics, display)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -106,7 +107,7 @@ class Inventory:
 
         gpus = tuple(
             Gpu(
-                **{k: v for k, v in g.items() if k not in ("migs", "node")},
+                **{k: v for k, v in g.items() if k not in ("migs", "node", "drm")},
                 migs=tuple(
                     MigDevice(
                         **{k: v for k, v in m.items() if k != "caps"},
@@ -115,6 +116,7 @@ class Inventory:
                     for m in g["migs"]
                 ),
                 node=node(g["node"]),
+                drm=tuple(DeviceNode(**d) for d in g.get("drm", ())),
             )
             for g in data["gpus"]
         )

@@ -13,6 +13,7 @@ from nvct.base.ldcache_format import FLAG_ELF_LIBC6
 from nvct.config import Config
 from nvct.host.arch import Arch
 from nvct.host.components import MPS_BINARIES, expand_capabilities
+from nvct.host.discover.xorg import GLX_LINK
 from nvct.host.inventory import DeviceNode, DriverFile, Inventory
 from nvct.plan.features import feature_devices
 from nvct.plan.model import (
@@ -161,7 +162,7 @@ def build_plan(
     )
     devices = _devices(caps, inventory, selected, extra)
     mounts, symlinks, ldconfig_dirs, entries = _driver_files(
-        caps, inventory, config, arch, layout, notes
+        caps, inventory, config, arch, layout, notes, imex=bool(request.features.imex_channels)
     )
     return Plan(
         request=request,
@@ -206,6 +207,9 @@ def _devices(
         add(inventory.control_node("nvidia-modeset"), "capability display", "/dev/nvidia-modeset")
     for sel in selected:
         add(sel.gpu.node, f"{sel.label} ({sel.token})", f"/dev/nvidia{sel.gpu.minor}")
+        if caps & {"graphics", "display"} and sel.mig is None:
+            for drm in sel.gpu.drm:  # where the host has them (no display engine: none)
+                out.setdefault(drm.path, PlannedDevice(drm, f"capability graphics ({sel.label})"))
         if sel.mig is not None:
             for cap in sel.mig.caps:
                 add(cap, f"{sel.label} access ({sel.mig.uuid})", cap.path)
@@ -221,6 +225,8 @@ def _driver_files(
     arch: Arch,
     layout: RootfsLayout,
     notes: list[str],
+    *,
+    imex: bool = False,
 ) -> tuple[
     tuple[Mount, ...], tuple[Symlink, ...], tuple[str, ...], tuple[tuple[str, str, int], ...]
 ]:
@@ -244,7 +250,7 @@ def _driver_files(
             if base not in dirs:
                 dirs.append(base)
         elif f.kind == "bin":
-            if f.capability not in caps:
+            if f.capability not in caps and not (f.capability == "imex" and imex):
                 continue
             if f.name in MPS_BINARIES and not config.inject_mps:
                 notes.append(f"{f.name} not mounted: inject.mps is false")
@@ -270,17 +276,40 @@ def _driver_files(
                 continue
             target = _container_path(inventory, f)
             reason = f"GSP firmware of driver {version}"
-        elif f.kind == "config":
-            if "graphics" not in caps and "display" not in caps:
+        elif f.kind == "config" and f.capability == "imex":
+            if not imex:
                 continue
-            target = _container_path(inventory, f)
-            reason = "capability graphics (loader config)"
+            target, reason = (
+                _container_path(inventory, f),
+                "IMEX daemon config (NVIDIA_IMEX_CHANNELS)",
+            )
+        elif f.kind == "config":
+            target, reason = _config(f, caps, inventory, links)
         if target is not None:
             mounts.append(Mount(f.host_path, target, f.kind, options, reason))
 
     _compat_links(caps, lib_dir, version, mounts, links, entries)
     cache = tuple((soname, path, flags) for (soname, flags), path in entries.items())
     return tuple(mounts), tuple(links.values()), tuple(dirs), cache
+
+
+def _config(
+    f: DriverFile, caps: frozenset[str], inventory: Inventory, links: dict[str, Symlink]
+) -> tuple[str | None, str]:
+    """Where a loader config file or Xorg module goes (None: not for these capabilities)."""
+    if "graphics" not in caps and "display" not in caps:
+        return None, ""
+    target = _container_path(inventory, f)
+    if f.capability != "display":
+        return target, "capability graphics (loader config)"
+    if "display" not in caps:  # Xorg modules: for an X server of the container's own
+        return None, ""
+    reason = "capability display (Xorg module)"
+    name = posixpath.basename(target)
+    if name.startswith(GLX_LINK + "."):
+        link = f"{posixpath.dirname(target)}/{GLX_LINK}"
+        links.setdefault(link, Symlink(link, name, reason))
+    return target, reason
 
 
 def _compat_links(
@@ -309,6 +338,11 @@ def _compat_links(
             linked = [flags for (_, flags), path in entries.items() if path == f"{base}/{target}"]
             for flags in linked:
                 entries.setdefault((name, flags), f"{base}/{name}")
+    # Mesa's libgbm loads <libdir>/gbm/<drm driver>_gbm.so: NVIDIA's backend is the allocator.
+    allocator = "libnvidia-allocator.so.1"
+    if "graphics" in lib_caps and f"{lib_dir}/{allocator}" in links:
+        gbm = f"{lib_dir}/gbm/nvidia-drm_gbm.so"
+        links.setdefault(gbm, Symlink(gbm, f"../{allocator}", "capability graphics (GBM backend)"))
 
 
 def _library(

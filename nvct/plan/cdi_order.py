@@ -57,6 +57,7 @@ def cdi_order(names: Sequence[str], specs: CdiSpecs, config: Config) -> WorkOrde
         "gpus": [d.name for d in devices],
         "capabilities": [],
         "proc_driver": None,  # the CDI spec says what the container gets
+        "cuda_compat": None,
         "env": [],
         "hooks": [],
         "additional_gids": [],

@@ -60,6 +60,7 @@ class Explanation:
     cdi: WorkOrder | None = None  # what nvct-runtime gives for CDI device names
     error: str = ""  # one line, as the hook would print it
     notes: tuple[str, ...] = field(default=())
+    libcuda: str = ""  # which libcuda the container loads, and why (CUDA forward compatibility)
 
     @property
     def failed_requirements(self) -> int:
@@ -193,7 +194,28 @@ def explain(
         ).plan
     except NvctError as err:
         return Explanation(inp, layout, request, error=err.one_line())
-    return Explanation(inp, layout, request, plan)
+    return Explanation(inp, layout, request, plan, libcuda=_libcuda(inp, plan, config))
+
+
+def _libcuda(inp: ContainerInput, plan: Plan, config: Config) -> str:
+    """Which libcuda the container will load, decided as the shim and the hook decide it."""
+    from nvct.container.cuda_compat import choose_compat, compat_names
+    from nvct.container.rootfs import Rootfs
+    from nvct.plan.workorder import cuda_compat
+
+    wanted = cuda_compat(plan, config)
+    if wanted is None:
+        if config.cuda_compat == "off" and "compute" in plan.request.capabilities:
+            return "the host driver's (inject.cuda-compat is off: no compat libcuda is used)"
+        return ""  # no libcuda, or no GPU: nothing to choose
+    host_driver, datacenter = wanted
+    if inp.rootfs is None or not inp.rootfs.is_dir():
+        return (
+            f"the host driver's libcuda.so.{host_driver}, unless the image has a newer "
+            "/usr/local/cuda/compat/libcuda.so.* (not checked: no image given)"
+        )
+    with Rootfs(str(inp.rootfs)) as view:
+        return choose_compat(compat_names(view), host_driver, datacenter)[1]
 
 
 def _explain_cdi(
@@ -282,6 +304,7 @@ def explanation_to_dict(exp: Explanation, arch: Arch) -> dict[str, Any]:
         },
         "plan": plan_to_dict(exp.plan) if exp.plan else None,
         "cdi": exp.cdi,
+        "libcuda": exp.libcuda or None,
     }
 
 
@@ -310,6 +333,8 @@ def explanation_to_text(exp: Explanation, arch: Arch) -> list[str]:
     if exp.cdi is not None:
         lines += _cdi_lines(exp.cdi)
     lines += [f"  note: {n}" for n in exp.notes]
+    if exp.libcuda:
+        lines.append(f"libcuda: {exp.libcuda}")
     if exp.error:
         lines.append(f"FAIL {exp.error}")
     elif exp.failed_requirements:

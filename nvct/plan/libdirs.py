@@ -11,7 +11,7 @@ import posixpath
 from dataclasses import replace
 
 from nvct.config import Config
-from nvct.plan.model import LIBRARY_SUBDIR, RO_OPTIONS, LibraryDir, Mount, Pairs, Plan
+from nvct.plan.model import LIBRARY_SUBDIR, RO_OPTIONS, LibraryDir, Mount, Pairs, Plan, Symlink
 from nvct.store.libdir import ensure, host_dir, ready, same_filesystem
 
 
@@ -60,11 +60,23 @@ def group_libraries(plan: Plan, host_dirs: dict[str, str]) -> Plan:
     return replace(
         plan,
         mounts=tuple(mounts),
-        symlinks=tuple(s for s in plan.symlinks if posixpath.dirname(s.path) not in by_base),
+        symlinks=tuple(
+            _follow(s, by_base) for s in plan.symlinks if posixpath.dirname(s.path) not in by_base
+        ),
         ldconfig_dirs=tuple(by_base[b].target if b in by_base else b for b in plan.ldconfig_dirs),
         ld_cache_entries=tuple(entries),
         library_dirs=tuple(dirs),
     )
+
+
+def _follow(link: Symlink, by_base: dict[str, LibraryDir]) -> Symlink:
+    """A link in a subdirectory of a grouped directory (gbm/) that points up into it
+    (``../libnvidia-allocator.so.1``) follows the libraries into ``nvidia-driver/``."""
+    parent = posixpath.dirname(posixpath.dirname(link.path))
+    name = link.target[3:] if link.target.startswith("../") else ""
+    if parent in by_base and name and "/" not in name:
+        return replace(link, target=f"../{LIBRARY_SUBDIR}/{name}")
+    return link
 
 
 def with_library_dirs(plan: Plan, config: Config, fingerprint: str, *, create: bool) -> Plan:

@@ -17,6 +17,7 @@ applies the one it plans itself. Format::
 
 from __future__ import annotations
 
+from nvct.container.cuda_compat import DATACENTER_BRANDS
 from nvct.store.cache import ORDER_VERSION
 
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
@@ -50,6 +51,9 @@ if TYPE_CHECKING:
         # capabilities/gpu<minor>, ...) the container sees (nvct.container.procfs); None:
         # the host's is left as it is.
         proc_driver: tuple[str, list[str]] | None
+        # The host driver's version and whether every selected GPU is a data-center one, for
+        # the image's forward-compatible libcuda (nvct.container.cuda_compat); None: off.
+        cuda_compat: tuple[str, bool] | None
 
     class WorkOrder(_WorkOrderRequired, total=False):
         """A plan as the shim and the hook carry it out (the format above). CDI devices
@@ -99,7 +103,18 @@ def from_plan(plan: Plan, config: Config) -> WorkOrder:
         "proc_driver": (str(config.proc_root), proc_entries(plan))
         if config.inject_proc_driver
         else None,
+        "cuda_compat": cuda_compat(plan, config),
     }
+
+
+def cuda_compat(plan: Plan, config: Config) -> tuple[str, bool] | None:
+    """What the image's compat libcuda is checked against, when it is to be (compute, GPUs)."""
+    if config.cuda_compat == "off" or not plan.selected:
+        return None
+    if "compute" not in plan.request.capabilities and "video" not in plan.request.capabilities:
+        return None
+    brands = {s.gpu.brand.lower() for s in plan.selected}
+    return plan.driver_version, brands <= DATACENTER_BRANDS
 
 
 def proc_entries(plan: Plan) -> list[str]:

@@ -15,7 +15,7 @@ from typing import Any
 from nvct.base.cdi_names import is_qualified, looks_qualified
 from nvct.base.errors import RequestError, RequirementError
 from nvct.config import CAPABILITIES, Config
-from nvct.request.features import NO_FEATURES, Features, parse_features
+from nvct.request.features import FEATURE_VARIABLES, NO_FEATURES, Features, parse_features
 from nvct.request.ignored import ignored_inputs
 from nvct.request.inputs import (
     DEVICE_MOUNT_DIR,
@@ -91,6 +91,12 @@ def parse_request(
     """
     ignored = ignored_inputs(env, swarm_resources=config.swarm_resources)
     request = _parse(env, mounts, privileged, config, ignored, annotations or {})
+    if not request.wants_gpu:  # features come with GPUs (or "none"), as in NVIDIA's toolkit
+        ignored += [
+            f"{name} ignored: the container asks for no GPU ({VISIBLE_DEVICES} unset or void)"
+            for name in sorted(FEATURE_VARIABLES & env.keys())
+            if env[name].strip()
+        ]
     if not ignored:
         return request
     return replace(

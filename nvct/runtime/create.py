@@ -101,6 +101,7 @@ def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tu
         symlinks=len(order["symlinks"]),
         cached=cached,
         ld_cache=staged.ld_cache,
+        cuda_compat=staged.cuda_compat,
         phases_ms={
             "plan": _ms(planned - t0),
             "rootfs": _ms(staged_at - planned),  # links; the ld.so.cache, or ldconfig's start

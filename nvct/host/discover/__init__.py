@@ -8,6 +8,8 @@ from pathlib import Path
 from nvct.base.errors import DiscoveryError
 from nvct.host.arch import Arch, host_arch
 from nvct.host.discover.devices import device_node, discover_control_nodes, mig_cap_node
+from nvct.host.discover.drm import drm_nodes
+from nvct.host.discover.egl import discover_platform_libraries
 from nvct.host.discover.features import (
     discover_cap_minors,
     discover_feature_nodes,
@@ -21,6 +23,7 @@ from nvct.host.discover.files import (
 )
 from nvct.host.discover.libraries import discover_libraries, nvml_library
 from nvct.host.discover.nvml import NvmlGpu, query_nvml
+from nvct.host.discover.xorg import discover_xorg_modules
 from nvct.host.inventory import Gpu, Inventory, MigDevice
 
 
@@ -42,12 +45,19 @@ def discover_inventory(
         )
     report = query_nvml(library)
     libs, warnings = discover_libraries(driver_root, report.driver_version, arch)
+    configs = discover_graphics_configs(driver_root)
+    platform, platform_warnings = discover_platform_libraries(
+        driver_root, configs, arch, {f.host_path for f in libs}
+    )
+    warnings += platform_warnings
     files = (
         libs
+        + platform
         + discover_binaries(driver_root)
         + discover_ipcs(driver_root)
         + discover_firmware(driver_root, report.driver_version)
-        + discover_graphics_configs(driver_root)
+        + configs
+        + discover_xorg_modules(driver_root, report.driver_version)
     )
     return Inventory(
         driver_version=report.driver_version,
@@ -74,4 +84,5 @@ def _gpu(gpu: NvmlGpu, dev_root: Path, proc_root: Path) -> Gpu:
         migs.append(MigDevice(**asdict(mig), caps=tuple(c for c in caps if c is not None)))
     facts = {k: v for k, v in asdict(gpu).items() if k != "migs"}
     node = device_node(dev_root, f"/dev/nvidia{gpu.minor}")
-    return Gpu(**facts, migs=tuple(migs), node=node)
+    drm = drm_nodes(dev_root, gpu.pci_bus_id)
+    return Gpu(**facts, migs=tuple(migs), node=node, drm=drm)

@@ -9,6 +9,7 @@ from nvct.host.components import (
     BINARIES,
     BINARY_DIRS,
     GRAPHICS_CONFIGS,
+    IMEX_CONFIGS,
     IPC_FABRICMANAGER,
     IPC_MPS_DIR,
     IPC_PERSISTENCED,
@@ -59,14 +60,15 @@ def discover_firmware(driver_root: Path, version: str) -> tuple[DriverFile, ...]
 
 
 def discover_graphics_configs(driver_root: Path) -> tuple[DriverFile, ...]:
-    """ICD and platform JSON files that graphics loaders look up."""
+    """ICD and platform JSON files that graphics loaders look up, and the IMEX config."""
     out = []
-    for rel in GRAPHICS_CONFIGS:
-        found = resolve_in_root(driver_root, "/" + rel)
-        if found is not None and found.is_file():
-            out.append(
-                DriverFile(host_path=str(found), kind="config", capability="graphics", name=rel)
-            )
+    for cap, names in (("graphics", GRAPHICS_CONFIGS), ("imex", IMEX_CONFIGS)):
+        for rel in names:
+            found = resolve_in_root(driver_root, "/" + rel)
+            if found is not None and found.is_file():
+                out.append(
+                    DriverFile(host_path=str(found), kind="config", capability=cap, name=rel)
+                )
     return tuple(out)
 
 
