@@ -116,8 +116,9 @@ def test_the_device_plugin_from_the_image_registers_and_its_answer_gives_a_gpu(
             timeout=120,
         )  # fmt: skip
         registered = kubelet.wait(lambda: "nvidia.com/gpu" in kubelet.plugins, timeout=60)
-        logs = dockerd.docker("logs", name, check=False).stdout
-        assert registered, logs
+        logs = dockerd.docker("logs", name, check=False)
+        state = dockerd.docker("inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", name)
+        assert registered, (state.stdout, logs.stdout, logs.stderr)
         uuid = sim_driver.spec.gpus[2].uuid
         assert kubelet.devices("nvidia.com/gpu")[uuid] == "Healthy"
         answer = kubelet.allocate("nvidia.com/gpu", [uuid])
