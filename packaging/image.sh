@@ -43,7 +43,7 @@ install -m 0755 deployments/node-install.sh "$root/usr/share/nvct/node-install.s
 # Python) does not carry: into that tree here, for the image's python3 (Debian 12: 3.11).
 "${BUILD_PYTHON:-python3}" -m pip install --quiet --no-deps --only-binary=:all: \
     --platform "manylinux2014_$(uname -m)" --python-version 3.11 --implementation cp \
-    --target "$root/usr/share/nvct/lib" "grpcio>=1.60" "protobuf>=7.35.1" >&2
+    --target "$root/usr/share/nvct/lib" "grpcio>=1.60" "protobuf>=7.35.1" typing_extensions >&2
 cat >"$root/usr/bin/nvct-device-plugin" <<'EOF'
 #!/usr/bin/python3 -IS
 # nvct-device-plugin: nvct launcher (the image's), as the packages' launchers are.
