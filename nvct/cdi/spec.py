@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from nvct.base._site import module_argv
+from nvct.base.errors import RequestError
 from nvct.config import CAPABILITIES, Config
 from nvct.host.arch import Arch
 from nvct.host.inventory import DeviceNode, Inventory
@@ -127,15 +128,35 @@ def build_spec(
     *,
     strategy: str = "index",
     python: str = sys.executable,
+    kind: str = KIND,
+    device_ids: Sequence[str] = (),
+    mode: str = "devices",
 ) -> dict[str, Any]:
-    """The whole CDI spec as a JSON-ready dict.
+    """The whole CDI spec as a JSON-ready dict: one device per GPU (or MIG device), named by
+    ``strategy``, only those ``device_ids`` names (index or UUID) when given, and ``all``;
+    ``mode`` "management": one device ``all`` with every NVIDIA device node and MIG cap and the
+    driver's utility files, for monitoring and operator containers.
 
     Raises:
-        RequestError: a device node the plan needs is missing under the dev root.
+        RequestError: a device node the plan needs is missing under the dev root, or a
+            ``device_ids`` name matches no device.
     """
+    if mode == "management":
+        return _management_spec(inventory, config, arch, python, kind)
     caps = capabilities_for(inventory)
     common = _plan("none", caps, inventory, config, arch)
-    named = devices(inventory, config, arch, caps, common, strategy)
+    named = devices(inventory, config, arch, caps, common, "both")
+    if device_ids:
+        wanted = set(device_ids)
+        unknown = wanted - {n for d in named for n in d.names}
+        if unknown:
+            raise RequestError(
+                f"--device-id {sorted(unknown)[0]!r} names no device of this host",
+                hint="use GPU indices (0), MIG indices (0:1) or UUIDs from nvct-cli info",
+            )
+        named = [d for d in named if wanted & set(d.names)]
+    pick = {"index": slice(0, 1), "uuid": slice(1, 2), "both": slice(0, 2)}[strategy]
+    named = [CdiDevice(d.names[pick], d.nodes) for d in named]
     all_nodes: dict[str, DeviceNode] = {}
     spec_devices = []
     for device in named:
@@ -165,10 +186,38 @@ def build_spec(
         edits["hooks"] = [hook]
     return {
         "cdiVersion": CDI_VERSION,
-        "kind": KIND,
+        "kind": kind,
         "devices": spec_devices,
         "containerEdits": edits,
     }
+
+
+def _management_spec(
+    inventory: Inventory, config: Config, arch: Arch, python: str, kind: str
+) -> dict[str, Any]:
+    """Every NVIDIA node and cap, and the driver's utility files (nvidia-smi, NVML)."""
+    plan = _plan("all", ("utility",), inventory, config, arch)
+    nodes: dict[str, DeviceNode] = {d.node.path: d.node for d in plan.devices}
+    for node in inventory.control_nodes:
+        nodes.setdefault(node.path, node)
+    for gpu in inventory.gpus:
+        if gpu.node is not None:
+            nodes.setdefault(gpu.node.path, gpu.node)
+        for mig in gpu.migs:
+            for cap in mig.caps:
+                nodes.setdefault(cap.path, cap)
+    edits: dict[str, Any] = {
+        "env": ["NVIDIA_VISIBLE_DEVICES=void", f"{DRIVER_VERSION_ENV}={inventory.driver_version}"],
+        "mounts": [
+            {"hostPath": m.source, "containerPath": m.target, "options": list(m.options)}
+            for m in plan.mounts
+        ],
+    }
+    hook = hook_entry(plan, str(config.ldconfig), python)
+    if hook is not None:
+        edits["hooks"] = [hook]
+    device = {"name": "all", "containerEdits": {"deviceNodes": [_node(n) for n in nodes.values()]}}
+    return {"cdiVersion": CDI_VERSION, "kind": kind, "devices": [device], "containerEdits": edits}
 
 
 def driver_version(spec: dict[str, Any]) -> str | None:

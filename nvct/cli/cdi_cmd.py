@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from nvct.base.cdi_names import KIND as KIND_PATTERN
 from nvct.base.errors import EngineConfigError
 from nvct.cli.main import CliContext
 
@@ -60,9 +61,36 @@ def output_format(output: Path | None, fmt: str | None) -> str:
     help="nvidia.com/gpu (the GPUs and the driver), or nvidia.com/imex-channel (one device per "
     "IMEX channel node of the host).",
 )
+@click.option("--vendor", default="nvidia.com", show_default=True, help="The spec kind's vendor.")
+@click.option(
+    "--class", "device_class", default=None, help="The spec kind's class (default: the --kind)."
+)
+@click.option(
+    "--device-id",
+    "device_ids",
+    multiple=True,
+    metavar="ID",
+    help="Only these devices: GPU index, MIG index (0:1) or UUID (repeatable, or a comma list).",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["devices", "management"]),
+    default="devices",
+    show_default=True,
+    help="management: one device 'all' with every NVIDIA node and MIG cap and the driver's "
+    "utility files, for monitoring and operator containers.",
+)
 @click.pass_obj
 def generate(
-    obj: CliContext, output: Path | None, fmt: str | None, device_name_strategy: str, kind: str
+    obj: CliContext,
+    output: Path | None,
+    fmt: str | None,
+    device_name_strategy: str,
+    kind: str,
+    vendor: str,
+    device_class: str | None,
+    device_ids: tuple[str, ...],
+    mode: str,
 ) -> None:
     """Generate a CDI spec (kind nvidia.com/gpu or nvidia.com/imex-channel) from the host."""
     from nvct.cdi.spec import build_spec
@@ -76,7 +104,22 @@ def generate(
 
         spec = build_imex_spec(inventory)
     else:
-        spec = build_spec(inventory, obj.config, host_arch(), strategy=device_name_strategy)
+        spec_kind = f"{vendor}/{device_class or kind}"
+        if not KIND_PATTERN.match(spec_kind):
+            raise EngineConfigError(
+                f"CDI kind {spec_kind!r} (--vendor/--class)",
+                hint="a vendor is a domain name (nvidia.com), a class a simple name (gpu)",
+            )
+        ids = tuple(i.strip() for value in device_ids for i in value.split(",") if i.strip())
+        spec = build_spec(
+            inventory,
+            obj.config,
+            host_arch(),
+            strategy=device_name_strategy,
+            kind=spec_kind,
+            device_ids=ids,
+            mode=mode,
+        )
     text = spec_text(spec, output_format(output, fmt))
     if output is None:
         click.echo(text, nl=False)
