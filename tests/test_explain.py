@@ -251,11 +251,11 @@ def test_docker_inspect_errors_are_one_line() -> None:
     assert doc["Name"] == "/train"
 
 
-def test_ignored_inputs_and_switched_off_features_are_decisions(h100x4, tmp_path) -> None:
+def test_ignored_inputs_and_switched_off_features_are_decisions(recorded_h100x4, tmp_path) -> None:
     cfg = tmp_path / "off.toml"
     cfg.write_text(f"cache-dir = '{tmp_path / 'cache'}'\n[inject]\npersistenced = false\n")
     result = cli(
-        *roots(h100x4, tmp_path),
+        *roots(recorded_h100x4, tmp_path),
         "--config",
         str(cfg),
         "explain",
