@@ -48,13 +48,13 @@ BIN = Path(sys.executable).parent
 CALIBRATION_FILES = 40
 
 
-def config_for(sim: Any, directory: Path) -> Path:
+def config_for(sim: Any, directory: Path, extra: str = "") -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "config.toml"
     path.write_text(
         f'driver-root = "{sim.driver_root}"\ndev-root = "{sim.dev_root}"\n'
         f'proc-root = "{sim.proc_root}"\ncache-dir = "{directory / "cache"}"\n'
-        f'[log]\nfile = "{directory / "nvct.log"}"\n'
+        f'[log]\nfile = "{directory / "nvct.log"}"\n{extra}'
     )
     return path
 
@@ -178,17 +178,25 @@ def main() -> int:
         help="nvct-runtime as the packages install it (native, with the shim daemon) or the "
         "POSIX-shell launcher (no daemon: every GPU create starts the Python shim)",
     )
+    parser.add_argument(
+        "--proc-driver",
+        choices=("on", "off"),
+        default="on",
+        help="inject.proc-driver: /proc/driver/nvidia as NVIDIA shows it (a createContainer "
+        "hook through nvct-runtime) or left as the host's",
+    )
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("bench: needs root (dockerd, device nodes)", file=sys.stderr)
         return 1
 
     work = Path(tempfile.mkdtemp(prefix="nvct-bench-"))
+    inject = "[inject]\nproc-driver = false\n" if args.proc_driver == "off" else ""
     cache = Path("/tmp/nvct-test-simdrivers")
     one = cached_driver(preset("h100x4-550"), cache)
     eight = cached_driver(preset("h100x8-550"), cache)
-    cfg1 = config_for(one, work / "one")
-    cfg8 = config_for(eight, work / "eight")
+    cfg1 = config_for(one, work / "one", inject)
+    cfg8 = config_for(eight, work / "eight", inject)
     hookdir = work / "hookbin"
     hookdir.mkdir()
     wrapper = hookdir / "nvidia-container-runtime-hook"

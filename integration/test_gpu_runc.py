@@ -621,13 +621,19 @@ def test_proc_driver_shows_only_the_containers_gpus(
     nvct_config: Path,
     sim_driver: Any,
     path: str,
+    tmp_path: Path,
 ) -> None:
     """As libnvidia-container shows it: params with ModifyDeviceFiles: 0, version, registry,
     and gpus/<bus id> of the selected GPUs only, read-only (the shim through a createContainer
-    hook, the --gpus hook itself)."""
+    hook with proc-driver = "always", the --gpus hook itself by default)."""
     gpus = [sim_driver.spec.gpus[i] for i in (1, 3)]
     env = [f"NVIDIA_VISIBLE_DEVICES={gpus[0].uuid},{gpus[1].uuid}"]
-    result = run_through(path, runc_bundle_factory, container_id, nvct_config, PROC_PROBE, env)
+    config = nvct_config
+    if path == "shim":
+        config = write_nvct_config(
+            tmp_path / "always" / "config.toml", sim_driver, **{"inject.proc-driver": '"always"'}
+        )
+    result = run_through(path, runc_bundle_factory, container_id, config, PROC_PROBE, env)
     out = result.stdout.split()
     host = Path(sim_driver.proc_root, "driver/nvidia/gpus")
     wanted = {p.name for p in host.iterdir() if any(p.name in g.pci_bus_id.lower() for g in gpus)}
@@ -637,6 +643,22 @@ def test_proc_driver_shows_only_the_containers_gpus(
     assert {"params", "version", "registry", "gpus"} <= set(out)
     assert "ModifyDeviceFiles: 0" in result.stdout
     assert "Read-only file system" in result.stderr
+
+
+def test_proc_driver_costs_the_shim_no_process_by_default(
+    runc_bundle_factory: BundleFactory, container_id: str, nvct_config: Path, sim_driver: Any
+) -> None:
+    """proc-driver = "hook" (the default): nvct-runtime adds no createContainer hook (no
+    process per start), and the container sees the host's /proc/driver/nvidia (none here)."""
+    env = [f"NVIDIA_VISIBLE_DEVICES={sim_driver.spec.gpus[1].uuid}"]
+    bundle = runc_bundle_factory(["/bin/sh", "-c", "ls /proc/driver/nvidia || true"], env)
+    runtime = str(NVCT_BIN / "nvct-runtime")
+    result = run_runc(bundle, container_id, runtime=runtime, env=shim_env(nvct_config))
+    assert result.returncode == 0, result.stderr
+    assert "params" not in result.stdout.split()
+    prepared = json.loads((bundle / "config.json").read_text())
+    assert not (prepared.get("hooks") or {}).get("createContainer")
+    assert "/dev/nvidia1" in [d["path"] for d in prepared["linux"]["devices"]]
 
 
 def _feature_config(tmp_path: Path, sim: Any) -> Path:

@@ -25,6 +25,7 @@ from nvct.base.defaults import DEFAULT_CACHE_DIR, ENV_VAR, config_path
 CAPABILITIES = ("utility", "compute", "video", "graphics", "display", "ngx", "compat32")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LIBRARY_MOUNTS = ("directory", "files")
+PROC_DRIVER_MODES = ("hook", "always", "off")
 CUDA_COMPAT = ("ldconfig", "off")
 
 
@@ -75,7 +76,7 @@ def _schema() -> dict[str, Any]:
                     "fabricmanager": boolean,
                     "mps": boolean,
                     "gsp-firmware": boolean,
-                    "proc-driver": boolean,
+                    "proc-driver": {"enum": list(PROC_DRIVER_MODES)},
                     "cuda-compat": {"enum": list(CUDA_COMPAT)},
                     "library-mounts": {"enum": list(LIBRARY_MOUNTS)},
                 }
@@ -137,7 +138,7 @@ class Config:
     inject_fabricmanager: bool = True
     inject_mps: bool = True
     inject_gsp_firmware: bool = True
-    inject_proc_driver: bool = True
+    inject_proc_driver: str = "hook"
     cuda_compat: str = "ldconfig"
     library_mounts: str = "directory"
     cdi_spec_dirs: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi")

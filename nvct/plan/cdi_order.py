@@ -58,6 +58,7 @@ def cdi_order(names: Sequence[str], specs: CdiSpecs, config: Config) -> WorkOrde
         "capabilities": [],
         "proc_driver": None,  # the CDI spec says what the container gets
         "cuda_compat": None,
+        "proc_driver_in_runtime": False,
         "env": [],
         "hooks": [],
         "additional_gids": [],

@@ -54,6 +54,9 @@ if TYPE_CHECKING:
         # The host driver's version and whether every selected GPU is a data-center one, for
         # the image's forward-compatible libcuda (nvct.container.cuda_compat); None: off.
         cuda_compat: tuple[str, bool] | None
+        # nvct-runtime covers /proc/driver/nvidia too (a createContainer hook: a process per
+        # start); else only the --gpus/podman hook does, in the process it runs anyway.
+        proc_driver_in_runtime: bool
 
     class WorkOrder(_WorkOrderRequired, total=False):
         """A plan as the shim and the hook carry it out (the format above). CDI devices
@@ -101,8 +104,9 @@ def from_plan(plan: Plan, config: Config) -> WorkOrder:
         "gpus": [s.gpu.uuid if s.mig is None else s.mig.uuid for s in plan.selected],
         "capabilities": sorted(plan.request.capabilities),
         "proc_driver": (str(config.proc_root), proc_entries(plan))
-        if config.inject_proc_driver
+        if config.inject_proc_driver != "off"
         else None,
+        "proc_driver_in_runtime": config.inject_proc_driver == "always",
         "cuda_compat": cuda_compat(plan, config),
     }
 

@@ -191,7 +191,7 @@ def _create_hooks(order: WorkOrder) -> list[dict[str, Any]]:
     ``nvct.engines.hooksd`` runs nvct's hook: this interpreter, isolated (``-IS``: runc runs
     createContainer hooks in the rootfs, which the image's author controls), told where nvct
     is, with only PATH in its environment."""
-    if order["proc_driver"] is None:
+    if order["proc_driver"] is None or not order.get("proc_driver_in_runtime"):
         return []
     from nvct.base._site import nvct_home
 

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 # The work order's format (``nvct.plan.workorder``): part of every order key, so an nvct that
 # writes another format never reads this one's orders.
-ORDER_VERSION = 6
+ORDER_VERSION = 7
 
 
 def read_order(cache_dir: str | os.PathLike[str], key: str) -> CacheEntry | None:
