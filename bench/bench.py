@@ -180,10 +180,10 @@ def main() -> int:
     )
     parser.add_argument(
         "--proc-driver",
-        choices=("on", "off"),
-        default="on",
-        help="inject.proc-driver: /proc/driver/nvidia as NVIDIA shows it (a createContainer "
-        "hook through nvct-runtime) or left as the host's",
+        choices=("hook", "always", "off"),
+        default="hook",
+        help="inject.proc-driver: /proc/driver/nvidia as NVIDIA shows it in the --gpus hook only "
+        "(the default), through nvct-runtime too (a createContainer hook), or nowhere",
     )
     args = parser.parse_args()
     if os.geteuid() != 0:
@@ -191,7 +191,7 @@ def main() -> int:
         return 1
 
     work = Path(tempfile.mkdtemp(prefix="nvct-bench-"))
-    inject = "[inject]\nproc-driver = false\n" if args.proc_driver == "off" else ""
+    inject = f'[inject]\nproc-driver = "{args.proc_driver}"\n'
     cache = Path("/tmp/nvct-test-simdrivers")
     one = cached_driver(preset("h100x4-550"), cache)
     eight = cached_driver(preset("h100x8-550"), cache)

@@ -18,6 +18,7 @@ import pytest
 from integration.conftest import NVCT_BIN, write_nvct_config
 from integration.harness.bundles import BundleFactory, run_runc, runc_spec
 from integration.kubelet.standin import Kubelet, sockets
+from integration.simdriver import inject
 
 pytestmark = [pytest.mark.root]
 GPU = "nvidia.com/gpu"
@@ -41,10 +42,16 @@ class PluginProcess:
             "--quiet-period", "1", *args,
         ]  # fmt: skip
         self.log = work / "plugin.log"
+        self.control = work / "nvml-control"
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> PluginProcess:
-        env = {**os.environ, "NVCT_SIM_DEV_ROOT": str(self.dev_root)}
+        self.control.mkdir(parents=True, exist_ok=True)
+        env = {
+            **os.environ,
+            "NVCT_SIM_DEV_ROOT": str(self.dev_root),
+            "NVCT_SIM_CONTROL_DIR": str(self.control),  # this test's NVML events and state
+        }
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(self.argv, stdout=out, stderr=out, env=env)
         return self
@@ -188,9 +195,7 @@ def test_unknown_and_unhealthy_devices_are_refused_and_health_recovers(
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "unknown nvidia.com/gpu device" in refused.value.details()
     lost = uuids(sim_driver)[2]
-    node = plugin.dev_root / "dev/nvidia2"
-    saved = node.stat().st_rdev
-    node.unlink()  # GPU 2 fell off the bus: NVML answers GPU_IS_LOST for it
+    inject.lose(plugin.control, sim_driver.spec.gpus[2].minor)  # fell off the bus
     began = time.monotonic()
     assert kubelet.wait(lambda: kubelet.devices(GPU).get(lost) == "Unhealthy", timeout=5)
     assert time.monotonic() - began < 1.0
@@ -198,10 +203,27 @@ def test_unknown_and_unhealthy_devices_are_refused_and_health_recovers(
     with pytest.raises(grpc.RpcError) as sick:
         kubelet.allocate(GPU, [lost])
     assert sick.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    os.mknod(node, 0o666 | 0o020000, saved)  # back on the bus
+    inject.recover(plugin.control, sim_driver.spec.gpus[2].minor)
     assert kubelet.wait(lambda: kubelet.devices(GPU).get(lost) == "Healthy", timeout=5)
     assert '"health": "Unhealthy"' in plugin.output() and "GPU is lost" in plugin.output()
     assert '"health": "Healthy"' in plugin.output() and "recovered" in plugin.output()
+
+
+def test_xid_errors_make_a_gpu_unhealthy_unless_ignored(kubelet, plugin_factory, sim_driver):
+    plugin = plugin_factory()
+    assert kubelet.wait(lambda: GPU in kubelet.plugins and kubelet.plugins[GPU].updates)
+    gpus = sim_driver.spec.gpus
+    inject.xid(plugin.control, gpus[0].minor, 13)  # a graphics engine exception: ignored
+    inject.xid(plugin.control, gpus[1].minor, 48)  # double-bit ECC as an XID
+    began = time.monotonic()
+    assert kubelet.wait(lambda: kubelet.devices(GPU).get(gpus[1].uuid) == "Unhealthy", timeout=5)
+    assert time.monotonic() - began < 1.0
+    assert kubelet.devices(GPU)[gpus[0].uuid] == "Healthy"
+    assert "XID 48" in plugin.output() and "XID 13" not in plugin.output()
+    inject.double_bit_ecc(plugin.control, gpus[3].minor)
+    assert kubelet.wait(lambda: kubelet.devices(GPU).get(gpus[3].uuid) == "Unhealthy", timeout=5)
+    # no further error for the quiet period (1 s here): healthy again, no restart needed
+    assert kubelet.wait(lambda: set(kubelet.devices(GPU).values()) == {"Healthy"}, timeout=10)
 
 
 def test_preferred_allocation_keeps_numa_neighbours_together(

@@ -474,7 +474,7 @@ def test_ipc_firmware_and_config_files(h100: SimDriver) -> None:
     assert (root / "etc/OpenCL/vendors/nvidia.icd").read_text().strip() == "libnvidia-opencl.so.1"
     assert (root / "usr/share/glvnd/egl_vendor.d/10_nvidia.json").is_file()
     assert (root / "usr/share/nvidia/nvoptix.bin").is_file()
-    for name in ("nvidia-debugdump", "nvidia-persistenced", "nvidia-cuda-mps-control"):
+    for name in ("nvidia-debugdump", "nvidia-persistenced"):
         out = subprocess.run([str(h100.bin_dir / name)], capture_output=True, text=True, check=True)
         assert out.stdout == f"{name}: version 550.54.15\n"
     assert os.access(h100.bin_dir / "nvidia-xconfig", os.X_OK)

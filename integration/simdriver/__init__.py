@@ -9,6 +9,7 @@ device-visibility rule (env NVCT_SIM_DEV_ROOT).
 
 from __future__ import annotations
 
+from . import inject
 from .build import (
     ENV_DEV_ROOT,
     LIB32,
@@ -53,6 +54,7 @@ __all__ = [
     "deterministic_uuid",
     "gcc_m32_works",
     "gi_cap_minor",
+    "inject",
     "libs_for",
     "make_dev_nodes",
     "mig_device",

@@ -1,9 +1,8 @@
 """Build a simulated NVIDIA driver installation (Debian layout) from a SimDriverSpec.
 
-Libraries and programs are real ELF files compiled with gcc (in parallel); ld.so.cache is
-written by the real `ldconfig -r`; device nodes are real character devices (needs root).
-This module orchestrates the parts: `compile.py` (C sources from the spec, parallel gcc jobs),
-`devnodes.py` (mknod), `procfs.py` (/proc/driver/nvidia), `toolchain.py` (gcc, ldconfig, root).
+Libraries and programs are real ELF files compiled with gcc in parallel (compile.py);
+ld.so.cache is written by the real `ldconfig -r`; device nodes are real character devices
+(devnodes.py, needs root); /proc files (procfs.py) and sysfs (sysfs.py) are plain files.
 """
 
 from __future__ import annotations
@@ -22,27 +21,29 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from .compile import _binary_jobs, _library_jobs, _run_jobs, _simdata_header
+from .common import LIB32, LIB64, SimDriverError, require_root, write_file
+from .compile import CSRC, binary_jobs, gcc_m32_works, library_jobs, run_jobs, simdata_header
 from .devnodes import make_dev_nodes
-from .libraries import (
-    STALE_LIBCUDA_DIR,
-)
-from .procfs import _proc_files
-from .spec import (
-    SimDriverSpec,
-)
-from .toolchain import (
-    BUILD_FORMAT,
-    CSRC,
-    ENV_DEV_ROOT,
-    LIB32,
-    LIB64,
-    SimDriverError,
-    _ldconfig,
-    _write,
-    gcc_m32_works,
-    require_root,
-)
+from .inject import control_dir
+from .libraries import STALE_LIBCUDA_DIR
+from .procfs import write_procfs
+from .spec import SimDriverSpec
+from .sysfs import write_sysfs
+
+__all__ = [
+    "LIB32",
+    "LIB64",
+    "SimDriver",
+    "SimDriverError",
+    "build_driver",
+    "cached_driver",
+    "gcc_m32_works",
+    "make_dev_nodes",
+]
+
+BUILD_FORMAT = "3"
+
+ENV_DEV_ROOT = "NVCT_SIM_DEV_ROOT"
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,16 @@ class SimDriver:
     @property
     def bin_dir(self) -> Path:
         return self.driver_root / "usr/bin"
+
+    @property
+    def control_dir(self) -> Path:
+        """Where tests change what NVML answers (integration/simdriver/README.md)."""
+        return control_dir(self.driver_root)
+
+    @property
+    def sys_root(self) -> Path:
+        """A sysfs root: `<sys_root>/bus/pci/devices/<address>/numa_node` per GPU."""
+        return self.driver_root / "sys"
 
     @property
     def nvidia_smi(self) -> Path:
@@ -98,18 +109,22 @@ class SimDriver:
         }
 
 
-# ---------------------------------------------------------------------------- files
+def _ldconfig() -> str:
+    for cand in (shutil.which("ldconfig"), "/sbin/ldconfig", "/usr/sbin/ldconfig"):
+        if cand and os.access(cand, os.X_OK):
+            return cand
+    raise SimDriverError("the simulated driver needs ldconfig to write its ld.so.cache")
 
 
 def _ld_so_conf(root: Path, m32: bool) -> None:
-    _write(root / "etc/ld.so.conf", "include /etc/ld.so.conf.d/*.conf\n\n")
+    write_file(root / "etc/ld.so.conf", "include /etc/ld.so.conf.d/*.conf\n\n")
     conf_d = root / "etc/ld.so.conf.d"
-    _write(conf_d / "x86_64-linux-gnu.conf", f"# Multiarch support\n/{LIB64}\n")
+    write_file(conf_d / "x86_64-linux-gnu.conf", f"# Multiarch support\n/{LIB64}\n")
     if m32:
-        _write(conf_d / "i386-linux-gnu.conf", f"# Multiarch support\n/{LIB32}\n")
+        write_file(conf_d / "i386-linux-gnu.conf", f"# Multiarch support\n/{LIB32}\n")
     # An older driver's libcuda left in its own directory; sorts before x86_64-linux-gnu.conf,
     # so its libcuda.so.1 entry comes first in ld.so.cache.
-    _write(conf_d / "nvidia-535-stale.conf", f"/{STALE_LIBCUDA_DIR}\n")
+    write_file(conf_d / "nvidia-535-stale.conf", f"/{STALE_LIBCUDA_DIR}\n")
 
 
 def _run_ldconfig(root: Path) -> None:
@@ -124,15 +139,15 @@ def _config_files(root: Path, ver: str) -> None:
         '{\n    "file_format_version" : "1.0.0",\n'
         '    "ICD" : {\n        "library_path" : "%s"\n    }\n}\n'
     )
-    _write(root / "usr/share/glvnd/egl_vendor.d/10_nvidia.json", egl % "libEGL_nvidia.so.0")
+    write_file(root / "usr/share/glvnd/egl_vendor.d/10_nvidia.json", egl % "libEGL_nvidia.so.0")
     platform = root / "usr/share/egl/egl_external_platform.d"
-    _write(platform / "15_nvidia_gbm.json", egl % "libnvidia-egl-gbm.so.1")
-    _write(platform / "10_nvidia_wayland.json", egl % "libnvidia-egl-wayland.so.1")
+    write_file(platform / "15_nvidia_gbm.json", egl % "libnvidia-egl-gbm.so.1")
+    write_file(platform / "10_nvidia_wayland.json", egl % "libnvidia-egl-wayland.so.1")
     vulkan = {
         "file_format_version": "1.0.1",
         "ICD": {"library_path": "libGLX_nvidia.so.0", "api_version": "1.3.277"},
     }
-    _write(root / "etc/vulkan/icd.d/nvidia_icd.json", json.dumps(vulkan, indent=4) + "\n")
+    write_file(root / "etc/vulkan/icd.d/nvidia_icd.json", json.dumps(vulkan, indent=4) + "\n")
     layer = {
         "file_format_version": "1.0.1",
         "layer": {
@@ -150,20 +165,20 @@ def _config_files(root: Path, ver: str) -> None:
             "disable_environment": {"DISABLE_LAYER_NV_OPTIMUS_1": ""},
         },
     }
-    _write(
+    write_file(
         root / "etc/vulkan/implicit_layer.d/nvidia_layers.json", json.dumps(layer, indent=4) + "\n"
     )
-    _write(root / "etc/OpenCL/vendors/nvidia.icd", "libnvidia-opencl.so.1\n")
+    write_file(root / "etc/OpenCL/vendors/nvidia.icd", "libnvidia-opencl.so.1\n")
     share = root / "usr/share/nvidia"
-    _write(share / "nvoptix.bin", b"NVSIM-OPTIX\0" + ver.encode() + b"\0" * 52)
-    _write(
+    write_file(share / "nvoptix.bin", b"NVSIM-OPTIX\0" + ver.encode() + b"\0" * 52)
+    write_file(
         share / f"nvidia-application-profiles-{ver}-rc",
         '{\n    "rules": [],\n    "profiles": []\n}\n',
     )
-    _write(share / f"nvidia-application-profiles-{ver}-key-documentation", "{}\n")
+    write_file(share / f"nvidia-application-profiles-{ver}-key-documentation", "{}\n")
     fw = root / "lib/firmware/nvidia" / ver
     for name in ("gsp_ga10x.bin", "gsp_tu10x.bin"):
-        _write(fw / name, b"NVSIM-GSP\0" + name.encode() + b"\0" + ver.encode() + b"\0" * 32)
+        write_file(fw / name, b"NVSIM-GSP\0" + name.encode() + b"\0" + ver.encode() + b"\0" * 32)
 
 
 def _ipc(root: Path) -> None:
@@ -178,9 +193,6 @@ def _ipc(root: Path) -> None:
     mps = root / "tmp/nvidia-mps"
     mps.mkdir(parents=True, exist_ok=True)
     os.chmod(mps, 0o755)  # noqa: S103 - as nvidia-cuda-mps-control makes it
-
-
-# ---------------------------------------------------------------------------- entry points
 
 
 def build_driver(
@@ -202,21 +214,23 @@ def build_driver(
 
     with tempfile.TemporaryDirectory(prefix="simdriver-build-") as tmp:
         build = Path(tmp)
-        _write(build / "simdata.h", _simdata_header(spec, dev_root))
+        control = control_dir(driver_root)
+        control.mkdir(parents=True, exist_ok=True)
+        write_file(build / "simdata.h", simdata_header(spec, dev_root, control))
         include = [build, CSRC]
-        first, second = _library_jobs(spec, driver_root, build, m32=False)
+        first, second = library_jobs(spec, driver_root, build, m32=False)
         if m32:
-            f32, s32 = _library_jobs(spec, driver_root, build, m32=True)
+            f32, s32 = library_jobs(spec, driver_root, build, m32=True)
             first += f32
             second += s32
-        bf, bs = _binary_jobs(spec, driver_root, build)
+        bf, bs = binary_jobs(spec, driver_root, build)
         first += bf
         second += bs
         # Compile while the plain files are being written.
         with ThreadPoolExecutor(max_workers=1) as side:
             files = side.submit(_plain_files, spec, driver_root, dev_root, proc_root, ipc, m32)
-            _run_jobs(first, include)
-            _run_jobs(second, include)
+            run_jobs(first, include)
+            run_jobs(second, include)
             files.result()
     _run_ldconfig(driver_root)
     return SimDriver(
@@ -237,7 +251,8 @@ def _plain_files(
     if ipc:
         _ipc(root)
     make_dev_nodes(spec, dev_root)
-    _proc_files(spec, proc_root)
+    write_procfs(spec, proc_root)
+    write_sysfs(spec, root / "sys")
 
 
 def _source_digest() -> str:

@@ -1,16 +1,21 @@
-"""The simulated driver's C sources, generated from a spec, and their parallel gcc builds."""
+"""The gcc half of the simulated driver: the generated GPU table (simdata.h), the sources of
+stub libraries and tools, and the compile jobs (run in parallel)."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import platform
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .common import LIB32, LIB64, SimDriverError, write_file
 from .libraries import (
     DRIVER_BINS,
     DRIVER_LIBS,
@@ -21,15 +26,34 @@ from .libraries import (
     STALE_LIBCUDA_VERSION,
     DriverLib,
 )
-from .spec import (
-    ARCHITECTURES,
-    BRANDS,
-    SimDriverSpec,
-    parse_bus_id,
-)
-from .toolchain import CSRC, LIB32, LIB64, SimDriverError, _gcc, _write
+from .spec import ARCHITECTURES, BRANDS, SimDriverSpec, parse_bus_id
 
-# ---------------------------------------------------------------------------- C generation
+CSRC = Path(__file__).resolve().parent / "csrc"
+
+
+def _gcc() -> str:
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        raise SimDriverError("the simulated driver needs gcc to compile its libraries")
+    return gcc
+
+
+@functools.lru_cache(maxsize=1)
+def gcc_m32_works() -> bool:
+    """True if `gcc -m32` can link a shared library (gcc-multilib installed)."""
+    try:
+        gcc = _gcc()
+    except SimDriverError:
+        return False
+    with tempfile.TemporaryDirectory(prefix="simdriver-m32-") as tmp:
+        src = Path(tmp, "t.c")
+        src.write_text("int f(void) { return 1; }\n")
+        proc = subprocess.run(
+            [gcc, "-m32", "-shared", "-fPIC", "-o", str(Path(tmp, "t.so")), str(src)],
+            capture_output=True,
+            check=False,
+        )
+        return proc.returncode == 0
 
 
 def _c_str(s: str) -> str:
@@ -44,7 +68,7 @@ def _c_str(s: str) -> str:
     return '"' + "".join(out) + '"'
 
 
-def _simdata_header(spec: SimDriverSpec, dev_root: Path) -> str:
+def simdata_header(spec: SimDriverSpec, dev_root: Path, control: Path) -> str:
     gpus = sorted(spec.gpus, key=lambda g: g.minor)
     cuda_major = spec.cuda_version.split(".")[0]
     lines = [
@@ -53,11 +77,14 @@ def _simdata_header(spec: SimDriverSpec, dev_root: Path) -> str:
         f"#define SIM_NVML_VERSION {_c_str(cuda_major + '.' + spec.driver_version)}",
         f"#define SIM_CUDA_VERSION {spec.cuda_version_int}",
         f"#define SIM_BUILD_DEV_ROOT {_c_str(str(dev_root))}",
+        f"#define SIM_BUILD_CONTROL_DIR {_c_str(str(control))}",
         f"#define SIM_NGPUS {len(gpus)}",
         f"#define SIM_NMIGS {sum(len(g.migs) for g in gpus)}",
         "static const sim_gpu_t sim_gpus[SIM_NGPUS + 1] = {",
     ]
     migs: list[str] = []
+    links: list[str] = []
+    bus_index = {parse_bus_id(g.pci_bus_id)[:3]: i for i, g in enumerate(gpus)}
     for i, g in enumerate(gpus):
         dom, bus, dev, _fn = parse_bus_id(g.pci_bus_id)
         lines.append(
@@ -85,10 +112,16 @@ def _simdata_header(spec: SimDriverSpec, dev_root: Path) -> str:
                     str(int(g.mig_enabled)),
                     str(len(migs)),
                     str(len(g.migs)),
+                    str(g.numa_node),
+                    str(g.pci_switch),
+                    str(g.host_bridge),
+                    str(len(links)),
+                    str(len(g.nvlinks)),
                 ]
             )
             + "},"
         )
+        links.extend(_nvlink_row(remote, bus_index) for remote in g.nvlinks)
         migs.extend(
             "    {"
             + ", ".join(
@@ -108,8 +141,19 @@ def _simdata_header(spec: SimDriverSpec, dev_root: Path) -> str:
             for m in g.migs
         )
     lines += ["    {0}", "};", "static const sim_mig_t sim_migs[SIM_NMIGS + 1] = {"]
-    lines += [*migs, "    {0}", "};", ""]
+    lines += [*migs, "    {0}", "};"]
+    lines += [
+        f"#define SIM_NLINKS {len(links)}",
+        "static const sim_nvlink_t sim_nvlinks[SIM_NLINKS + 1] = {",
+    ]
+    lines += [*links, "    {0}", "};", ""]
     return "\n".join(lines)
+
+
+def _nvlink_row(remote: str, bus_index: dict[tuple[int, int, int], int]) -> str:
+    """One sim_nvlink_t: the far end's PCI address and GPU table index (-1: an NVSwitch)."""
+    dom, bus, dev, _fn = parse_bus_id(remote)
+    return f"    {{{dom}, {bus}, {dev}, {bus_index.get((dom, bus, dev), -1)}}},"
 
 
 _ABI_TAG_ASM = r"""
@@ -145,11 +189,8 @@ def _tool_source(name: str, version: str) -> str:
     )
 
 
-# ---------------------------------------------------------------------------- compile jobs
-
-
 @dataclass
-class _Job:
+class Job:
     out: Path
     src: Path
     args: list[str]
@@ -180,7 +221,7 @@ def _lib_job(
     soname: str,
     m32: bool,
     link_with: Iterable[str] = (),
-) -> _Job:
+) -> Job:
     # --no-as-needed: keep DT_NEEDED libc.so.6 (and the listed deps) like NVIDIA's libraries;
     # without it ldconfig tags 32-bit stubs "ELF" instead of "libc6".
     args = ["-shared", "-fPIC", f"-Wl,-soname,{soname}", "-Wl,-z,noexecstack", "-Wl,--no-as-needed"]
@@ -190,18 +231,18 @@ def _lib_job(
     if deps:
         args += [f"-L{out_dir}", *(f"-l:{d}" for d in deps)]
     links = [] if soname == file_name else [(out_dir / soname, file_name)]
-    return _Job(out_dir / file_name, src, args, links)
+    return Job(out_dir / file_name, src, args, links)
 
 
-def _library_jobs(
+def library_jobs(
     spec: SimDriverSpec, root: Path, build: Path, m32: bool
-) -> tuple[list[_Job], list[_Job]]:
+) -> tuple[list[Job], list[Job]]:
     """(independent jobs, jobs that link against the first set) for one architecture."""
     ver = spec.driver_version
     lib_dir = root / (LIB32 if m32 else LIB64)
     by_name = {lib.name: lib for lib in DRIVER_LIBS}
-    first: list[_Job] = []
-    second: list[_Job] = []
+    first: list[Job] = []
+    second: list[Job] = []
     arch = "32" if m32 else "64"
 
     def src_for(lib: DriverLib) -> Path:
@@ -210,7 +251,9 @@ def _library_jobs(
         if lib.name == "libcuda":
             return CSRC / "cuda.c"
         path = build / f"{lib.name}.{arch}.c"
-        _write(path, _stub_source(lib.name, ver, lib.symbols, abi_tag=lib.name == "libnvidia-tls"))
+        write_file(
+            path, _stub_source(lib.name, ver, lib.symbols, abi_tag=lib.name == "libnvidia-tls")
+        )
         return path
 
     for lib in DRIVER_LIBS:
@@ -224,11 +267,11 @@ def _library_jobs(
     # Distractors a driver-library selector must skip.
     for file_name, soname in (EGL_WAYLAND, EGL_GBM, FOREIGN_LIB):
         src = build / f"{soname}.{arch}.c"
-        _write(src, _stub_source(soname, file_name, ("nvsim_distractor",)))
+        write_file(src, _stub_source(soname, file_name, ("nvsim_distractor",)))
         first.append(_lib_job(build, src, lib_dir, file_name, soname, m32))
     if not m32 and ver != STALE_LIBCUDA_VERSION:
         src = build / "libcuda-stale.c"
-        _write(
+        write_file(
             src, _stub_source("libcuda", STALE_LIBCUDA_VERSION, ("cuInit", "cuDriverGetVersion"))
         )
         first.append(
@@ -244,10 +287,10 @@ def _library_jobs(
     return first, second
 
 
-def _binary_jobs(spec: SimDriverSpec, root: Path, build: Path) -> tuple[list[_Job], list[_Job]]:
+def binary_jobs(spec: SimDriverSpec, root: Path, build: Path) -> tuple[list[Job], list[Job]]:
     bin_dir = root / "usr/bin"
-    first: list[_Job] = []
-    second: list[_Job] = []
+    first: list[Job] = []
+    second: list[Job] = []
     # Own _start (csrc/oldglibc.h) so the programs also run in containers with an old glibc.
     base = ["-Wl,-z,noexecstack"]
     if platform.machine() == "x86_64":
@@ -255,15 +298,17 @@ def _binary_jobs(spec: SimDriverSpec, root: Path, build: Path) -> tuple[list[_Jo
     for b in DRIVER_BINS:
         if b.uses_nvml:
             args = [*base, f"-L{root / LIB64}", "-l:libnvidia-ml.so.1"]
-            second.append(_Job(bin_dir / b.name, CSRC / f"{b.name}.c", args, mode=0o755))
+            second.append(Job(bin_dir / b.name, CSRC / f"{b.name}.c", args, mode=0o755))
+        elif (CSRC / f"{b.name}.c").exists():  # a program of its own (nvidia-cuda-mps-control)
+            first.append(Job(bin_dir / b.name, CSRC / f"{b.name}.c", base, mode=0o755))
         else:
             src = build / f"{b.name}.c"
-            _write(src, _tool_source(b.name, spec.driver_version))
-            first.append(_Job(bin_dir / b.name, src, base, mode=0o755))
+            write_file(src, _tool_source(b.name, spec.driver_version))
+            first.append(Job(bin_dir / b.name, src, base, mode=0o755))
     return first, second
 
 
-def _run_jobs(jobs: list[_Job], include: list[Path]) -> None:
+def run_jobs(jobs: list[Job], include: list[Path]) -> None:
     gcc = _gcc()
     workers = max(2, (os.cpu_count() or 2) * 2)
     with ThreadPoolExecutor(max_workers=workers) as pool:

@@ -1,4 +1,4 @@
-"""The simulated driver's /dev/nvidia* character devices (mknod)."""
+"""The simulated driver's /dev/nvidia* character devices (mknod: needs root)."""
 
 from __future__ import annotations
 
@@ -8,17 +8,17 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
-from .spec import (
-    MIG_CONFIG_MINOR,
-    MIG_MONITOR_MINOR,
-    SimDriverSpec,
-)
-from .toolchain import require_root
+from .common import require_root
+from .spec import MIG_CONFIG_MINOR, MIG_MONITOR_MINOR, SimDriverSpec
 
 NVIDIA_MAJOR = 195
+
 NVIDIACTL_MINOR = 255
+
 MODESET_MINOR = 254
+
 UVM_MAJOR = 511
+
 CAPS_MAJOR = 508
 
 

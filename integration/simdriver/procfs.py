@@ -1,9 +1,10 @@
-"""The simulated driver's /proc/driver/nvidia files (version, gpus, capabilities)."""
+"""The simulated driver's /proc files: devices, driver/nvidia/*, MIG capabilities."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from .common import write_file
 from .devnodes import CAPS_MAJOR, UVM_MAJOR
 from .spec import (
     MAX_COMPUTE_INSTANCES,
@@ -16,14 +17,13 @@ from .spec import (
     gi_cap_minor,
     parse_bus_id,
 )
-from .toolchain import _write
 
 
 def _access(minor: int) -> str:
     return f"DeviceFileMinor: {minor}\nDeviceFileMode: 292\nDeviceFileModify: 1\n"
 
 
-def _proc_files(spec: SimDriverSpec, proc: Path) -> None:
+def write_procfs(spec: SimDriverSpec, proc: Path) -> None:
     ver = spec.driver_version
     char_devs = [
         (1, "mem"),
@@ -41,10 +41,10 @@ def _proc_files(spec: SimDriverSpec, proc: Path) -> None:
     ]
     devices = "Character devices:\n" + "".join(f"{n:3d} {name}\n" for n, name in char_devs)
     devices += "\nBlock devices:\n  7 loop\n  8 sd\n259 blkext\n"
-    _write(proc / "devices", devices, 0o444)
+    write_file(proc / "devices", devices, 0o444)
 
     nv = proc / "driver/nvidia"
-    _write(
+    write_file(
         nv / "version",
         f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {ver}  Thu Jan  1 00:00:00 UTC 2024\n"
         "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n",
@@ -83,8 +83,8 @@ def _proc_files(spec: SimDriverSpec, proc: Path) -> None:
         "CreateImexChannel0: 0",
         "EnableResizableBar: 0",
     ]
-    _write(nv / "params", "\n".join(params) + "\n", 0o444)
-    _write(nv / "registry", 'Binary: ""\n', 0o444)
+    write_file(nv / "params", "\n".join(params) + "\n", 0o444)
+    write_file(nv / "registry", 'Binary: ""\n', 0o444)
     for i, g in enumerate(sorted(spec.gpus, key=lambda g: g.minor)):
         dom, bus, dev, fn = parse_bus_id(g.pci_bus_id)
         info = (
@@ -100,8 +100,8 @@ def _proc_files(spec: SimDriverSpec, proc: Path) -> None:
             f"GPU Firmware: \t {ver}\n"
             "GPU Excluded:\t No\n"
         )
-        _write(nv / "gpus" / g.proc_bus_id / "information", info, 0o444)
-        _write(
+        write_file(nv / "gpus" / g.proc_bus_id / "information", info, 0o444)
+        write_file(
             nv / "gpus" / g.proc_bus_id / "power",
             "Runtime D3 status:          Not supported\n",
             0o444,
@@ -109,13 +109,13 @@ def _proc_files(spec: SimDriverSpec, proc: Path) -> None:
 
     if any(g.migs for g in spec.gpus):
         caps = nv / "capabilities"
-        _write(caps / "mig/config", _access(MIG_CONFIG_MINOR).replace("292", "256"), 0o444)
-        _write(caps / "mig/monitor", _access(MIG_MONITOR_MINOR), 0o444)
+        write_file(caps / "mig/config", _access(MIG_CONFIG_MINOR).replace("292", "256"), 0o444)
+        write_file(caps / "mig/monitor", _access(MIG_MONITOR_MINOR), 0o444)
         for g in spec.gpus:
             for m in g.migs:
                 gi_dir = caps / f"gpu{g.minor}/mig/gi{m.gi}"
-                _write(gi_dir / "access", _access(m.gi_cap_minor), 0o444)
-                _write(gi_dir / f"ci{m.ci}/access", _access(m.ci_cap_minor), 0o444)
+                write_file(gi_dir / "access", _access(m.gi_cap_minor), 0o444)
+                write_file(gi_dir / f"ci{m.ci}/access", _access(m.ci_cap_minor), 0o444)
     # The kernel lists every possible MIG minor, whether or not such an instance exists.
     lines = [f"config {MIG_CONFIG_MINOR}", f"monitor {MIG_MONITOR_MINOR}"]
     for gpu in range(MAX_GPUS):
@@ -125,4 +125,4 @@ def _proc_files(spec: SimDriverSpec, proc: Path) -> None:
                 f"gpu{gpu}/gi{gi}/ci{ci}/access {ci_cap_minor(gpu, gi, ci)}"
                 for ci in range(MAX_COMPUTE_INSTANCES)
             ]
-    _write(proc / "driver/nvidia-caps/mig-minors", "\n".join(lines) + "\n", 0o444)
+    write_file(proc / "driver/nvidia-caps/mig-minors", "\n".join(lines) + "\n", 0o444)

@@ -52,6 +52,8 @@ _MODELS: dict[str, tuple[int, int, str]] = {
     "NVIDIA H100 80GB HBM3": (0x233010DE, 0x16C110DE, "692-2G520-0200-000"),
     "NVIDIA A100-SXM4-80GB": (0x20B210DE, 0x147F10DE, "692-2G506-0210-002"),
     "NVIDIA A100-SXM4-40GB": (0x20B010DE, 0x134F10DE, "692-2G506-0200-002"),
+    "NVIDIA H100 PCIe": (0x233110DE, 0x162610DE, "900-21010-0000-000"),
+    "NVIDIA L40S": (0x26B910DE, 0x185110DE, "900-2G133-0080-000"),
     "Tesla T4": (0x1EB810DE, 0x12A210DE, "900-2G183-0000-001"),
 }
 _GENERIC_MODEL = (0x000010DE, 0x000010DE, "000-00000-0000-000")
@@ -114,6 +116,13 @@ class SimGpu:
     compute_capability: tuple[int, int]
     memory_mib: int
     migs: tuple[SimMig, ...] = ()
+    # Topology (see README "Topology"): NUMA node as sysfs reports it (-1: none), the PCIe
+    # switch the GPU sits behind (-1: directly on a root port) and its host bridge; and per
+    # NVLink, the PCI bus ID (NVML form) of the device at its other end: a GPU or an NVSwitch.
+    numa_node: int = -1
+    pci_switch: int = -1
+    host_bridge: int = 0
+    nvlinks: tuple[str, ...] = ()
 
     @property
     def mig_enabled(self) -> bool:
@@ -192,6 +201,8 @@ class SimDriverSpec:
             if gpu.architecture not in ARCHITECTURES:
                 raise ValueError(f"unknown architecture {gpu.architecture!r}")
             parse_bus_id(gpu.pci_bus_id)
+            for remote in gpu.nvlinks:
+                parse_bus_id(remote)
             if gpu.migs and not gpu.mig_capable:
                 raise ValueError(f"{gpu.name} (minor {gpu.minor}) does not support MIG")
             for uuid in (gpu.uuid, *(m.uuid for m in gpu.migs)):
@@ -292,7 +303,96 @@ def _t4x1() -> SimDriverSpec:
     return SimDriverSpec("535.183.01", "12.2", (gpu,), label="t4x1-535")
 
 
+def _bus(bus: str) -> str:
+    return f"00000000:{bus}:00.0"
+
+
+def _h100pcie_nvlink_pairs() -> SimDriverSpec:
+    """8 H100 PCIe, NVLink-bridged in pairs (0-1, 2-3, 4-5, 6-7; 3 links each); each pair
+    behind its own PCIe switch, GPUs 0-3 on NUMA node 0, 4-7 on node 1."""
+    label = "h100pcie-x8-nvlink-pairs"
+    buses = ("1B", "1C", "3D", "3E", "9B", "9C", "BD", "BE")
+    gpus = tuple(
+        SimGpu(
+            minor=i,
+            uuid=deterministic_uuid("GPU", f"{label}/gpu{i}"),
+            pci_bus_id=_bus(bus),
+            name="NVIDIA H100 PCIe",
+            brand="Nvidia",
+            architecture="Hopper",
+            compute_capability=(9, 0),
+            memory_mib=81559,
+            numa_node=i // 4,
+            pci_switch=i // 2,
+            host_bridge=i // 4,
+            nvlinks=(_bus(buses[i ^ 1]),) * 3,
+        )
+        for i, bus in enumerate(buses)
+    )
+    return SimDriverSpec("550.54.15", "12.4", gpus, label=label)
+
+
+# The NVSwitches of an HGX H100 board (bus IDs as NVML reports them for the far end of a link).
+NVSWITCH_BUS_IDS = tuple(_bus(b) for b in ("C3", "C4", "C5", "C6"))
+NVSWITCH_LINKS_PER_GPU = 18
+
+
+def _h100x8_nvswitch() -> SimDriverSpec:
+    """8 H100 SXM5 on an HGX board: every GPU has 18 NVLinks, spread over the 4 NVSwitches
+    (5, 4, 4, 5 as on the board), so each GPU reaches every other at full bandwidth. NVML
+    reports each link's far end as an NVSwitch (remote device type SWITCH, its bus ID), never
+    as a GPU. Two PCIe switches per NUMA node, two GPUs behind each."""
+    label = "h100x8-nvswitch"
+    buses = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")
+    per_switch = (5, 4, 4, 5)
+    links = tuple(sw for sw, n in zip(NVSWITCH_BUS_IDS, per_switch, strict=True) for _ in range(n))
+    gpus = tuple(
+        SimGpu(
+            minor=i,
+            uuid=deterministic_uuid("GPU", f"{label}/gpu{i}"),
+            pci_bus_id=_bus(bus),
+            name="NVIDIA H100 80GB HBM3",
+            brand="Nvidia",
+            architecture="Hopper",
+            compute_capability=(9, 0),
+            memory_mib=81559,
+            numa_node=i // 4,
+            pci_switch=i // 2,
+            host_bridge=i // 4,
+            nvlinks=links,
+        )
+        for i, bus in enumerate(buses)
+    )
+    return SimDriverSpec("550.54.15", "12.4", gpus, label=label)
+
+
+def _l40sx8_pcie() -> SimDriverSpec:
+    """8 L40S, no NVLink: two PCIe switches of 4 GPUs, one per NUMA node and host bridge."""
+    label = "l40sx8-pcie"
+    buses = ("16", "17", "18", "19", "96", "97", "98", "99")
+    gpus = tuple(
+        SimGpu(
+            minor=i,
+            uuid=deterministic_uuid("GPU", f"{label}/gpu{i}"),
+            pci_bus_id=_bus(bus),
+            name="NVIDIA L40S",
+            brand="Nvidia",
+            architecture="Ada",
+            compute_capability=(8, 9),
+            memory_mib=46068,
+            numa_node=i // 4,
+            pci_switch=i // 4,
+            host_bridge=i // 4,
+        )
+        for i, bus in enumerate(buses)
+    )
+    return SimDriverSpec("550.54.15", "12.4", gpus, label=label)
+
+
 PRESETS = {
+    "h100pcie-x8-nvlink-pairs": _h100pcie_nvlink_pairs,
+    "h100x8-nvswitch": _h100x8_nvswitch,
+    "l40sx8-pcie": _l40sx8_pcie,
     "h100x4-550": _h100x4,
     "h100x8-550": _h100x8,
     "a100x8-570-mig": _a100x8_mig,

@@ -4,6 +4,7 @@
 
 #include "nvml_api.h"
 #include "simcommon.h"
+#include "simcontrol.h"
 
 struct nvmlDevice_st {
     int gpu; /* index into sim_gpus */
@@ -17,28 +18,19 @@ static int init_count;
 #define MAX_MIG_DEVICES 7
 #define NVML_MEMORY_V2_VERSION_MAJOR 2
 
-/* A GPU whose device node went away after nvmlInit fell off the bus: its handles answer
- * GPU_IS_LOST, as the real driver's do, until the node is back (tests drive health so). */
-static nvmlReturn_t lost(int gpu)
-{
-    char dir[4096];
-
-    sim_dev_dir(dir, sizeof(dir));
-    return sim_node_exists(dir, "nvidia%u", sim_gpus[gpu].minor) ? NVML_SUCCESS
-                                                                  : NVML_ERROR_GPU_IS_LOST;
-}
-
 static nvmlReturn_t check(nvmlDevice_t d)
 {
+    sim_slow();
     if (init_count == 0)
         return NVML_ERROR_UNINITIALIZED;
     if (d == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
-    if (d >= h_gpu && d < h_gpu + SIM_NGPUS)
-        return lost(d->gpu);
-    if (d >= h_mig && d < h_mig + SIM_NMIGS)
-        return lost(d->gpu);
-    return NVML_ERROR_INVALID_ARGUMENT;
+    if (!(d >= h_gpu && d < h_gpu + SIM_NGPUS) && !(d >= h_mig && d < h_mig + SIM_NMIGS))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    /* A GPU that fell off the bus answers nothing, for its MIG devices too. */
+    if (sim_gpu_lost(sim_gpus[d->gpu].minor))
+        return NVML_ERROR_GPU_IS_LOST;
+    return NVML_SUCCESS;
 }
 
 #define CHECK(d, ptr)                                     \
@@ -397,12 +389,23 @@ static unsigned long long total_bytes(nvmlDevice_t d)
     return (mig_of(d) ? mig_of(d)->memory_mib : gpu_of(d)->memory_mib) * 1024ULL * 1024ULL;
 }
 
+/* Whole GPUs only: a MIG device reports nothing used. */
+static unsigned long long used_bytes(nvmlDevice_t d)
+{
+    unsigned long long used, total = total_bytes(d);
+
+    if (mig_of(d))
+        return 0;
+    used = sim_metric(gpu_of(d)->minor, "memory_used_mib", 0) * 1024ULL * 1024ULL;
+    return used > total ? total : used;
+}
+
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *m)
 {
     CHECK(d, m);
     m->total = total_bytes(d);
-    m->used = 0;
-    m->free = m->total;
+    m->used = used_bytes(d);
+    m->free = m->total - m->used;
     return NVML_SUCCESS;
 }
 
@@ -413,8 +416,8 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *m)
         return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     m->total = total_bytes(d);
     m->reserved = 0;
-    m->used = 0;
-    m->free = m->total;
+    m->used = used_bytes(d);
+    m->free = m->total - m->used;
     return NVML_SUCCESS;
 }
 
@@ -496,3 +499,6 @@ nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t d, unsigned int *id)
     *id = mig_of(d)->ci;
     return NVML_SUCCESS;
 }
+
+#include "nvml_events.c"
+#include "nvml_topology.c"

@@ -12,6 +12,7 @@ typedef struct nvmlDevice_st *nvmlDevice_t;
 #define NVML_ERROR_NOT_FOUND 6
 #define NVML_ERROR_INSUFFICIENT_SIZE 7
 #define NVML_ERROR_DRIVER_NOT_LOADED 9
+#define NVML_ERROR_TIMEOUT 10
 #define NVML_ERROR_GPU_IS_LOST 15
 #define NVML_ERROR_ARGUMENT_VERSION_MISMATCH 25
 #define NVML_ERROR_UNKNOWN 999
@@ -48,6 +49,31 @@ typedef struct {
     unsigned int version;
     unsigned long long total, reserved, free, used;
 } nvmlMemory_v2_t;
+
+typedef struct nvmlEventSet_st *nvmlEventSet_t;
+
+typedef struct {
+    nvmlDevice_t device;
+    unsigned long long eventType;
+    unsigned long long eventData;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlEventData_t;
+
+typedef struct {
+    unsigned int gpu;
+    unsigned int memory;
+} nvmlUtilization_t;
+
+#define nvmlEventTypeSingleBitEccError 0x1ULL
+#define nvmlEventTypeDoubleBitEccError 0x2ULL
+#define nvmlEventTypeXidCriticalError 0x8ULL
+
+#define NVML_TEMPERATURE_GPU 0
+#define NVML_CLOCK_GRAPHICS 0
+#define NVML_CLOCK_SM 1
+#define NVML_CLOCK_MEM 2
+#define NVML_CLOCK_VIDEO 3
 
 nvmlReturn_t nvmlInit_v2(void);
 nvmlReturn_t nvmlShutdown(void);

@@ -32,7 +32,16 @@ typedef struct {
     int mig_capable;
     int mig_enabled;
     int mig_first, mig_count; /* slice of sim_migs */
+    int numa_node;            /* -1: none */
+    int pci_switch;           /* -1: directly on a root port */
+    int host_bridge;
+    int link_first, link_count; /* slice of sim_nvlinks */
 } sim_gpu_t;
+
+typedef struct {
+    unsigned domain, bus, device; /* the far end of the link */
+    int gpu;                      /* its sim_gpus index, or -1 for an NVSwitch */
+} sim_nvlink_t;
 
 typedef struct {
     int gpu; /* index into sim_gpus */

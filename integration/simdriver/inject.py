@@ -1,0 +1,161 @@
+"""Drive the simulated driver's state from tests: NVML events, lost GPUs, metrics, slowness.
+
+The fake libnvidia-ml answers from files in the control directory (`_ctl(target)`,
+`<driver_root>/run/nvidia-sim`; its path is compiled into the library, and
+`NVCT_SIM_CONTROL_DIR` overrides it, e.g. inside a container where the driver root is
+mounted elsewhere). These functions only write those files; nothing here fakes an answer.
+
+The first argument of every function is where to write: a SimDriver (its own control
+directory) or a Path, which is taken as the control directory itself. Tests that share a
+cached driver give each test its own directory: run the NVML user with
+`NVCT_SIM_CONTROL_DIR=<tmp>` and pass that same `<tmp>` here.
+
+`gpu` is always the GPU's device minor (`/dev/nvidia<minor>`), which is also its NVML index
+when every GPU of the preset is visible.
+
+Files (the library re-reads them on every call, so changes apply at once):
+- `events`: one event a line, appended (O_APPEND, one write: atomic for readers):
+  `xid <gpu> <xid>`, `dbe <gpu>`, `lost <gpu>`, `recover <gpu>`.
+- `metrics/<gpu>`: `key value` lines (see `set_metrics`), replaced atomically.
+- `slow_ms`: every NVML call sleeps this many milliseconds first.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Protocol
+
+CONTROL_SUBDIR = "run/nvidia-sim"
+ENV_CONTROL_DIR = "NVCT_SIM_CONTROL_DIR"
+
+# XID the real driver reports when a GPU has fallen off the bus.
+XID_FALLEN_OFF_BUS = 79
+
+
+class _HasRoot(Protocol):
+    @property
+    def driver_root(self) -> Path: ...
+
+
+def control_dir(driver_root: Path) -> Path:
+    """The control directory compiled into a driver built under `driver_root`."""
+    return driver_root / CONTROL_SUBDIR
+
+
+Target = Path | _HasRoot  # a control directory, or a SimDriver
+
+
+def _ctl(target: Target) -> Path:
+    return target if isinstance(target, Path) else control_dir(target.driver_root)
+
+
+def _append(target: Target, line: str) -> None:
+    path = _ctl(target) / "events"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def _replace(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def xid(target: Target, gpu: int, code: int) -> None:
+    """An XID critical error on GPU `gpu` (event type XidCriticalError, eventData = `code`)."""
+    _append(target, f"xid {int(gpu)} {int(code)}")
+
+
+def double_bit_ecc(target: Target, gpu: int) -> None:
+    """A double-bit ECC error on GPU `gpu` (event type DoubleBitEccError)."""
+    _append(target, f"dbe {int(gpu)}")
+
+
+def lose(target: Target, gpu: int) -> None:
+    """GPU `gpu` falls off the bus: its queries answer NVML_ERROR_GPU_IS_LOST until recovered.
+
+    An event set with the GPU registered for XidCriticalError gets one XID 79 event for it
+    (what the real driver logs when a GPU falls off the bus).
+    """
+    _append(target, f"lost {int(gpu)}")
+
+
+def recover(target: Target, gpu: int) -> None:
+    """GPU `gpu` answers again (queries succeed; no event is delivered)."""
+    _append(target, f"recover {int(gpu)}")
+
+
+def slow(target: Target, seconds: float) -> None:
+    """Every NVML call sleeps `seconds` first (0 turns it off)."""
+    _replace(_ctl(target) / "slow_ms", f"{round(seconds * 1000)}\n")
+
+
+METRIC_KEYS = ("util_gpu", "util_memory", "temp", "power_mw", "sm_clock_mhz", "memory_used_mib")
+
+
+def set_metrics(
+    target: Target,
+    gpu: int,
+    *,
+    util: int | None = None,
+    util_memory: int | None = None,
+    temp: int | None = None,
+    power_mw: int | None = None,
+    sm_clock_mhz: int | None = None,
+    memory_used_mib: int | None = None,
+) -> None:
+    """Set what NVML reports for GPU `gpu`; arguments left out keep their current value.
+
+    Defaults before any call: utilization 0 %, 30 C, 50000 mW, SM clock 1410 MHz, 0 MiB used.
+    """
+    path = _ctl(target) / "metrics" / str(int(gpu))
+    current: dict[str, int] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key in METRIC_KEYS and value.strip().isdigit():
+                current[key] = int(value)
+    given = {
+        "util_gpu": util,
+        "util_memory": util_memory,
+        "temp": temp,
+        "power_mw": power_mw,
+        "sm_clock_mhz": sm_clock_mhz,
+        "memory_used_mib": memory_used_mib,
+    }
+    for key, value in given.items():
+        if value is not None:
+            if value < 0:
+                raise ValueError(f"set_metrics: {key}={value} must be >= 0")
+            current[key] = int(value)
+    _replace(path, "".join(f"{k} {current[k]}\n" for k in METRIC_KEYS if k in current))
+
+
+def reset(target: Target) -> None:
+    """Forget every injected event, metric and slowness (a fresh driver state)."""
+    ctl = _ctl(target)
+    for name in ("events", "slow_ms"):
+        (ctl / name).unlink(missing_ok=True)
+    metrics = ctl / "metrics"
+    if metrics.is_dir():
+        for f in metrics.iterdir():
+            f.unlink()
+
+
+def mps_commands(target: Target) -> list[tuple[str, str]]:
+    """(pipe directory, command) for every command the simulated MPS control daemons
+    received, in order (`nvidia-cuda-mps-control` appends them to `mps-commands`)."""
+    path = _ctl(target) / "mps-commands"
+    if not path.exists():
+        return []
+    out: list[tuple[str, str]] = []
+    for line in path.read_text().splitlines():
+        pipe, _, cmd = line.partition("\t")
+        out.append((pipe, cmd))
+    return out
