@@ -332,3 +332,23 @@ def test_a_container_gets_exactly_the_allocated_gpu(
     assert sorted(d for d in devs.split() if d.startswith("nvidia") and d[6:].isdigit()) == [
         "nvidia3"
     ]
+
+
+def test_preferred_allocation_follows_nvlink_on_a_real_topology(tmp_path, kubelet) -> None:
+    """The 8-GPU preset with NVLink pairs (0-1, 2-3, 4-5, 6-7) behind PCIe switches of their
+    own: the plugin counts links through NVML and answers pairs."""
+    from integration.simdriver import cached_driver, preset
+
+    sim = cached_driver(preset("h100pcie-x8-nvlink-pairs"), Path("/tmp/nvct-test-simdrivers"))
+    plugin = PluginProcess(tmp_path, sim, kubelet.plugin_dir, "--sysfs-root", str(sim.sys_root))
+    plugin.start()
+    try:
+        assert kubelet.wait(lambda: GPU in kubelet.plugins and kubelet.plugins[GPU].updates)
+        ids = [g.uuid for g in sim.spec.gpus]
+        assert sorted(kubelet.preferred(GPU, ids, [ids[5]], 2)) == sorted([ids[4], ids[5]])
+        # odd: the GPU whose partner is taken already, so that pairs stay whole
+        assert kubelet.preferred(GPU, [ids[i] for i in (0, 1, 2, 4, 5)], [], 1) == [ids[2]]
+        four = set(kubelet.preferred(GPU, ids, [], 4))
+        assert four in ({ids[0], ids[1], ids[2], ids[3]}, {ids[4], ids[5], ids[6], ids[7]}), four
+    finally:
+        plugin.stop()

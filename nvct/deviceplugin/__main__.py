@@ -146,7 +146,7 @@ class Plugin:
                 try:
                     if not nvml.nvmlDeviceGetNvLinkState(handle, link):
                         continue
-                    remote = nvml.nvmlDeviceGetNvLinkRemotePciInfo_v2(handle, link)
+                    remote = nvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link)  # the _v2 call
                 except (nvml.NVMLError, AttributeError):
                     break
                 bus = remote.busId.decode() if isinstance(remote.busId, bytes) else remote.busId
