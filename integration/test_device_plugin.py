@@ -352,3 +352,35 @@ def test_preferred_allocation_follows_nvlink_on_a_real_topology(tmp_path, kubele
         assert four in ({ids[0], ids[1], ids[2], ids[3]}, {ids[4], ids[5], ids[6], ids[7]}), four
     finally:
         plugin.stop()
+
+
+def test_mig_mixed_gives_one_resource_and_socket_per_profile(tmp_path, kubelet) -> None:
+    """The 8 x A100 preset with two GPUs in MIG mode (3g+2g+1g and 4g+3g): full GPUs stay
+    nvidia.com/gpu, each MIG profile is its own resource on its own socket, IDs are MIG UUIDs."""
+    from integration.simdriver import cached_driver, preset
+
+    sim = cached_driver(preset("a100x8-570-mig"), Path("/tmp/nvct-test-simdrivers"))
+    plugin = PluginProcess(tmp_path, sim, kubelet.plugin_dir, "--mig-strategy", "mixed")
+    plugin.start()
+    expected = {
+        GPU: {g.uuid for g in sim.spec.gpus if not g.migs},
+        **{
+            f"nvidia.com/mig-{p}": {m.uuid for g in sim.spec.gpus for m in g.migs if m.profile == p}
+            for p in {m.profile for g in sim.spec.gpus for m in g.migs}
+        },
+    }
+    try:
+        done = kubelet.wait(
+            lambda: all(r in kubelet.plugins and kubelet.plugins[r].updates for r in expected),
+            timeout=15,
+        )
+        assert done, (sorted(kubelet.plugins), plugin.output())
+        for resource, ids in expected.items():
+            assert set(kubelet.devices(resource)) == ids, resource
+        names = {p.endpoint for p in kubelet.plugins.values()}
+        assert {"nvidia-gpu.sock", "nvidia-mig-3g.40gb.sock"} <= names
+        mig = sorted(expected["nvidia.com/mig-3g.40gb"])[0]
+        answer = kubelet.allocate("nvidia.com/mig-3g.40gb", [mig])
+        assert [d.name for d in answer.cdi_devices] == [f"nvidia.com/gpu={mig}"]
+    finally:
+        plugin.stop()
