@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import random
-import site
 import statistics
 import subprocess
 import sys
@@ -31,10 +30,9 @@ from bench.bench import config_for, quantiles, timed
 from integration.harness.dockerd import Dockerd
 from integration.harness.images import GLIBC_TAG, docker_import, glibc_rootfs
 from integration.harness.shimd import ShimDaemon
+from integration.harness.wheel import ROOT, install_wheel
 from integration.simdriver import cached_driver, preset
 from nvct.base.defaults import DEFAULT_SOCKET
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def wheel_venv(work: Path) -> Path:
@@ -45,19 +43,7 @@ def wheel_venv(work: Path) -> Path:
         check=True,
     )
     (wheel,) = dist.glob("nvct-*.whl")
-    venv = work / "venv"
-    subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)], check=True)
-    pip = [sys.executable, "-m", "pip", "--python", str(venv / "bin/python3")]
-    subprocess.run([*pip, "install", "-q", "--no-deps", str(wheel)], check=True)
-    purelib = subprocess.run(
-        [venv / "bin/python3", "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    deps = [p for p in site.getsitepackages() if "site-packages" in p]
-    Path(purelib, "nvct-bench-deps.pth").write_text("\n".join(deps) + "\n")
-    return venv / "bin"
+    return install_wheel(wheel, work / "venv")
 
 
 def run_rounds(

@@ -5,7 +5,6 @@ GPU from the venv's own shim."""
 from __future__ import annotations
 
 import os
-import site
 import subprocess
 import sys
 import zipfile
@@ -17,9 +16,7 @@ import pytest
 from integration.conftest import write_nvct_config
 from integration.harness.bundles import BundleFactory, run_runc
 from integration.harness.skips import need_binary, need_cc, require
-
-ROOT = Path(__file__).resolve().parent.parent
-PIP = [sys.executable, "-m", "pip"]
+from integration.harness.wheel import PIP, ROOT, install_wheel
 
 
 def build_wheel(out: Path, env: dict[str, str] | None = None) -> tuple[Path, str]:
@@ -44,22 +41,7 @@ def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     require(need_cc(), need_binary("/usr/bin/python3"))
     work = tmp_path_factory.mktemp("wheel")
     wheel, _ = build_wheel(work / "dist")
-    venv = work / "venv"
-    subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)], check=True)
-    subprocess.run(
-        [*PIP, "--python", str(venv / "bin/python3"), "install", "-q", "--no-deps", str(wheel)],
-        check=True,
-        timeout=300,
-    )
-    purelib = subprocess.run(
-        [venv / "bin/python3", "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    deps = [p for p in site.getsitepackages() if "site-packages" in p]
-    Path(purelib, "nvct-test-deps.pth").write_text("\n".join(deps) + "\n")
-    return venv / "bin"
+    return install_wheel(wheel, work / "venv")
 
 
 def test_the_wheel_is_a_platform_wheel_whose_nvct_runtime_is_native(wheel_venv: Path) -> None:
