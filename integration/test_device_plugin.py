@@ -203,6 +203,17 @@ def test_unknown_and_unhealthy_devices_are_refused_and_health_recovers(
     with pytest.raises(grpc.RpcError) as sick:
         kubelet.allocate(GPU, [lost])
     assert sick.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    status = ["device-plugin-status", "--plugin-dir", str(kubelet.plugin_dir)]
+    shown = subprocess.run(
+        [sys.executable, "-m", "nvct.cli.main", *status],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    (line,) = [ln for ln in shown.splitlines() if lost in ln]
+    assert "Unhealthy" in line and "GPU is lost" in line, shown
+    assert shown.count(" Healthy") == 3
     inject.recover(plugin.control, sim_driver.spec.gpus[2].minor)
     assert kubelet.wait(lambda: kubelet.devices(GPU).get(lost) == "Healthy", timeout=5)
     assert '"health": "Unhealthy"' in plugin.output() and "GPU is lost" in plugin.output()

@@ -25,6 +25,7 @@ SUBCOMMANDS: dict[str, str] = {
     "doctor": "nvct.cli.doctor_cmd:doctor",
     "daemon": "nvct.cli.daemon_cmd:daemon",
     "labels": "nvct.cli.labels_cmd:labels",
+    "device-plugin-status": "nvct.cli.plugin_status_cmd:device_plugin_status",
 }
 
 

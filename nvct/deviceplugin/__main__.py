@@ -29,6 +29,8 @@ from nvct.deviceplugin.health import Health
 from nvct.deviceplugin.server import KUBELET_SOCKET, Endpoint, ResourceService
 
 CDI_SPEC_NAME = "nvct-device-plugin.json"
+# Beside the sockets: the kubelet removes sockets only, and nvct-cli reads it from the node.
+STATUS_FILE = "nvct-device-plugin.status.json"
 WATCH_S = 0.05
 RETRY_MAX_S = 5.0
 INIT_RETRY_S = 5.0
@@ -165,8 +167,30 @@ class Plugin:
             for t in transitions:
                 log.warning("health", device=t.device, health=t.health, reason=t.reason)
             if transitions:
+                self.write_status()
                 for endpoint in self.endpoints:
                     endpoint.service.notify()
+
+    def write_status(self) -> None:
+        """What ``nvct-cli device-plugin-status`` shows: each advertised device, its health
+        and why (rewritten atomically on every change)."""
+        status = {
+            e.service.resource.name: [
+                {
+                    "id": d.id,
+                    "uuid": d.uuid,
+                    "health": self.health.state.get(d.id, "Healthy"),
+                    "reason": self.health.reason.get(d.id, ""),
+                }
+                for d in e.service.resource.devices
+            ]
+            for e in self.endpoints
+        }
+        path = Path(self.config.dp_plugin_dir) / STATUS_FILE
+        try:
+            write_atomic(str(path), json.dumps(status, indent=2).encode(), 0o644)
+        except OSError as err:
+            log.warning("status_not_written", file=str(path), error=err.strerror)
 
     def serve(self) -> None:
         """Serve and register every endpoint; again whenever the kubelet restarts."""
@@ -245,6 +269,7 @@ def run(config: Config) -> int:
         if stop.wait(INIT_RETRY_S):
             return 0
         plugin = Plugin(config, stop)
+    plugin.write_status()
     health = threading.Thread(target=plugin.check_health, name="health", daemon=True)
     health.start()
     try:

@@ -1,0 +1,46 @@
+"""``nvct-cli device-plugin-status``: each device nvct-device-plugin advertises, its health and
+why, as the plugin last wrote it beside its sockets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from nvct.base.errors import NvctError
+
+DEFAULT_DIR = "/var/lib/kubelet/device-plugins"
+STATUS_FILE = "nvct-device-plugin.status.json"
+
+
+@click.command("device-plugin-status")
+@click.option(
+    "--plugin-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path(DEFAULT_DIR),
+    show_default=True,
+    help="The kubelet's device-plugins directory the plugin serves in.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the plugin's status as JSON.")
+def device_plugin_status(plugin_dir: Path, as_json: bool) -> None:
+    """Advertised devices with their health and the reason (Unhealthy: why; Healthy again:
+    after which quiet period)."""
+    path = plugin_dir / STATUS_FILE
+    try:
+        status = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise NvctError(
+            f"{path} does not exist: nvct-device-plugin has not run here",
+            hint="start it (deployments/device-plugin.yaml), or pass --plugin-dir",
+        ) from None
+    except (OSError, ValueError) as err:
+        raise NvctError(f"cannot read {path}: {err}") from err
+    if as_json:
+        click.echo(json.dumps(status, indent=2))
+        return
+    for resource, devices in sorted(status.items()):
+        click.echo(f"{resource}: {len(devices)} device(s)")
+        for d in devices:
+            reason = f"  ({d['reason']})" if d.get("reason") else ""
+            click.echo(f"  {d['id']:<44} {d['health']}{reason}")
