@@ -19,6 +19,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from nvct.base.cdi_names import KIND as KIND_RE
+from nvct.base.errors import RequestError
 from nvct.config import CAPABILITIES, Config
 from nvct.host.arch import Arch
 from nvct.host.inventory import DeviceNode, Inventory
@@ -28,10 +30,44 @@ from nvct.request.parse import parse_request
 
 CDI_VERSION = "0.5.0"
 KIND = "nvidia.com/gpu"
+VENDOR = "nvidia.com"
+MANAGEMENT_VENDOR = "management.nvidia.com"  # NVIDIA's management spec's kind
+CLASS = "gpu"
 HOOK_MODULE = "nvct.cdi.hook"
 HOOK_ENV = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",)
 DRIVER_VERSION_ENV = "NVCT_CDI_DRIVER_VERSION"
 STRATEGIES = ("index", "uuid", "both")
+MODES = ("nvml", "management")
+
+
+@dataclass(frozen=True, slots=True)
+class SpecOptions:
+    """What ``cdi generate`` was asked for (NVIDIA's defaults: both names, every device).
+
+    ``vendor`` None is ``nvidia.com``, or ``management.nvidia.com`` in management mode (so a
+    management spec and the GPU spec can sit side by side, as NVIDIA's do).
+    """
+
+    strategy: str = "both"
+    vendor: str | None = None
+    cls: str = CLASS
+    device_ids: tuple[str, ...] = ()
+    mode: str = "nvml"
+
+    def kind(self) -> str:
+        """``vendor/class``.
+
+        Raises:
+            RequestError: not a valid CDI kind.
+        """
+        vendor = self.vendor or (MANAGEMENT_VENDOR if self.mode == "management" else VENDOR)
+        kind = f"{vendor}/{self.cls}"
+        if KIND_RE.match(kind) is None:
+            raise RequestError(
+                f"invalid CDI kind {kind!r} (from --vendor/--class)",
+                hint="a vendor is a domain name (nvidia.com), a class a simple name (gpu)",
+            )
+        return kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,22 +110,41 @@ def devices(
     arch: Arch,
     caps: Sequence[str],
     common: Plan,
-    strategy: str = "index",
+    strategy: str = "both",
+    device_ids: Sequence[str] = (),
 ) -> list[CdiDevice]:
-    """One device per full GPU (or per MIG device of a MIG-enabled GPU)."""
+    """One device per full GPU (or per MIG device of a MIG-enabled GPU); with ``device_ids``,
+    only those named (by index, ``0:1``, or UUID).
+
+    Raises:
+        RequestError: a device id names no GPU or MIG device (the message lists those that exist).
+    """
     shared = {d.node.path for d in common.devices}
-    out = []
-    for gpu in inventory.gpus:
-        targets = (
+    targets = [
+        target
+        for gpu in inventory.gpus
+        for target in (
             [(f"{gpu.index}:{m.index}", m.uuid) for m in gpu.migs]
             if gpu.mig_enabled and gpu.migs
             else [(str(gpu.index), gpu.uuid)]
         )
-        for index_name, uuid in targets:
-            plan = _plan(index_name, caps, inventory, config, arch)
-            nodes = tuple(d.node for d in plan.devices if d.node.path not in shared)
-            names = {"index": (index_name,), "uuid": (uuid,), "both": (index_name, uuid)}
-            out.append(CdiDevice(names[strategy], nodes))
+    ]
+    if device_ids:
+        known = {name for target in targets for name in target}
+        unknown = [d for d in device_ids if d not in known]
+        if unknown:
+            raise RequestError(
+                f"--device-id {unknown[0]!r} names no device of the driver "
+                f"(known: {', '.join(t[0] for t in targets) or 'none'})",
+                hint="name a GPU by index (0), a MIG device by 0:1, or either by UUID",
+            )
+        targets = [t for t in targets if t[0] in device_ids or t[1] in device_ids]
+    out = []
+    for index_name, uuid in targets:
+        plan = _plan(index_name, caps, inventory, config, arch)
+        nodes = tuple(d.node for d in plan.devices if d.node.path not in shared)
+        names = {"index": (index_name,), "uuid": (uuid,), "both": (index_name, uuid)}
+        out.append(CdiDevice(names[strategy], nodes))
     return out
 
 
@@ -115,22 +170,48 @@ def hook_entry(plan: Plan, ldconfig: str, python: str = sys.executable) -> dict[
     return {"hookName": "createContainer", "path": python, "args": args, "env": list(HOOK_ENV)}
 
 
+def management_nodes(inventory: Inventory) -> list[DeviceNode]:
+    """Every NVIDIA device node the driver has: control nodes, each GPU's, every MIG cap."""
+    nodes: dict[str, DeviceNode] = {n.path: n for n in inventory.control_nodes}
+    for gpu in inventory.gpus:
+        if gpu.node is not None:
+            nodes.setdefault(gpu.node.path, gpu.node)
+        for mig in gpu.migs:
+            nodes.update((c.path, c) for c in mig.caps if c.path not in nodes)
+    return list(nodes.values())
+
+
 def build_spec(
     inventory: Inventory,
     config: Config,
     arch: Arch,
     *,
-    strategy: str = "index",
+    options: SpecOptions | None = None,
+    strategy: str | None = None,
     python: str = sys.executable,
 ) -> dict[str, Any]:
-    """The whole CDI spec as a JSON-ready dict.
+    """The whole CDI spec as a JSON-ready dict (``strategy`` overrides ``options.strategy``).
+
+    In management mode the spec has one device, ``all``, with every NVIDIA device node (for
+    monitoring and operator containers, like NVIDIA's management spec); the common edits are
+    the same driver files as the GPU spec's.
 
     Raises:
-        RequestError: a device node the plan needs is missing under the dev root.
+        RequestError: a device node the plan needs is missing under the dev root, a device id
+            names no device, or the kind is invalid.
     """
+    options = options or SpecOptions()
+    kind = options.kind()
     caps = capabilities_for(inventory)
     common = _plan("none", caps, inventory, config, arch)
-    named = devices(inventory, config, arch, caps, common, strategy)
+    if options.mode == "management":
+        shared = {d.node.path for d in common.devices}
+        rest = tuple(n for n in management_nodes(inventory) if n.path not in shared)
+        named = [CdiDevice(("all",), rest)]
+    else:
+        named = devices(
+            inventory, config, arch, caps, common, strategy or options.strategy, options.device_ids
+        )
     all_nodes: dict[str, DeviceNode] = {}
     spec_devices = []
     for device in named:
@@ -140,7 +221,7 @@ def build_spec(
             {"name": name, "containerEdits": {"deviceNodes": [_node(n) for n in device.nodes]}}
             for name in device.names
         ]
-    if named:
+    if named and options.mode != "management":
         spec_devices.append(
             {
                 "name": "all",
@@ -160,7 +241,7 @@ def build_spec(
         edits["hooks"] = [hook]
     return {
         "cdiVersion": CDI_VERSION,
-        "kind": KIND,
+        "kind": kind,
         "devices": spec_devices,
         "containerEdits": edits,
     }

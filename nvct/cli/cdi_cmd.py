@@ -48,22 +48,60 @@ def output_format(output: Path | None, fmt: str | None) -> str:
 @click.option(
     "--device-name-strategy",
     type=click.Choice(["index", "uuid", "both"]),
-    default="index",
+    default="both",
     show_default=True,
-    help="Name devices by index (0, 0:1), by UUID (GPU-..., MIG-...), or both.",
+    help="Name devices by index (0, 0:1), by UUID (GPU-..., MIG-...), or both (as NVIDIA's).",
+)
+@click.option(
+    "--vendor",
+    "--cdi-vendor",
+    default=None,
+    help="The kind's vendor (default nvidia.com; management.nvidia.com with --mode management).",
+)
+@click.option(
+    "--class", "--cdi-class", "cls", default="gpu", show_default=True, help="The kind's class."
+)
+@click.option(
+    "--device-id",
+    "device_ids",
+    multiple=True,
+    help="Only these GPUs / MIG devices, by index (0, 0:1) or UUID (repeatable or a comma list; "
+    "default: all).",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["nvml", "management"]),
+    default="nvml",
+    show_default=True,
+    help="nvml: a device per GPU; management: one 'all' device with every NVIDIA device node "
+    "(for monitoring and operator containers).",
 )
 @click.pass_obj
 def generate(
-    obj: CliContext, output: Path | None, fmt: str | None, device_name_strategy: str
+    obj: CliContext,
+    output: Path | None,
+    fmt: str | None,
+    device_name_strategy: str,
+    vendor: str | None,
+    cls: str,
+    device_ids: tuple[str, ...],
+    mode: str,
 ) -> None:
     """Generate a CDI spec (kind nvidia.com/gpu) from the host's driver."""
-    from nvct.cdi.spec import build_spec
+    from nvct.cdi.spec import SpecOptions, build_spec
     from nvct.engines.files import FileChange, apply_change, read_config
     from nvct.host.arch import host_arch
     from nvct.host.load import load_inventory
 
+    ids = tuple(i.strip() for item in device_ids for i in item.split(",") if i.strip())
+    if ids and mode == "management":
+        raise EngineConfigError(
+            "--device-id selects GPUs, and a management spec has one device with every node",
+            hint="drop --device-id, or generate with --mode nvml",
+        )
+    options = SpecOptions(device_name_strategy, vendor, cls, ids, mode)
     inventory = load_inventory(obj.config, use_cache=obj.use_cache)
-    spec = build_spec(inventory, obj.config, host_arch(), strategy=device_name_strategy)
+    spec = build_spec(inventory, obj.config, host_arch(), options=options)
     text = spec_text(spec, output_format(output, fmt))
     if output is None:
         click.echo(text, nl=False)
