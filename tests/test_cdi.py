@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from nvct.request.parse import parse_request
 from tests.conftest import sim_config
 from tests.inventories import RecordedDriver
 
+HOOK = "/usr/bin/nvct-cdi-hook"
 SCHEMA_DIR = Path(__file__).resolve().parent / "fixtures" / "cdi-schema"  # CDI's spec schema
 
 
@@ -40,6 +42,7 @@ def spec_for(sim: RecordedDriver, tmp: Path, strategy: str = "index", **options:
         sim_config(sim, tmp),
         host_arch(),
         options=SpecOptions(strategy, **options),  # type: ignore[arg-type]
+        hook=HOOK,
     )
 
 
@@ -128,8 +131,8 @@ def test_common_edits_come_from_the_plan(recorded_h100x4, tmp_path) -> None:
     assert driver_version(spec) == "550.54.15"
     (hook,) = edits["hooks"]
     assert hook["hookName"] == "createContainer"
-    assert hook["path"] == sys.executable
-    assert hook["args"][:4] == [sys.executable, "-I", "-m", "nvct.cdi.hook"]
+    assert hook["path"] == HOOK
+    assert hook["args"][:3] == ["nvct-cdi-hook", "--ldconfig", str(config.ldconfig)]
     assert hook["env"] == ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
     links = [hook["args"][i + 1] for i, a in enumerate(hook["args"]) if a == "--symlink"]
     assert "libcuda.so.550.54.15::/usr/lib/x86_64-linux-gnu/libcuda.so.1" in links
@@ -275,6 +278,39 @@ def test_management_mode_gives_every_node_in_one_device(recorded_a100mig, tmp_pa
     assert any(m["containerPath"].endswith("/nvidia-smi") for m in spec["containerEdits"]["mounts"])
     assert main([*roots, "cdi", "generate", "--mode", "management", "--device-id", "0"]) == 1
     assert "a management spec has one device" in capsys.readouterr().err
+
+
+def test_the_hook_is_the_nvct_cdi_hook_beside_nvct_cli(recorded_h100x4, tmp_path) -> None:
+    """The spec names the installed nvct-cdi-hook program (not an interpreter that may not
+    find nvct), and that program runs nvct's hook."""
+    bindir = Path(sys.executable).parent
+    cli = bindir / "nvct-cli"
+    if not (bindir / "nvct-cdi-hook").is_file():
+        pytest.fail(f"no nvct-cdi-hook beside {sys.executable}: pip install -e . (make venv)")
+    done = subprocess.run(
+        [str(cli), *cli_roots(recorded_h100x4, tmp_path), "cdi", "generate"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    (hook,) = json.loads(done.stdout)["containerEdits"]["hooks"]
+    assert hook["path"] == str(bindir / "nvct-cdi-hook")
+    ran = subprocess.run(
+        [hook["path"], "--bogus", "x"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={},
+        check=False,
+    )
+    assert ran.returncode == 2 and "usage: nvct-cdi-hook" in ran.stderr
+
+
+def test_an_explicit_hook_path_must_be_absolute(recorded_h100x4, tmp_path, capsys) -> None:
+    roots = cli_roots(recorded_h100x4, tmp_path)
+    assert main([*roots, "cdi", "generate", "--hook-path", "/opt/x/nvct-cdi-hook"]) == 0
+    (hook,) = json.loads(capsys.readouterr().out)["containerEdits"]["hooks"]
+    assert hook["path"] == "/opt/x/nvct-cdi-hook"
+    assert main([*roots, "cdi", "generate", "--hook-path", "nvct-cdi-hook"]) == 1
+    assert "--hook-path 'nvct-cdi-hook' is not absolute" in capsys.readouterr().err
 
 
 def test_generate_refuses_a_suffix_registries_ignore(recorded_h100x4, tmp_path, capsys) -> None:

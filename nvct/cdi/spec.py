@@ -3,8 +3,11 @@
 The common edits are the plan for ``NVIDIA_VISIBLE_DEVICES=none`` (control device nodes,
 libraries, binaries, IPC, firmware); each device's edits are the device nodes its own plan
 adds on top. Symlinks and ldconfig, which a spec cannot express, become one createContainer
-hook running ``python -I -m nvct.cdi.hook`` with an explicit environment (so nothing of the
-container's reaches the interpreter). ``NVIDIA_VISIBLE_DEVICES=void`` in the common env keeps
+hook running the ``nvct-cdi-hook`` program of the nvct that wrote the spec (``hook_program``:
+/usr/bin in the packages, the console script of a pip install or venv), with an explicit
+environment (so nothing of the container's reaches it). A program rather than ``python -m``,
+because only the program knows where its nvct is (the packages' private tree is not on any
+interpreter's path). ``NVIDIA_VISIBLE_DEVICES=void`` in the common env keeps
 a legacy hook (NVIDIA's or nvct's) from acting a second time.
 
 Libraries go to the Debian multiarch directory (a spec is written before any image is known);
@@ -14,8 +17,10 @@ the hook's ldconfig run names that directory, so non-Debian images find them too
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +38,7 @@ KIND = "nvidia.com/gpu"
 VENDOR = "nvidia.com"
 MANAGEMENT_VENDOR = "management.nvidia.com"  # NVIDIA's management spec's kind
 CLASS = "gpu"
-HOOK_MODULE = "nvct.cdi.hook"
+HOOK_PROGRAM = "nvct-cdi-hook"
 HOOK_ENV = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",)
 DRIVER_VERSION_ENV = "NVCT_CDI_DRIVER_VERSION"
 STRATEGIES = ("index", "uuid", "both")
@@ -158,16 +163,47 @@ def _node(node: DeviceNode) -> dict[str, Any]:
     }
 
 
-def hook_entry(plan: Plan, ldconfig: str, python: str = sys.executable) -> dict[str, Any] | None:
+def hook_program(explicit: str | None = None) -> str:
+    """Absolute path of the ``nvct-cdi-hook`` of this installation.
+
+    Beside the running program (``/usr/bin/nvct-cli``, a venv's ``bin/nvct-cli``), then beside
+    the interpreter (a venv's ``bin/python``), then ``PATH``.
+
+    Raises:
+        RequestError: not found, or ``explicit`` is not absolute.
+    """
+    if explicit:
+        if not explicit.startswith("/"):
+            raise RequestError(
+                f"--hook-path {explicit!r} is not absolute", hint="give the absolute path"
+            )
+        return explicit
+    for directory in (
+        os.path.dirname(os.path.abspath(sys.argv[0])),
+        os.path.dirname(sys.executable),
+    ):
+        candidate = os.path.join(directory, HOOK_PROGRAM)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    found = shutil.which(HOOK_PROGRAM)
+    if found:
+        return os.path.abspath(found)
+    raise RequestError(
+        f"cannot find {HOOK_PROGRAM} beside {sys.argv[0]} or {sys.executable}, or in PATH",
+        hint="reinstall nvct (it installs nvct-cdi-hook), or pass --hook-path",
+    )
+
+
+def hook_entry(plan: Plan, ldconfig: str, hook: str) -> dict[str, Any] | None:
     """The createContainer hook for the plan's symlinks and ldconfig run (None: nothing to do)."""
     if not plan.symlinks and not plan.ldconfig_dirs:
         return None
-    args = [python, "-I", "-m", HOOK_MODULE, "--ldconfig", ldconfig]
+    args = [HOOK_PROGRAM, "--ldconfig", ldconfig]
     for link in plan.symlinks:
         args += ["--symlink", f"{link.target}::{link.path}"]
     for directory in plan.ldconfig_dirs:
         args += ["--ldconfig-dir", directory]
-    return {"hookName": "createContainer", "path": python, "args": args, "env": list(HOOK_ENV)}
+    return {"hookName": "createContainer", "path": hook, "args": args, "env": list(HOOK_ENV)}
 
 
 def management_nodes(inventory: Inventory) -> list[DeviceNode]:
@@ -188,9 +224,10 @@ def build_spec(
     *,
     options: SpecOptions | None = None,
     strategy: str | None = None,
-    python: str = sys.executable,
+    hook: str,
 ) -> dict[str, Any]:
-    """The whole CDI spec as a JSON-ready dict (``strategy`` overrides ``options.strategy``).
+    """The whole CDI spec as a JSON-ready dict (``strategy`` overrides ``options.strategy``);
+    ``hook`` is the path of the nvct-cdi-hook program the spec runs (``hook_program``).
 
     In management mode the spec has one device, ``all``, with every NVIDIA device node (for
     monitoring and operator containers, like NVIDIA's management spec); the common edits are
@@ -236,9 +273,9 @@ def build_spec(
             for m in common.mounts
         ],
     }
-    hook = hook_entry(common, str(config.ldconfig), python)
-    if hook is not None:
-        edits["hooks"] = [hook]
+    entry = hook_entry(common, str(config.ldconfig), hook)
+    if entry is not None:
+        edits["hooks"] = [entry]
     return {
         "cdiVersion": CDI_VERSION,
         "kind": kind,
@@ -309,3 +346,19 @@ def _yaml(value: Any, indent: int) -> Iterable[str]:
                 yield f"{pad}- {_scalar(item) if not isinstance(item, (dict, list)) else '[]'}\n"
     else:
         yield pad + _scalar(value) + "\n"
+
+
+def options_like(spec: Mapping[str, Any]) -> tuple[SpecOptions, str | None]:
+    """The options a spec on disk was generated with, as far as it shows them (kind, device
+    names, mode), and the hook path it names (None: no hook)."""
+    kind = str(spec.get("kind") or KIND)
+    vendor, _, cls = kind.partition("/")
+    names = [str(d.get("name")) for d in spec.get("devices") or () if isinstance(d, dict)]
+    named = [n for n in names if n != "all"]
+    by_uuid = any(n.startswith(("GPU-", "MIG-")) for n in named)
+    by_index = any(not n.startswith(("GPU-", "MIG-")) for n in named)
+    strategy = "both" if by_uuid and by_index else "uuid" if by_uuid else "index"
+    mode = "management" if names == ["all"] and vendor == MANAGEMENT_VENDOR else "nvml"
+    hooks = (spec.get("containerEdits") or {}).get("hooks") or ()
+    hook = next((str(h.get("path")) for h in hooks if isinstance(h, dict)), None)
+    return SpecOptions(strategy, vendor, cls or CLASS, (), mode), hook

@@ -76,6 +76,11 @@ def output_format(output: Path | None, fmt: str | None) -> str:
     help="nvml: a device per GPU; management: one 'all' device with every NVIDIA device node "
     "(for monitoring and operator containers).",
 )
+@click.option(
+    "--hook-path",
+    metavar="PATH",
+    help="The nvct-cdi-hook the spec runs (default: this installation's, beside nvct-cli).",
+)
 @click.pass_obj
 def generate(
     obj: CliContext,
@@ -86,9 +91,10 @@ def generate(
     cls: str,
     device_ids: tuple[str, ...],
     mode: str,
+    hook_path: str | None,
 ) -> None:
     """Generate a CDI spec (kind nvidia.com/gpu) from the host's driver."""
-    from nvct.cdi.spec import SpecOptions, build_spec
+    from nvct.cdi.spec import SpecOptions, build_spec, hook_program
     from nvct.engines.files import FileChange, apply_change, read_config
     from nvct.host.arch import host_arch
     from nvct.host.load import load_inventory
@@ -101,7 +107,8 @@ def generate(
         )
     options = SpecOptions(device_name_strategy, vendor, cls, ids, mode)
     inventory = load_inventory(obj.config, use_cache=obj.use_cache)
-    spec = build_spec(inventory, obj.config, host_arch(), options=options)
+    hook = hook_program(hook_path)
+    spec = build_spec(inventory, obj.config, host_arch(), options=options, hook=hook)
     text = spec_text(spec, output_format(output, fmt))
     if output is None:
         click.echo(text, nl=False)
