@@ -15,6 +15,7 @@ import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -54,26 +55,42 @@ def podman(tmp_path: Path, glibc_rootfs_dir: Path) -> Iterator[list[str]]:
     shutil.rmtree(runroot, ignore_errors=True)
 
 
-@pytest.fixture
-def spec_file(tmp_path: Path, sim_driver: Any, nvct_config: Path) -> Iterator[Path]:
-    path = CDI_DIR / f"nvct-test-{uuid.uuid4().hex[:12]}.json"
+@contextmanager
+def generated_spec(
+    cli: list[str], sim_driver: Any, nvct_config: Path, suffix: str = ".json"
+) -> Iterator[Path]:
+    """A spec in /var/run/cdi written by ``cli`` (an nvct-cli command line) for the simulated
+    driver; removed afterwards."""
+    path = CDI_DIR / f"nvct-test-{uuid.uuid4().hex[:12]}{suffix}"
     roots = [
         "--config", str(nvct_config), "--driver-root", str(sim_driver.driver_root),
         "--dev-root", str(sim_driver.dev_root), "--proc-root", str(sim_driver.proc_root),
     ]  # fmt: skip
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "nvct.cli.main", *roots, "cdi", "generate", "-o", str(path)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+            [*cli, *roots, "cdi", "generate", "-o", str(path)],
+            capture_output=True, text=True, timeout=120, check=False, env={"PATH": "/usr/bin:/bin"},
+        )  # fmt: skip
         assert done.returncode == 0, done.stderr
         yield path
     finally:
         path.unlink(missing_ok=True)
         path.with_name(path.name + ".nvct-backup").unlink(missing_ok=True)
+
+
+@pytest.fixture
+def spec_file(sim_driver: Any, nvct_config: Path) -> Iterator[Path]:
+    with generated_spec([sys.executable, "-m", "nvct.cli.main"], sim_driver, nvct_config) as path:
+        yield path
+
+
+def assert_only_gpu_1(smi: str, devs: str, sim_driver: Any) -> None:
+    """``nvidia-smi -L`` shows GPU 1 only, and ``ls /dev`` only its /dev/nvidia1."""
+    uuids = [line.split("UUID: ")[1].rstrip(")") for line in smi.splitlines() if "UUID:" in line]
+    assert uuids == [sim_driver.spec.gpus[1].uuid]
+    assert sorted(d for d in devs.split() if d[6:].isdigit() and d.startswith("nvidia")) == [
+        "nvidia1"
+    ]
 
 
 def podman_run(base: list[str], device: str, script: str) -> subprocess.CompletedProcess[str]:
@@ -103,11 +120,7 @@ def test_device_1_sees_exactly_gpu_1(podman: list[str], spec_file: Path, sim_dri
     result = podman_run(podman, "nvidia.com/gpu=1", script)
     assert result.returncode == 0, result.stderr
     smi, devs, env = result.stdout.split("===")
-    uuids = [line.split("UUID: ")[1].rstrip(")") for line in smi.splitlines() if "UUID:" in line]
-    assert uuids == [sim_driver.spec.gpus[1].uuid]
-    assert sorted(d for d in devs.split() if d[6:].isdigit() and d.startswith("nvidia")) == [
-        "nvidia1"
-    ]
+    assert_only_gpu_1(smi, devs, sim_driver)
     assert "NVIDIA_VISIBLE_DEVICES=void" in env.split()
     assert f"NVCT_CDI_DRIVER_VERSION={sim_driver.spec.driver_version}" in env.split()
 

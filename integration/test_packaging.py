@@ -48,6 +48,8 @@ from integration.harness.packages import (
     PACKAGING,
     PRIVATE,
     PYTHON_LAUNCHERS,
+    REFRESH_PATH,
+    REFRESH_SERVICE,
     ROOT,
     RPM_ROOT_SCRIPT,
     RPM_UNIT,
@@ -156,18 +158,23 @@ def test_deb_control_fields(packages: Packages) -> None:
     scripts = sh("dpkg-deb", "-I", packages.deb, "postinst").stdout
     assert "nvct-cli configure" in scripts and "py3compile" in scripts
     assert "daemon.json" not in scripts
-    # The daemon is enabled and started on installation and restarted on upgrade (so that it
-    # runs the new code); prerm stops it on removal. No other unit is touched.
+    # The daemon and the CDI refresh units are enabled and started on installation and
+    # restarted on upgrade (so that the daemon runs the new code, and the spec is rewritten by
+    # the new nvct); prerm stops them on removal. No other unit is touched.
+    units = (REFRESH_PATH, REFRESH_SERVICE, UNIT)
+    listed = " ".join(f"'{u}'" for u in units)
     assert f"deb-systemd-helper enable '{UNIT}'" in scripts
-    assert "_dh_action=restart" in scripts and f"deb-systemd-invoke $_dh_action '{UNIT}'" in scripts
+    assert f"deb-systemd-helper enable '{REFRESH_PATH}'" in scripts
+    assert "_dh_action=restart" in scripts and f"deb-systemd-invoke $_dh_action {listed}" in scripts
     prerm = sh("dpkg-deb", "-I", packages.deb, "prerm").stdout
-    assert f"deb-systemd-invoke stop '{UNIT}'" in prerm
+    assert f"deb-systemd-invoke stop {listed}" in prerm
     postrm = sh("dpkg-deb", "-I", packages.deb, "postrm").stdout
     assert "/var/cache/nvct" in postrm and "/var/log/nvct.log" in postrm
-    assert f"deb-systemd-helper purge '{UNIT}'" in postrm
+    assert f"deb-systemd-helper purge {listed}" in postrm
     for script in (scripts, prerm, postrm):
-        units = re.findall(r"deb-systemd-(?:helper|invoke) [^'\n]*'([^'\n]+)'", script)
-        assert set(units) <= {UNIT}, units
+        lines = [ln for ln in script.splitlines() if "deb-systemd-" in ln]
+        named = {u for ln in lines for u in re.findall(r"'([^'\n]+)'", ln)}
+        assert named <= set(units), named
 
 
 def test_daemon_unit(packages: Packages) -> None:

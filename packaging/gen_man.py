@@ -223,6 +223,17 @@ run it through /usr/share/containers/oci/hooks.d/ when the nvct-oci-hook package
 """
 
 
+CDI_HOOK_DESCRIPTION = """
+The container engine (podman, containerd, CRI-O, docker with CDI) runs nvct-cdi-hook as the
+createContainer hook that a CDI spec from nvct-cli cdi generate names, with the OCI state on
+standard input. Inside the container's root it creates the driver library symlinks a spec cannot
+express (--symlink TARGET::LINK) and runs the host's ldconfig (--ldconfig) chrooted on the
+library directories (--ldconfig-dir). Every path is resolved inside the container's root.
+It exits 0 on success, and otherwise with one line on standard error, which fails the
+container's start.
+"""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.partition("\n")[0])
     parser.add_argument("--lib", required=True, type=Path, help="staged private tree")
@@ -250,6 +261,14 @@ def main(argv: list[str] | None = None) -> int:
             "OCI prestart hook that mounts the NVIDIA driver into a container",
             "nvct-hook prestart   (the OCI state is read on standard input)",
             HOOK_DESCRIPTION,
+            date,
+            version,
+        ),
+        "man1/nvct-cdi-hook.1": program_page(
+            "nvct-cdi-hook",
+            "createContainer hook of the CDI specs that nvct-cli cdi generate writes",
+            "nvct-cdi-hook [--ldconfig PATH] [--symlink TARGET::LINK]... [--ldconfig-dir DIR]...",
+            CDI_HOOK_DESCRIPTION,
             date,
             version,
         ),

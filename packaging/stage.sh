@@ -16,12 +16,15 @@
 # Layout:
 #   /usr/share/nvct/lib/            nvct and its vendored pure-Python dependencies (no .pyc:
 #                                   the package scripts byte-compile for the target's Python)
-#   /usr/bin/nvct-hook, nvct-cli    launchers: PYTHON -IS with only the private tree added
+#   /usr/bin/nvct-hook, nvct-cli, nvct-cdi-hook   launchers: PYTHON -IS with only the private
+#                                   tree added (nvct-cdi-hook: the CDI specs' createContainer hook)
 #   /usr/bin/nvct-runtime           native launcher (nvct/runtime/launch/launcher.c, an ELF): runc
 #                                   directly, or for a GPU create the shim daemon, else
 #                                   /usr/libexec/nvct/nvct-runtime (Python)
 #   /usr/libexec/nvct/nvct-runtime-daemon   the shim daemon (Python), run by
 #   $SYSTEMD_UNITDIR/nvct-runtime-daemon.service   (packaging/nvct-runtime-daemon.service)
+#   $SYSTEMD_UNITDIR/nvct-cdi-refresh.{service,path}   regenerate /var/run/cdi/nvidia.yaml at
+#                                   boot and when the driver changes (packaging/nvct-cdi-refresh.*)
 #   /usr/bin/nvidia-container-runtime-hook -> nvct-hook   (the name dockerd's --gpus looks up)
 #   /etc/nvct/config.toml           config/config.toml (every key commented; defaults in code)
 #   /usr/share/containers/oci/hooks.d/*.json   hooks/*.json (podman / CRI-O hooks.d)
@@ -75,6 +78,13 @@ mkdir -p "$lib"
 # describe this build (its paths), not the package.
 rm -rf "$lib/bin" "$lib/example.py"
 rm -f "$lib"/*.dist-info/direct_url.json "$lib"/*.dist-info/INSTALLER "$lib"/*.dist-info/REQUESTED
+# PyYAML (packaging/vendor-sdist.txt): only its pure-Python package, out of the pinned sdist.
+set -- "$wheelhouse"/pyyaml-*.tar.gz
+[ -f "$1" ] || fail "no pyyaml sdist in $wheelhouse: run 'make -C packaging wheelhouse'"
+tar -xzf "$1" -C "$work" --wildcards '*/lib/yaml/*.py' '*/LICENSE'
+mkdir -p "$lib/yaml"
+cp "$work"/pyyaml-*/lib/yaml/*.py "$lib/yaml/"
+cp "$work"/pyyaml-*/LICENSE "$lib/yaml/LICENSE"
 
 # 2. Launchers. -I: ignore PYTHON* variables, the user site and the working directory (a
 # container's environment must never inject code into a root process); -S: not even the
@@ -96,6 +106,9 @@ EOF
 }
 launcher /usr/bin/nvct-hook nvct.hook.__main__
 launcher /usr/bin/nvct-cli nvct.cli.main
+# the createContainer hook CDI specs name (nvct-cli cdi generate): a program, not
+# "python -m nvct.cdi.hook", so the spec works whichever tree nvct is imported from
+launcher /usr/bin/nvct-cdi-hook nvct.cdi.hook
 ln -sf nvct-hook "$destdir/usr/bin/nvidia-container-runtime-hook"
 launcher /usr/libexec/nvct/nvct-runtime nvct.runtime.__main__
 launcher /usr/libexec/nvct/nvct-runtime-daemon nvct.runtime.launch.daemon
@@ -112,6 +125,9 @@ sys.exit(main(sys.argv[2:]))' "$lib" --native --output "$destdir/usr/bin/nvct-ru
     fail "cannot build the native launcher (needs a C compiler: \$CC, default cc)"
 install -D -m 0644 packaging/nvct-runtime-daemon.service \
     "$destdir$unitdir/nvct-runtime-daemon.service"
+# CDI refresh: the spec is regenerated at boot and when the driver changes (see the units).
+install -m 0644 packaging/nvct-cdi-refresh.service packaging/nvct-cdi-refresh.path \
+    "$destdir$unitdir/"
 
 # 3. Configuration and the OCI hook for podman / CRI-O.
 install -D -m 0644 config/config.toml "$destdir/etc/nvct/config.toml"

@@ -5,15 +5,26 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
 import pytest
 import yaml
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT7
 
 from nvct.cdi import hook as cdi_hook
 from nvct.cdi.registry import list_devices
-from nvct.cdi.spec import build_spec, device_names, driver_version, to_json, to_yaml
+from nvct.cdi.spec import (
+    SpecOptions,
+    build_spec,
+    device_names,
+    driver_version,
+    to_json,
+    to_yaml,
+)
 from nvct.cli.main import main
 from nvct.host.arch import host_arch
 from nvct.plan.build import build_plan
@@ -21,9 +32,28 @@ from nvct.request.parse import parse_request
 from tests.conftest import sim_config
 from tests.inventories import RecordedDriver
 
+HOOK = "/usr/bin/nvct-cdi-hook"
+SCHEMA_DIR = Path(__file__).resolve().parent / "fixtures" / "cdi-schema"  # CDI's spec schema
 
-def spec_for(sim: RecordedDriver, tmp: Path, strategy: str = "index") -> dict:
-    return build_spec(sim.inventory, sim_config(sim, tmp), host_arch(), strategy=strategy)
+
+def spec_for(sim: RecordedDriver, tmp: Path, strategy: str = "index", **options: object) -> dict:
+    return build_spec(
+        sim.inventory,
+        sim_config(sim, tmp),
+        host_arch(),
+        options=SpecOptions(strategy, **options),  # type: ignore[arg-type]
+        hook=HOOK,
+    )
+
+
+def validate(spec: dict) -> None:
+    """Raise unless ``spec`` is valid by the CDI project's JSON schema (schema.json + defs.json)."""
+    schemas = {p.name: json.loads(p.read_text()) for p in SCHEMA_DIR.glob("*.json")}
+    registry: Registry = Registry().with_resources(
+        (name, Resource.from_contents(body, default_specification=DRAFT7))
+        for name, body in schemas.items()
+    )
+    jsonschema.Draft7Validator(schemas["schema.json"], registry=registry).validate(spec)
 
 
 def cli_roots(sim: RecordedDriver, tmp: Path) -> list[str]:
@@ -101,9 +131,8 @@ def test_common_edits_come_from_the_plan(recorded_h100x4, tmp_path) -> None:
     assert driver_version(spec) == "550.54.15"
     (hook,) = edits["hooks"]
     assert hook["hookName"] == "createContainer"
-    assert hook["path"] == sys.executable
-    assert hook["args"][:4] == [sys.executable, "-I", "-S", "-c"]
-    assert "from nvct.cdi.hook import main" in hook["args"][4]
+    assert hook["path"] == HOOK
+    assert hook["args"][:3] == ["nvct-cdi-hook", "--ldconfig", str(config.ldconfig)]
     assert hook["env"] == ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
     links = [hook["args"][i + 1] for i, a in enumerate(hook["args"]) if a == "--symlink"]
     assert "libcuda.so.550.54.15::/usr/lib/x86_64-linux-gnu/libcuda.so.1" in links
@@ -156,8 +185,7 @@ def test_generate_writes_atomically_and_list_reads_it(recorded_h100x4, tmp_path,
     assert main(["cdi", "list", "--spec-dir", str(specs)]) == 0
     listed, err = capsys.readouterr()
     gpus = recorded_h100x4.spec.gpus
-    # by index and by UUID, as NVIDIA's default spec names them
-    names = [f"nvidia.com/gpu={n}" for g in gpus for n in (str(gpus.index(g)), g.uuid)]
+    names = [f"nvidia.com/gpu={n}" for g in gpus for n in (g.minor, g.uuid)]
     names.append("nvidia.com/gpu=all")
     assert listed.splitlines() == names * 2  # b.json, then nvct.yaml
     assert "broken.json is not valid JSON" in err
@@ -167,6 +195,122 @@ def test_generate_writes_atomically_and_list_reads_it(recorded_h100x4, tmp_path,
 def test_generate_to_stdout_is_json(recorded_h100x4, tmp_path, capsys) -> None:
     assert main([*cli_roots(recorded_h100x4, tmp_path), "cdi", "generate"]) == 0
     assert json.loads(capsys.readouterr().out)["kind"] == "nvidia.com/gpu"
+
+
+def test_generated_specs_are_valid_by_the_cdi_schema(
+    recorded_h100x4, recorded_a100mig, tmp_path
+) -> None:
+    for sim in (recorded_h100x4, recorded_a100mig):
+        for strategy in ("index", "uuid", "both"):
+            validate(spec_for(sim, tmp_path, strategy))
+        validate(spec_for(sim, tmp_path, mode="management"))
+        validate(spec_for(sim, tmp_path, "both", vendor="example.com", cls="tpu", device_ids=()))
+    broken = spec_for(recorded_h100x4, tmp_path)
+    broken["devices"][0]["containerEdits"]["deviceNodes"][0]["major"] = "195"
+    with pytest.raises(jsonschema.ValidationError):  # the check can fail
+        validate(broken)
+
+
+def test_the_default_names_are_index_and_uuid_plus_all(recorded_h100x4, tmp_path, capsys) -> None:
+    assert main([*cli_roots(recorded_h100x4, tmp_path), "cdi", "generate"]) == 0
+    spec = json.loads(capsys.readouterr().out)
+    gpu1 = recorded_h100x4.spec.gpus[1]
+    by_name = {d["name"]: d for d in spec["devices"]}
+    assert list(by_name) == [
+        n for g in recorded_h100x4.spec.gpus for n in (str(g.minor), g.uuid)
+    ] + ["all"]
+    assert by_name["1"]["containerEdits"] == by_name[gpu1.uuid]["containerEdits"]
+    assert [n["path"] for n in by_name[gpu1.uuid]["containerEdits"]["deviceNodes"]] == [
+        "/dev/nvidia1"
+    ]
+
+
+def test_vendor_and_class_set_the_kind(recorded_h100x4, tmp_path, capsys) -> None:
+    roots = cli_roots(recorded_h100x4, tmp_path)
+    assert main([*roots, "cdi", "generate", "--vendor", "example.com", "--class", "gpu2"]) == 0
+    assert json.loads(capsys.readouterr().out)["kind"] == "example.com/gpu2"
+    assert main([*roots, "cdi", "generate", "--vendor", "bad vendor"]) == 1
+    err = capsys.readouterr().err
+    assert "invalid CDI kind 'bad vendor/gpu'" in err and len(err.strip().splitlines()) <= 2
+
+
+def test_device_id_selects_a_subset(recorded_h100x4, recorded_a100mig, tmp_path, capsys) -> None:
+    gpus = recorded_h100x4.spec.gpus
+    roots = cli_roots(recorded_h100x4, tmp_path / "h")
+    args = [*roots, "cdi", "generate", "--device-id", "2", "--device-id", f"0,{gpus[3].uuid}"]
+    assert main(args) == 0
+    spec = json.loads(capsys.readouterr().out)
+    names = [d["name"] for d in spec["devices"]]
+    assert names == ["0", gpus[0].uuid, "2", gpus[2].uuid, "3", gpus[3].uuid, "all"]
+    every = next(d for d in spec["devices"] if d["name"] == "all")
+    assert [n["path"] for n in every["containerEdits"]["deviceNodes"]] == [
+        "/dev/nvidia0",
+        "/dev/nvidia2",
+        "/dev/nvidia3",
+    ]
+    assert main([*roots, "cdi", "generate", "--device-id", "7"]) == 1
+    err = capsys.readouterr().err
+    assert "--device-id '7' names no device" in err and "known: 0, 1, 2, 3" in err
+    mig = recorded_a100mig.spec.gpus[0].migs[1]
+    spec = spec_for(recorded_a100mig, tmp_path, "both", device_ids=(mig.uuid,))
+    assert [d["name"] for d in spec["devices"]] == ["0:1", mig.uuid, "all"]
+
+
+def test_management_mode_gives_every_node_in_one_device(recorded_a100mig, tmp_path, capsys) -> None:
+    roots = cli_roots(recorded_a100mig, tmp_path)
+    assert main([*roots, "cdi", "generate", "--mode", "management"]) == 0
+    spec = json.loads(capsys.readouterr().out)
+    assert spec["kind"] == "management.nvidia.com/gpu"
+    (device,) = spec["devices"]
+    assert device["name"] == "all"
+    paths = {n["path"] for n in device["containerEdits"]["deviceNodes"]}
+    paths |= {n["path"] for n in spec["containerEdits"]["deviceNodes"]}
+    sim = recorded_a100mig.spec
+    expected = {f"/dev/nvidia{g.minor}" for g in sim.gpus}
+    expected |= {
+        f"/dev/nvidia-caps/nvidia-cap{c}"
+        for g in sim.gpus
+        for m in g.migs
+        for c in (m.gi_cap_minor, m.ci_cap_minor)
+    }
+    expected |= {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}
+    assert expected <= paths
+    assert any(m["containerPath"].endswith("/nvidia-smi") for m in spec["containerEdits"]["mounts"])
+    assert main([*roots, "cdi", "generate", "--mode", "management", "--device-id", "0"]) == 1
+    assert "a management spec has one device" in capsys.readouterr().err
+
+
+def test_the_hook_is_the_nvct_cdi_hook_beside_nvct_cli(recorded_h100x4, tmp_path) -> None:
+    """The spec names the installed nvct-cdi-hook program (not an interpreter that may not
+    find nvct), and that program runs nvct's hook."""
+    bindir = Path(sys.executable).parent
+    cli = bindir / "nvct-cli"
+    if not (bindir / "nvct-cdi-hook").is_file():
+        pytest.fail(f"no nvct-cdi-hook beside {sys.executable}: pip install -e . (make venv)")
+    done = subprocess.run(
+        [str(cli), *cli_roots(recorded_h100x4, tmp_path), "cdi", "generate"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    (hook,) = json.loads(done.stdout)["containerEdits"]["hooks"]
+    assert hook["path"] == str(bindir / "nvct-cdi-hook")
+    ran = subprocess.run(
+        [hook["path"], "--bogus", "x"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={},
+        check=False,
+    )
+    assert ran.returncode == 2 and "usage: nvct-cdi-hook" in ran.stderr
+
+
+def test_an_explicit_hook_path_must_be_absolute(recorded_h100x4, tmp_path, capsys) -> None:
+    roots = cli_roots(recorded_h100x4, tmp_path)
+    assert main([*roots, "cdi", "generate", "--hook-path", "/opt/x/nvct-cdi-hook"]) == 0
+    (hook,) = json.loads(capsys.readouterr().out)["containerEdits"]["hooks"]
+    assert hook["path"] == "/opt/x/nvct-cdi-hook"
+    assert main([*roots, "cdi", "generate", "--hook-path", "nvct-cdi-hook"]) == 1
+    assert "--hook-path 'nvct-cdi-hook' is not absolute" in capsys.readouterr().err
 
 
 def test_generate_refuses_a_suffix_registries_ignore(recorded_h100x4, tmp_path, capsys) -> None:

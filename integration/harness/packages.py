@@ -29,7 +29,13 @@ VERSION = next(
     for line in (ROOT / "nvct" / "_version.py").read_text().splitlines()
     if line.startswith("__version__")
 )
-BINARIES = ("nvct-cli", "nvct-hook", "nvct-runtime", "nvidia-container-runtime-hook")
+BINARIES = (
+    "nvct-cli",
+    "nvct-hook",
+    "nvct-cdi-hook",
+    "nvct-runtime",
+    "nvidia-container-runtime-hook",
+)
 PRIVATE = "usr/share/nvct/lib"
 # Everything both formats must install (paths without the leading /).
 EXPECTED = {
@@ -47,17 +53,22 @@ EXPECTED = {
     f"{PRIVATE}/jsonschema/__init__.py",
     f"{PRIVATE}/tomlkit/__init__.py",
     f"{PRIVATE}/pynvml.py",
+    f"{PRIVATE}/yaml/__init__.py",
 }
 HOOK_JSONS = {f"usr/share/containers/oci/hooks.d/{p.name}" for p in (ROOT / "hooks").glob("*.json")}
 # Python launchers: run isolated (-I: no PYTHON* variables, user site or cwd; -S: no site).
 PYTHON_LAUNCHERS = (
     "usr/bin/nvct-cli",
     "usr/bin/nvct-hook",
+    "usr/bin/nvct-cdi-hook",
     "usr/libexec/nvct/nvct-runtime",
     "usr/libexec/nvct/nvct-runtime-daemon",
 )
 UNIT = "nvct-runtime-daemon.service"
 UNIT_SOURCE = PACKAGING / UNIT
+# The CDI refresh (packaging/nvct-cdi-refresh.*): regenerate the spec when the driver changes.
+REFRESH_PATH = "nvct-cdi-refresh.path"
+REFRESH_SERVICE = "nvct-cdi-refresh.service"
 # Debian 12's debhelper installs units from /lib/systemd/system; rpm uses %{_unitdir}.
 DEB_UNIT = f"lib/systemd/system/{UNIT}"
 RPM_UNIT = f"usr/lib/systemd/system/{UNIT}"

@@ -1,6 +1,6 @@
 """The createContainer hook of nvct's CDI specs: symlinks and ldconfig in the container.
 
-``python -I -m nvct.cdi.hook [--ldconfig PATH] [--symlink TARGET::LINK]... [--ldconfig-dir
+``nvct-cdi-hook [--ldconfig PATH] [--symlink TARGET::LINK]... [--ldconfig-dir
 DIR]...`` with the OCI state on stdin. A createContainer hook runs in the container's mount
 namespace after the spec's mounts are made and before pivot_root, so the rootfs path of
 ``<bundle>/config.json`` (or the ``root`` field crun adds to the state) is the container's
@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass, field
 
 USAGE = (
-    "usage: python -I -m nvct.cdi.hook [--ldconfig PATH] [--symlink TARGET::LINK]... "
+    "usage: nvct-cdi-hook [--ldconfig PATH] [--symlink TARGET::LINK]... "
     "[--ldconfig-dir DIR]...  (reads the OCI state on stdin)"
 )
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nvct.cdi.spec import device_names
-from nvct.host.cdi_specs import load_spec_file, spec_files
+from nvct.host.cdi_specs import load_spec_file, spec_files  # one loader, the runtime's
 
 SPEC_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
 

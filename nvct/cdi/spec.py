@@ -3,8 +3,11 @@
 The common edits are the plan for ``NVIDIA_VISIBLE_DEVICES=none`` (control device nodes,
 libraries, binaries, IPC, firmware); each device's edits are the device nodes its own plan
 adds on top. Symlinks and ldconfig, which a spec cannot express, become one createContainer
-hook running ``python -I -m nvct.cdi.hook`` with an explicit environment (so nothing of the
-container's reaches the interpreter). ``NVIDIA_VISIBLE_DEVICES=void`` in the common env keeps
+hook running the ``nvct-cdi-hook`` program of the nvct that wrote the spec (``hook_program``:
+/usr/bin in the packages, the console script of a pip install or venv), with an explicit
+environment (so nothing of the container's reaches it). A program rather than ``python -m``,
+because only the program knows where its nvct is (the packages' private tree is not on any
+interpreter's path). ``NVIDIA_VISIBLE_DEVICES=void`` in the common env keeps
 a legacy hook (NVIDIA's or nvct's) from acting a second time.
 
 Libraries go to the Debian multiarch directory (a spec is written before any image is known);
@@ -14,12 +17,14 @@ the hook's ldconfig run names that directory, so non-Debian images find them too
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sys
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from nvct.base._site import module_argv
+from nvct.base.cdi_names import KIND as KIND_RE
 from nvct.base.errors import RequestError
 from nvct.config import CAPABILITIES, Config
 from nvct.host.arch import Arch
@@ -30,10 +35,44 @@ from nvct.request.parse import parse_request
 
 CDI_VERSION = "0.5.0"
 KIND = "nvidia.com/gpu"
-HOOK_MODULE = "nvct.cdi.hook"
+VENDOR = "nvidia.com"
+MANAGEMENT_VENDOR = "management.nvidia.com"  # NVIDIA's management spec's kind
+CLASS = "gpu"
+HOOK_PROGRAM = "nvct-cdi-hook"
 HOOK_ENV = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",)
 DRIVER_VERSION_ENV = "NVCT_CDI_DRIVER_VERSION"
 STRATEGIES = ("index", "uuid", "both")
+MODES = ("nvml", "management")
+
+
+@dataclass(frozen=True, slots=True)
+class SpecOptions:
+    """What ``cdi generate`` was asked for (NVIDIA's defaults: both names, every device).
+
+    ``vendor`` None is ``nvidia.com``, or ``management.nvidia.com`` in management mode (so a
+    management spec and the GPU spec can sit side by side, as NVIDIA's do).
+    """
+
+    strategy: str = "both"
+    vendor: str | None = None
+    cls: str = CLASS
+    device_ids: tuple[str, ...] = ()
+    mode: str = "nvml"
+
+    def kind(self) -> str:
+        """``vendor/class``.
+
+        Raises:
+            RequestError: not a valid CDI kind.
+        """
+        vendor = self.vendor or (MANAGEMENT_VENDOR if self.mode == "management" else VENDOR)
+        kind = f"{vendor}/{self.cls}"
+        if KIND_RE.match(kind) is None:
+            raise RequestError(
+                f"invalid CDI kind {kind!r} (from --vendor/--class)",
+                hint="a vendor is a domain name (nvidia.com), a class a simple name (gpu)",
+            )
+        return kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,11 +94,9 @@ def capabilities_for(inventory: Inventory) -> tuple[str, ...]:
 def _plan(
     visible: str, caps: Sequence[str], inventory: Inventory, config: Config, arch: Arch
 ) -> Plan:
-    # The spec says what each device gives; which containers may have it is the engine's
-    # business (and the device plugin's), not the request policy's.
     request = parse_request(
         {"NVIDIA_VISIBLE_DEVICES": visible, "NVIDIA_DRIVER_CAPABILITIES": ",".join(caps)},
-        config=replace(config, only_allocated_gpus=False),
+        config=config,
     )
     return plan_container(
         request,
@@ -78,22 +115,41 @@ def devices(
     arch: Arch,
     caps: Sequence[str],
     common: Plan,
-    strategy: str = "index",
+    strategy: str = "both",
+    device_ids: Sequence[str] = (),
 ) -> list[CdiDevice]:
-    """One device per full GPU (or per MIG device of a MIG-enabled GPU)."""
+    """One device per full GPU (or per MIG device of a MIG-enabled GPU); with ``device_ids``,
+    only those named (by index, ``0:1``, or UUID).
+
+    Raises:
+        RequestError: a device id names no GPU or MIG device (the message lists those that exist).
+    """
     shared = {d.node.path for d in common.devices}
-    out = []
-    for gpu in inventory.gpus:
-        targets = (
+    targets = [
+        target
+        for gpu in inventory.gpus
+        for target in (
             [(f"{gpu.index}:{m.index}", m.uuid) for m in gpu.migs]
             if gpu.mig_enabled and gpu.migs
             else [(str(gpu.index), gpu.uuid)]
         )
-        for index_name, uuid in targets:
-            plan = _plan(index_name, caps, inventory, config, arch)
-            nodes = tuple(d.node for d in plan.devices if d.node.path not in shared)
-            names = {"index": (index_name,), "uuid": (uuid,), "both": (index_name, uuid)}
-            out.append(CdiDevice(names[strategy], nodes))
+    ]
+    if device_ids:
+        known = {name for target in targets for name in target}
+        unknown = [d for d in device_ids if d not in known]
+        if unknown:
+            raise RequestError(
+                f"--device-id {unknown[0]!r} names no device of the driver "
+                f"(known: {', '.join(t[0] for t in targets) or 'none'})",
+                hint="name a GPU by index (0), a MIG device by 0:1, or either by UUID",
+            )
+        targets = [t for t in targets if t[0] in device_ids or t[1] in device_ids]
+    out = []
+    for index_name, uuid in targets:
+        plan = _plan(index_name, caps, inventory, config, arch)
+        nodes = tuple(d.node for d in plan.devices if d.node.path not in shared)
+        names = {"index": (index_name,), "uuid": (uuid,), "both": (index_name, uuid)}
+        out.append(CdiDevice(names[strategy], nodes))
     return out
 
 
@@ -107,18 +163,58 @@ def _node(node: DeviceNode) -> dict[str, Any]:
     }
 
 
-def hook_entry(plan: Plan, ldconfig: str, python: str = sys.executable) -> dict[str, Any] | None:
+def hook_program(explicit: str | None = None) -> str:
+    """Absolute path of the ``nvct-cdi-hook`` of this installation.
+
+    Beside the running program (``/usr/bin/nvct-cli``, a venv's ``bin/nvct-cli``), then beside
+    the interpreter (a venv's ``bin/python``), then ``PATH``.
+
+    Raises:
+        RequestError: not found, or ``explicit`` is not absolute.
+    """
+    if explicit:
+        if not explicit.startswith("/"):
+            raise RequestError(
+                f"--hook-path {explicit!r} is not absolute", hint="give the absolute path"
+            )
+        return explicit
+    for directory in (
+        os.path.dirname(os.path.abspath(sys.argv[0])),
+        os.path.dirname(sys.executable),
+    ):
+        candidate = os.path.join(directory, HOOK_PROGRAM)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    found = shutil.which(HOOK_PROGRAM)
+    if found:
+        return os.path.abspath(found)
+    raise RequestError(
+        f"cannot find {HOOK_PROGRAM} beside {sys.argv[0]} or {sys.executable}, or in PATH",
+        hint="reinstall nvct (it installs nvct-cdi-hook), or pass --hook-path",
+    )
+
+
+def hook_entry(plan: Plan, ldconfig: str, hook: str) -> dict[str, Any] | None:
     """The createContainer hook for the plan's symlinks and ldconfig run (None: nothing to do)."""
     if not plan.symlinks and not plan.ldconfig_dirs:
         return None
-    # The interpreter told where nvct lives (-I -S: nothing from the environment), so the hook
-    # runs wherever this nvct is installed: the packages' private tree, a venv, pip.
-    args = [python, *module_argv(HOOK_MODULE)[1:], "--ldconfig", ldconfig]
+    args = [HOOK_PROGRAM, "--ldconfig", ldconfig]
     for link in plan.symlinks:
         args += ["--symlink", f"{link.target}::{link.path}"]
     for directory in plan.ldconfig_dirs:
         args += ["--ldconfig-dir", directory]
-    return {"hookName": "createContainer", "path": python, "args": args, "env": list(HOOK_ENV)}
+    return {"hookName": "createContainer", "path": hook, "args": args, "env": list(HOOK_ENV)}
+
+
+def management_nodes(inventory: Inventory) -> list[DeviceNode]:
+    """Every NVIDIA device node the driver has: control nodes, each GPU's, every MIG cap."""
+    nodes: dict[str, DeviceNode] = {n.path: n for n in inventory.control_nodes}
+    for gpu in inventory.gpus:
+        if gpu.node is not None:
+            nodes.setdefault(gpu.node.path, gpu.node)
+        for mig in gpu.migs:
+            nodes.update((c.path, c) for c in mig.caps if c.path not in nodes)
+    return list(nodes.values())
 
 
 def build_spec(
@@ -126,37 +222,33 @@ def build_spec(
     config: Config,
     arch: Arch,
     *,
-    strategy: str = "index",
-    python: str = sys.executable,
-    kind: str = KIND,
-    device_ids: Sequence[str] = (),
-    mode: str = "devices",
+    options: SpecOptions | None = None,
+    strategy: str | None = None,
+    hook: str,
 ) -> dict[str, Any]:
-    """The whole CDI spec as a JSON-ready dict: one device per GPU (or MIG device), named by
-    ``strategy``, only those ``device_ids`` names (index or UUID) when given, and ``all``;
-    ``mode`` "management": one device ``all`` with every NVIDIA device node and MIG cap and the
-    driver's utility files, for monitoring and operator containers.
+    """The whole CDI spec as a JSON-ready dict (``strategy`` overrides ``options.strategy``);
+    ``hook`` is the path of the nvct-cdi-hook program the spec runs (``hook_program``).
+
+    In management mode the spec has one device, ``all``, with every NVIDIA device node (for
+    monitoring and operator containers, like NVIDIA's management spec); the common edits are
+    the same driver files as the GPU spec's.
 
     Raises:
-        RequestError: a device node the plan needs is missing under the dev root, or a
-            ``device_ids`` name matches no device.
+        RequestError: a device node the plan needs is missing under the dev root, a device id
+            names no device, or the kind is invalid.
     """
-    if mode == "management":
-        return _management_spec(inventory, config, arch, python, kind)
+    options = options or SpecOptions()
+    kind = options.kind()
     caps = capabilities_for(inventory)
     common = _plan("none", caps, inventory, config, arch)
-    named = devices(inventory, config, arch, caps, common, "both")
-    if device_ids:
-        wanted = set(device_ids)
-        unknown = wanted - {n for d in named for n in d.names}
-        if unknown:
-            raise RequestError(
-                f"--device-id {sorted(unknown)[0]!r} names no device of this host",
-                hint="use GPU indices (0), MIG indices (0:1) or UUIDs from nvct-cli info",
-            )
-        named = [d for d in named if wanted & set(d.names)]
-    pick = {"index": slice(0, 1), "uuid": slice(1, 2), "both": slice(0, 2)}[strategy]
-    named = [CdiDevice(d.names[pick], d.nodes) for d in named]
+    if options.mode == "management":
+        shared = {d.node.path for d in common.devices}
+        rest = tuple(n for n in management_nodes(inventory) if n.path not in shared)
+        named = [CdiDevice(("all",), rest)]
+    else:
+        named = devices(
+            inventory, config, arch, caps, common, strategy or options.strategy, options.device_ids
+        )
     all_nodes: dict[str, DeviceNode] = {}
     spec_devices = []
     for device in named:
@@ -166,7 +258,7 @@ def build_spec(
             {"name": name, "containerEdits": {"deviceNodes": [_node(n) for n in device.nodes]}}
             for name in device.names
         ]
-    if named:
+    if named and options.mode != "management":
         spec_devices.append(
             {
                 "name": "all",
@@ -181,43 +273,15 @@ def build_spec(
             for m in common.mounts
         ],
     }
-    hook = hook_entry(common, str(config.ldconfig), python)
-    if hook is not None:
-        edits["hooks"] = [hook]
+    entry = hook_entry(common, str(config.ldconfig), hook)
+    if entry is not None:
+        edits["hooks"] = [entry]
     return {
         "cdiVersion": CDI_VERSION,
         "kind": kind,
         "devices": spec_devices,
         "containerEdits": edits,
     }
-
-
-def _management_spec(
-    inventory: Inventory, config: Config, arch: Arch, python: str, kind: str
-) -> dict[str, Any]:
-    """Every NVIDIA node and cap, and the driver's utility files (nvidia-smi, NVML)."""
-    plan = _plan("all", ("utility",), inventory, config, arch)
-    nodes: dict[str, DeviceNode] = {d.node.path: d.node for d in plan.devices}
-    for node in inventory.control_nodes:
-        nodes.setdefault(node.path, node)
-    for gpu in inventory.gpus:
-        if gpu.node is not None:
-            nodes.setdefault(gpu.node.path, gpu.node)
-        for mig in gpu.migs:
-            for cap in mig.caps:
-                nodes.setdefault(cap.path, cap)
-    edits: dict[str, Any] = {
-        "env": ["NVIDIA_VISIBLE_DEVICES=void", f"{DRIVER_VERSION_ENV}={inventory.driver_version}"],
-        "mounts": [
-            {"hostPath": m.source, "containerPath": m.target, "options": list(m.options)}
-            for m in plan.mounts
-        ],
-    }
-    hook = hook_entry(plan, str(config.ldconfig), python)
-    if hook is not None:
-        edits["hooks"] = [hook]
-    device = {"name": "all", "containerEdits": {"deviceNodes": [_node(n) for n in nodes.values()]}}
-    return {"cdiVersion": CDI_VERSION, "kind": kind, "devices": [device], "containerEdits": edits}
 
 
 def driver_version(spec: dict[str, Any]) -> str | None:
@@ -282,3 +346,19 @@ def _yaml(value: Any, indent: int) -> Iterable[str]:
                 yield f"{pad}- {_scalar(item) if not isinstance(item, (dict, list)) else '[]'}\n"
     else:
         yield pad + _scalar(value) + "\n"
+
+
+def options_like(spec: Mapping[str, Any]) -> tuple[SpecOptions, str | None]:
+    """The options a spec on disk was generated with, as far as it shows them (kind, device
+    names, mode), and the hook path it names (None: no hook)."""
+    kind = str(spec.get("kind") or KIND)
+    vendor, _, cls = kind.partition("/")
+    names = [str(d.get("name")) for d in spec.get("devices") or () if isinstance(d, dict)]
+    named = [n for n in names if n != "all"]
+    by_uuid = any(n.startswith(("GPU-", "MIG-")) for n in named)
+    by_index = any(not n.startswith(("GPU-", "MIG-")) for n in named)
+    strategy = "both" if by_uuid and by_index else "uuid" if by_uuid else "index"
+    mode = "management" if names == ["all"] and vendor == MANAGEMENT_VENDOR else "nvml"
+    hooks = (spec.get("containerEdits") or {}).get("hooks") or ()
+    hook = next((str(h.get("path")) for h in hooks if isinstance(h, dict)), None)
+    return SpecOptions(strategy, vendor, cls or CLASS, (), mode), hook

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import click
 
-from nvct.base.cdi_names import KIND as KIND_PATTERN
 from nvct.base.errors import EngineConfigError
 from nvct.cli.main import CliContext
 
@@ -51,7 +50,36 @@ def output_format(output: Path | None, fmt: str | None) -> str:
     type=click.Choice(["index", "uuid", "both"]),
     default="both",
     show_default=True,
-    help="Name devices by index (0, 0:1), by UUID (GPU-..., MIG-...), or both (NVIDIA's default).",
+    help="Name devices by index (0, 0:1), by UUID (GPU-..., MIG-...), or both (as NVIDIA's).",
+)
+@click.option(
+    "--vendor",
+    "--cdi-vendor",
+    default=None,
+    help="The kind's vendor (default nvidia.com; management.nvidia.com with --mode management).",
+)
+@click.option(
+    "--class", "--cdi-class", "cls", default="gpu", show_default=True, help="The kind's class."
+)
+@click.option(
+    "--device-id",
+    "device_ids",
+    multiple=True,
+    help="Only these GPUs / MIG devices, by index (0, 0:1) or UUID (repeatable or a comma list; "
+    "default: all).",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["nvml", "management"]),
+    default="nvml",
+    show_default=True,
+    help="nvml: a device per GPU; management: one 'all' device with every NVIDIA device node "
+    "(for monitoring and operator containers).",
+)
+@click.option(
+    "--hook-path",
+    metavar="PATH",
+    help="The nvct-cdi-hook the spec runs (default: this installation's, beside nvct-cli).",
 )
 @click.option(
     "--kind",
@@ -61,65 +89,40 @@ def output_format(output: Path | None, fmt: str | None) -> str:
     help="nvidia.com/gpu (the GPUs and the driver), or nvidia.com/imex-channel (one device per "
     "IMEX channel node of the host).",
 )
-@click.option("--vendor", default="nvidia.com", show_default=True, help="The spec kind's vendor.")
-@click.option(
-    "--class", "device_class", default=None, help="The spec kind's class (default: the --kind)."
-)
-@click.option(
-    "--device-id",
-    "device_ids",
-    multiple=True,
-    metavar="ID",
-    help="Only these devices: GPU index, MIG index (0:1) or UUID (repeatable, or a comma list).",
-)
-@click.option(
-    "--mode",
-    type=click.Choice(["devices", "management"]),
-    default="devices",
-    show_default=True,
-    help="management: one device 'all' with every NVIDIA node and MIG cap and the driver's "
-    "utility files, for monitoring and operator containers.",
-)
 @click.pass_obj
 def generate(
     obj: CliContext,
     output: Path | None,
     fmt: str | None,
     device_name_strategy: str,
-    kind: str,
-    vendor: str,
-    device_class: str | None,
+    vendor: str | None,
+    cls: str,
     device_ids: tuple[str, ...],
     mode: str,
+    hook_path: str | None,
+    kind: str,
 ) -> None:
-    """Generate a CDI spec (kind nvidia.com/gpu or nvidia.com/imex-channel) from the host."""
-    from nvct.cdi.spec import build_spec
+    """Generate a CDI spec (kind nvidia.com/gpu, or nvidia.com/imex-channel) from the host."""
+    from nvct.cdi.spec import SpecOptions, build_spec, hook_program
     from nvct.engines.files import FileChange, apply_change, read_config
     from nvct.host.arch import host_arch
     from nvct.host.load import load_inventory
 
+    ids = tuple(i.strip() for item in device_ids for i in item.split(",") if i.strip())
+    if ids and mode == "management":
+        raise EngineConfigError(
+            "--device-id selects GPUs, and a management spec has one device with every node",
+            hint="drop --device-id, or generate with --mode nvml",
+        )
+    options = SpecOptions(device_name_strategy, vendor, cls, ids, mode)
     inventory = load_inventory(obj.config, use_cache=obj.use_cache)
     if kind == "imex-channel":
         from nvct.cdi.imex import build_imex_spec
 
         spec = build_imex_spec(inventory)
     else:
-        spec_kind = f"{vendor}/{device_class or kind}"
-        if not KIND_PATTERN.match(spec_kind):
-            raise EngineConfigError(
-                f"CDI kind {spec_kind!r} (--vendor/--class)",
-                hint="a vendor is a domain name (nvidia.com), a class a simple name (gpu)",
-            )
-        ids = tuple(i.strip() for value in device_ids for i in value.split(",") if i.strip())
-        spec = build_spec(
-            inventory,
-            obj.config,
-            host_arch(),
-            strategy=device_name_strategy,
-            kind=spec_kind,
-            device_ids=ids,
-            mode=mode,
-        )
+        hook = hook_program(hook_path)
+        spec = build_spec(inventory, obj.config, host_arch(), options=options, hook=hook)
     text = spec_text(spec, output_format(output, fmt))
     if output is None:
         click.echo(text, nl=False)

@@ -25,6 +25,7 @@ from nvct.engines import (
 from nvct.engines import configure as configure_engine
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+CDI_ENGINES = ("docker", "containerd")  # CRI-O and podman read CDI specs natively, always
 HOOK_PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -44,6 +45,8 @@ def build_options(
     nvct_config: str | None,
     set_as_default: bool,
     undo: bool,
+    cdi: bool = False,
+    cdi_spec_dirs: tuple[str, ...] = (),
 ) -> EngineOptions:
     """The engine options for the command line (paths resolved, combinations checked).
 
@@ -55,6 +58,14 @@ def build_options(
         raise EngineConfigError(
             f"--nvct-config cannot be passed through {engine}",
             hint="nvct-runtime then reads /etc/nvct/config.toml (or NVCT_CONFIG)",
+        )
+    if cdi_spec_dirs and not cdi:
+        raise EngineConfigError("--cdi-spec-dir applies with --cdi only", hint="add --cdi")
+    if any(not d.startswith("/") for d in cdi_spec_dirs):
+        raise EngineConfigError(
+            f"--cdi-spec-dir {next(d for d in cdi_spec_dirs if not d.startswith('/'))!r} is "
+            "not absolute",
+            hint="give absolute directories (e.g. /etc/cdi)",
         )
     if hooks_dir is not None and engine != "podman":
         raise EngineConfigError("--hooks-dir applies to --runtime podman only")
@@ -68,6 +79,8 @@ def build_options(
         runtime_name=runtime_name,
         set_as_default=set_as_default,
         undo=undo,
+        cdi=cdi and engine in CDI_ENGINES,
+        cdi_spec_dirs=cdi_spec_dirs,
     )
     if undo:
         return opts
@@ -157,6 +170,20 @@ def render_text(result: ConfigureResult) -> tuple[list[str], list[str]]:
     help="docker/podman: nvct config file the runtime (hook) reads instead of the default.",
 )
 @click.option("--set-as-default", is_flag=True, help="Make it the engine's default runtime.")
+@click.option(
+    "--cdi",
+    is_flag=True,
+    help="Also turn on the engine's CDI support (docker >= 25: features.cdi; containerd >= "
+    "1.7: enable_cdi and cdi_spec_dirs). With --undo: turn it off again.",
+)
+@click.option(
+    "--cdi-spec-dir",
+    "cdi_spec_dirs",
+    multiple=True,
+    metavar="DIR",
+    help="With --cdi: CDI spec directories the engine reads (repeatable; default /etc/cdi, "
+    "/var/run/cdi).",
+)
 @click.option("--dry-run", is_flag=True, help="Print the change as a unified diff; write nothing.")
 @click.option("--undo", is_flag=True, help="Remove what nvct added.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
@@ -182,6 +209,8 @@ def configure(
     runtime_path: str | None,
     nvct_config: str | None,
     set_as_default: bool,
+    cdi: bool,
+    cdi_spec_dirs: tuple[str, ...],
     dry_run: bool,
     undo: bool,
     as_json: bool,
@@ -208,7 +237,11 @@ def configure(
         nvct_config=nvct_config,
         set_as_default=set_as_default,
         undo=undo,
+        cdi=cdi,
+        cdi_spec_dirs=cdi_spec_dirs,
     )
+    if cdi and engine not in CDI_ENGINES:
+        click.echo(f"note: {engine} reads CDI specs natively: --cdi changes nothing there")
     result = configure_engine(engine, opts, dry_run=dry_run)
     if result.applied is not None and result.change.changed:
         obj.event(

@@ -3,16 +3,41 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 import click
 
 from nvct.cli.main import CliContext
+from nvct.config import Config
 from nvct.doctor import DoctorContext, run_doctor
 from nvct.doctor.config_check import check_config
-from nvct.doctor.context import DEFAULT_CDI_DIRS
+from nvct.doctor.context import DEFAULT_CDI_DIRS, SpecGenerator
 
 _PATH = click.Path(path_type=Path)
+
+
+def cdi_generator(config: Config) -> SpecGenerator:
+    """What ``cdi generate`` would write now for a spec on disk (its kind, names and hook),
+    from a fresh inventory; None when the driver cannot be discovered."""
+    from typing import Any
+
+    def generate(on_disk: Mapping[str, Any]) -> dict[str, Any] | None:
+        from nvct.base.errors import NvctError
+        from nvct.cdi.spec import build_spec, hook_program, options_like
+        from nvct.host.arch import host_arch
+        from nvct.host.load import load_inventory
+
+        options, hook = options_like(on_disk)
+        try:
+            inventory = load_inventory(config, use_cache=False)
+            return build_spec(
+                inventory, config, host_arch(), options=options, hook=hook or hook_program()
+            )
+        except NvctError:
+            return None
+
+    return generate
 
 
 @click.command()
@@ -85,6 +110,7 @@ def doctor(
         sysfs_root=sysfs_root,
         host_proc=host_proc,
         snap_dir=snap_dir,
+        cdi_generate=cdi_generator(config),
     )
     report = run_doctor(ctx, (config_result,), fix_dev_char=fix_dev_char)
     if as_json:

@@ -122,10 +122,10 @@ class Plugin:
         """Write the CDI spec the answers name (before registering); its device names."""
         if not {"cdi-cri", "cdi-annotations"} & set(self.config.dp_device_list_strategy):
             return frozenset()
-        from nvct.cdi.spec import build_spec, device_names, to_json
+        from nvct.cdi.spec import build_spec, device_names, hook_program, to_json
         from nvct.host.arch import host_arch
 
-        spec = build_spec(inventory, self.config, host_arch(), strategy="both")
+        spec = build_spec(inventory, self.config, host_arch(), strategy="both", hook=hook_program())
         if self.config.dp_host_driver_root:
             spec = _on_host(spec, str(self.config.driver_root), self.config.dp_host_driver_root)
         path = Path(self.config.dp_cdi_spec_dir) / CDI_SPEC_NAME

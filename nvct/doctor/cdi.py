@@ -3,7 +3,10 @@
 The driver version a spec was generated for is read from the spec-level annotation
 ``nvct.driver-version`` or from the ``NVCT_CDI_DRIVER_VERSION=`` entry of its common
 ``containerEdits.env`` (what ``nvct-cli cdi generate`` writes); a spec for another version
-has stale majors and library paths.
+has stale majors and library paths. A spec for the running version is compared with what
+``nvct-cli cdi generate`` would write now (``DoctorContext.cdi_generate``: same kind, device
+names and hook): a GPU gone, a changed device node, library or hook makes it stale too. A spec
+that names only some of the GPUs (``--device-id``) is current while those devices match.
 """
 
 from __future__ import annotations
@@ -132,5 +135,54 @@ def check_cdi(ctx: DoctorContext, driver_version: str | None) -> list[CheckResul
                 )
             )
         else:
-            results.append(passed(NAME, f"{spec.path} is for driver {driver_version}"))
+            drift = _drift(ctx, spec.path)
+            if drift:
+                results.append(
+                    failed(
+                        NAME,
+                        f"{spec.path} is stale: {drift} (against what `nvct-cli cdi generate` "
+                        "would write now)",
+                        fix,
+                    )
+                )
+            else:
+                results.append(passed(NAME, f"{spec.path} is for driver {driver_version}"))
     return results
+
+
+def _drift(ctx: DoctorContext, path: Path) -> str | None:
+    """How the spec at ``path`` differs from what would be generated now (None: it does not,
+    or nothing to compare with)."""
+    if ctx.cdi_generate is None:
+        return None
+    from nvct.host.cdi_specs import load_spec_file
+
+    try:
+        on_disk = load_spec_file(path)
+    except ValueError:  # read once already by find_specs; gone or changed since
+        return None
+    expected = ctx.cdi_generate(on_disk)
+    if expected is None:
+        return None
+    return spec_drift(on_disk, expected)
+
+
+def spec_drift(on_disk: dict[str, Any], expected: dict[str, Any]) -> str | None:
+    """The first difference between a spec on disk and the one generated now, in words."""
+    now = {d.get("name"): d.get("containerEdits") for d in expected.get("devices") or ()}
+    disk = {
+        d.get("name"): d.get("containerEdits")
+        for d in on_disk.get("devices") or ()
+        if isinstance(d, dict)
+    }
+    gone = [str(n) for n in disk if n not in now]
+    if gone:
+        return f"device(s) {', '.join(gone[:4])} no longer exist"
+    changed = [str(n) for n, edits in disk.items() if n != "all" and edits != now[n]]
+    if changed:
+        return f"the edits of device(s) {', '.join(changed[:4])} changed"
+    ours, theirs = on_disk.get("containerEdits") or {}, expected.get("containerEdits") or {}
+    for key in sorted(set(ours) | set(theirs)):
+        if ours.get(key) != theirs.get(key):
+            return f"the common {key} changed"
+    return None

@@ -12,6 +12,7 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from nvct.base.defaults import DEFAULT_SOCKET
 from nvct.config import Config
@@ -30,6 +31,9 @@ class Completed:
 
 Runner = Callable[[Sequence[str]], Completed]
 Which = Callable[[str], "str | None"]
+# The spec ``nvct-cli cdi generate`` would write now for a spec on disk (same kind, names and
+# hook), or None when it cannot be built; the cli supplies it (doctor does not import cdi).
+SpecGenerator = Callable[[Mapping[str, Any]], "dict[str, Any] | None"]
 
 
 def run_command(argv: Sequence[str], timeout: float = 15.0) -> Completed:
@@ -68,6 +72,7 @@ class DoctorContext:
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     run: Runner = run_command
     which: Which = shutil.which
+    cdi_generate: SpecGenerator | None = None
 
     def docker_cli(self, *args: str) -> list[str]:
         """argv for the docker CLI against the daemon doctor looks at."""

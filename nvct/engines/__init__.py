@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import shutil
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +39,8 @@ class EngineOptions:
     undo: bool = False
     hook: dict[str, Any] = field(default_factory=dict)  # podman: the hook entry to install
     containerd_version: int | None = None  # containerd config version for an empty file
+    cdi: bool = False  # turn the engine's own CDI support on (undo: off)
+    cdi_spec_dirs: tuple[str, ...] = ()  # CDI spec directories to name (default: the engine's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +140,41 @@ def find_program(name: str, explicit: str | None = None) -> str:
         f"cannot find {name} next to {sys.executable} or in PATH",
         hint=f"install nvct, or pass the path of {name} with --runtime-path",
     )
+
+
+def program_release(program: str) -> tuple[tuple[int, int], str] | None:
+    """((major, minor), version text) of ``program --version``; None: not installed or unclear."""
+    path = shutil.which(program)
+    if path is None:
+        return None
+    try:
+        done = subprocess.run(
+            [path, "--version"], capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    match = re.search(r"(?:\s|^)v?(\d+)\.(\d+)(\.\d+)?\S*", done.stdout)
+    if match is None:
+        return None
+    return (int(match.group(1)), int(match.group(2))), match.group(0).strip()
+
+
+def refuse_before(
+    program: str, since: tuple[int, int], feature: str, path: Path, hint: str
+) -> None:
+    """Refuse a change whose ``feature`` the installed ``program`` is too old for.
+
+    Raises:
+        EngineConfigError: ``program --version`` is older than ``since``.
+    """
+    release = program_release(program)
+    if release is not None and release[0] < since:
+        name = "docker" if program == "dockerd" else program
+        raise EngineConfigError(
+            f"{name} {release[1]} has no CDI support ({feature} needs {name} >= "
+            f"{since[0]}.{since[1]}); {path} was not changed",
+            hint=hint,
+        )
 
 
 def running_daemons(comm: str) -> list[tuple[int, list[str]]]:

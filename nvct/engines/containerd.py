@@ -16,12 +16,15 @@ never at the one of a migrated ``config dump``. It copies the options of the def
 handler (``SystemdCgroup`` ...), sets ``runtime_type = "io.containerd.runc.v2"`` and
 ``options.BinaryName``. A file that defines any runtime replaces containerd's built-in
 runtime map, so when the default ``runc`` handler is not in the file it is added too.
+
+``--cdi`` sets ``enable_cdi = true`` and ``cdi_spec_dirs`` in the CRI plugin's table (CDI
+arrived in containerd 1.7; an older one ignores the keys without a word, so it is refused by
+name). Both are marked lines (or a marked block), so ``--undo`` takes exactly them away.
 """
 
 from __future__ import annotations
 
 import copy
-import re
 import shutil
 import subprocess
 import tempfile
@@ -34,6 +37,8 @@ from nvct.engines import (
     Edit,
     EngineOptions,
     flag_value,
+    program_release,
+    refuse_before,
     running_daemons,
     same_file,
 )
@@ -47,6 +52,8 @@ CRI_PLUGIN = {
     2: ("plugins", "io.containerd.grpc.v1.cri"),
     3: ("plugins", "io.containerd.cri.v1.runtime"),
 }
+CDI_SINCE = (1, 7)
+CDI_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 CREATED = "# nvct: file created by nvct-cli configure --runtime containerd"
 
 
@@ -69,19 +76,10 @@ def config_version(data: dict[str, Any], empty: bool, installed: int | None) -> 
 
 def installed_version() -> int | None:
     """Config version of the installed containerd (2 for 1.x, 3 for 2.x), if it is installed."""
-    containerd = shutil.which("containerd")
-    if containerd is None:
+    release = program_release("containerd")
+    if release is None:
         return None
-    try:
-        done = subprocess.run(
-            [containerd, "--version"], capture_output=True, text=True, timeout=10, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    match = re.search(r"\sv?(\d+)\.\d+", done.stdout)
-    if match is None:
-        return None
-    return 2 if int(match.group(1)) < 2 else 3
+    return 2 if release[0][0] < 2 else 3
 
 
 def runtimes_path(version: int) -> tuple[str, ...]:
@@ -154,6 +152,8 @@ def _configure(source: str, data: dict[str, Any], version: int, opts: EngineOpti
         new = f"{CREATED}\nversion = {version}\n"
     if opts.set_as_default and default_name != name:
         new = te.set_key_or_queue_table(new, blocks, containerd_keys, "default_runtime_name", name)
+    if opts.cdi:
+        new = _enable_cdi(new, data, blocks, version, opts)
     if blocks:
         new = te.append_block(new, "".join(blocks))
     if new == source:
@@ -161,11 +161,38 @@ def _configure(source: str, data: dict[str, Any], version: int, opts: EngineOpti
     return Edit(new, tuple(notes))
 
 
+def _enable_cdi(
+    text: str, data: dict[str, Any], blocks: list[str], version: int, opts: EngineOptions
+) -> str:
+    """``text`` with CDI on in the CRI plugin: set in its table where the file writes it out,
+    else a ``[cri]`` table queued first in ``blocks``."""
+    cri = CRI_PLUGIN[version]
+    wanted: dict[str, Any] = {
+        "enable_cdi": True,
+        "cdi_spec_dirs": list(opts.cdi_spec_dirs or CDI_SPEC_DIRS),
+    }
+    current = te.lookup(data, cri) or {}
+    for key, value in wanted.items():
+        if current.get(key) == value:
+            continue
+        edited = te.set_key_line(text, cri, key, value)
+        if edited is None:
+            body = "".join(f"  {k} = {te.render_value(v)}\n" for k, v in wanted.items())
+            blocks.insert(0, f"{te.header(cri)}\n{body}")
+            return text
+        text = edited
+    return text
+
+
 def _undo(source: str, version: int, opts: EngineOptions) -> Edit:
     name = opts.runtime_name
     runtimes_keys = runtimes_path(version)
     containerd_keys = runtimes_keys[:-1]
     text = te.remove_blocks(source, te.header((*runtimes_keys, name)) + "\n")
+    # nvct's CDI lines are marked, so they go whether or not --cdi is given again
+    text = te.remove_blocks(text, "  enable_cdi = true\n")
+    for key in ("enable_cdi", "cdi_spec_dirs"):
+        text = te.unset_key_lines(text, key)
     if te.lookup(te.plain(text), (*containerd_keys, "default_runtime_name")) == name:
         text = te.unset_key_lines(text, "default_runtime_name")
     doc = te.parse(text, opts.config_path)
@@ -187,8 +214,18 @@ def validate(change: FileChange, opts: EngineOptions) -> None:
     """Check the new file parses and yields the handler; with the real containerd when possible.
 
     Raises:
-        EngineConfigError: the installed containerd refuses the new file but accepted the old.
+        EngineConfigError: the installed containerd refuses the new file but accepted the old,
+            or ``--cdi`` is asked of a containerd older than 1.7.
     """
+    if opts.cdi and not opts.undo:
+        refuse_before(
+            "containerd",
+            CDI_SINCE,
+            "enable_cdi",
+            change.path,
+            "upgrade containerd, or leave out --cdi: nvct-runtime resolves CDI names and "
+            "cdi.k8s.io annotations itself",
+        )
     if change.new is None:
         return
     te.parse(change.new, change.path)

@@ -3,6 +3,11 @@
 Every other key stays as it was, in its order; the indentation of the file is kept (4 spaces
 for a new file, as NVIDIA's tool writes). dockerd re-reads ``runtimes`` and
 ``default-runtime`` on SIGHUP, so ``systemctl reload docker`` is enough.
+
+``--cdi`` sets ``features.cdi`` (and ``cdi-spec-dirs`` when directories are named), which
+docker reads from 25.0 on; an older dockerd is refused by name, since it would start without
+CDI and say nothing. daemon.json has no room for a mark (dockerd refuses unknown keys), so
+``--undo`` turns CDI off only when asked with ``--cdi`` too.
 """
 
 from __future__ import annotations
@@ -22,12 +27,14 @@ from nvct.engines import (
     Edit,
     EngineOptions,
     flag_value,
+    refuse_before,
     running_daemons,
     same_file,
 )
 from nvct.engines.files import FileChange
 
 DEFAULT_CONFIG = Path("/etc/docker/daemon.json")
+CDI_SINCE = (25, 0)
 _INDENT = re.compile(r"^\{\s*\n([ \t]+)\S", re.MULTILINE)
 
 
@@ -110,6 +117,8 @@ def edit(text: str | None, opts: EngineOptions) -> Edit:
             if previous not in (None, name, "runc"):
                 notes.append(f"default-runtime was {previous!r}; --undo resets it to runc")
             data["default-runtime"] = name
+    if opts.cdi:
+        notes += _cdi(data, opts)
     if data == before:
         return Edit(text, tuple(notes))
     if not data and opts.undo:
@@ -117,8 +126,43 @@ def edit(text: str | None, opts: EngineOptions) -> Edit:
     return Edit(json.dumps(data, indent=_indent(text or "")) + "\n", tuple(notes))
 
 
+def _cdi(data: dict[str, Any], opts: EngineOptions) -> list[str]:
+    """Turn ``features.cdi`` on (off for ``--undo``) in ``data``; notes for the user."""
+    features = data.get("features", {})
+    if not isinstance(features, dict):
+        raise EngineConfigError(f"{opts.config_path}: 'features' is not a JSON object")
+    if opts.undo:
+        features.pop("cdi", None)
+        data.pop("cdi-spec-dirs", None)
+        if not features:
+            data.pop("features", None)
+        return []
+    notes = []
+    if features.get("cdi") is True:
+        notes.append("features.cdi was already on: --undo --cdi would turn it off")
+    features["cdi"] = True
+    data["features"] = features
+    if opts.cdi_spec_dirs:
+        data["cdi-spec-dirs"] = list(opts.cdi_spec_dirs)
+    return notes
+
+
 def validate(change: FileChange, opts: EngineOptions) -> None:
-    """``edit`` only ever produces JSON objects: nothing more to check before writing."""
+    """Refuse ``--cdi`` for an installed dockerd older than 25 (it has no CDI support).
+
+    Raises:
+        EngineConfigError: the installed dockerd is older than 25.0.
+    """
+    if not opts.cdi or opts.undo:
+        return
+    refuse_before(
+        "dockerd",
+        CDI_SINCE,
+        "features.cdi",
+        change.path,
+        "upgrade docker, or leave out --cdi: nvct-runtime resolves CDI names "
+        "(NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0) itself",
+    )
 
 
 def next_step(opts: EngineOptions) -> str:

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from nvct.doctor import FAIL, PASS, SKIP, WARN, CheckResult, run_doctor
-from tests.doctor.conftest import by_name, healthy_dev_root, nvct_runtime_json, sim_ctx, write_cdi
+from tests.doctor.conftest import by_name, healthy_dev_root, nvct_runtime_json, sim_ctx
 from tests.test_cli import cli, roots
 
 
@@ -21,7 +21,8 @@ def test_doctor_cli_text_json_and_fix_dev_char(h100x4, tmp_path) -> None:
     args = [*roots(h100x4, tmp_path)]
     args[args.index("--dev-root") + 1] = str(dev)
     cdi_dir = tmp_path / "cdi"
-    write_cdi(cdi_dir, "nvidia.json", "550.54.15")
+    cdi_dir.mkdir()
+    cli(*args, "cdi", "generate", "--output", str(cdi_dir / "nvidia.json"))  # current: PASS
     daemon_json = tmp_path / "daemon.json"
     daemon_json.write_text(json.dumps(nvct_runtime_json(tmp_path)))
     common = [
