@@ -699,7 +699,11 @@ def test_mig_management_caps_only_for_privileged_containers(
     from integration.simdriver import cached_driver, preset
 
     sim = cached_driver(preset("a100x8-570-mig"), Path("/tmp/nvct-test-simdrivers"))
-    config = write_nvct_config(tmp_path / "mig" / "config.toml", sim)
+    # the MIG capability's procfs file comes with /proc/driver/nvidia as NVIDIA shows it, which
+    # nvct-runtime does with proc-driver = "always"
+    config = write_nvct_config(
+        tmp_path / "mig" / "config.toml", sim, **{"inject.proc-driver": '"always"'}
+    )
     caps = ["CAP_SYS_ADMIN", "CAP_KILL"] if privileged else ["CAP_KILL"]
     bundle = runc_bundle_factory(
         ["/bin/sh", "-c", "ls /dev/nvidia-caps; cat /proc/driver/nvidia/capabilities/mig/config"],

@@ -135,7 +135,7 @@ def test_wait_honours_its_timeout(nvml: Nvml) -> None:
     nvml(f"n.nvmlDeviceRegisterEvents(h[0], {XID}, es)")
     start = time.monotonic()
     assert nvml.err("ev(es, 300)") == TIMEOUT
-    assert 0.3 <= time.monotonic() - start < 2.0
+    assert 0.3 <= time.monotonic() - start < 10.0  # the upper bound only catches a hang
 
 
 def test_only_registered_gpus_and_types_are_delivered(nvml: Nvml, ctl: Path) -> None:
