@@ -103,6 +103,23 @@ def test_per_device_edits_are_that_gpus_node_only(recorded_h100x4, tmp_path) -> 
     ]
 
 
+@pytest.mark.parametrize(
+    "policy",
+    [
+        {"only_allocated_gpus": True},
+        {"accept_envvar_when_unprivileged": False},
+        {"swarm_resources": ("DOCKER_RESOURCE_GPU",)},
+    ],
+)
+def test_container_input_policies_do_not_empty_the_spec(recorded_h100x4, tmp_path, policy) -> None:
+    """The policies guard what an image asks for; the operator's spec keeps every device."""
+    config = sim_config(recorded_h100x4, tmp_path, **policy)
+    guarded = build_spec(recorded_h100x4.inventory, config, host_arch(), hook=HOOK)
+    assert guarded == spec_for(recorded_h100x4, tmp_path, "both")
+    one = next(d for d in guarded["devices"] if d["name"] == "1")
+    assert [n["path"] for n in one["containerEdits"]["deviceNodes"]] == ["/dev/nvidia1"]
+
+
 def test_common_edits_come_from_the_plan(recorded_h100x4, tmp_path) -> None:
     spec = spec_for(recorded_h100x4, tmp_path)
     edits = spec["containerEdits"]

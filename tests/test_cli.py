@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -70,6 +71,15 @@ def test_list_json_and_text(recorded_h100x4, tmp_path) -> None:
     assert len(data["libraries"]) == 11
     text = cli(*roots(recorded_h100x4, tmp_path), "list", "-d", "1").stdout.splitlines()
     assert "# libraries" in text and f"{recorded_h100x4.dev_root}/dev/nvidia1" in text
+
+
+def test_list_ignores_the_container_input_policies(recorded_h100x4, tmp_path) -> None:
+    """``only-allocated-gpus`` voids what an image asks for, not what the operator lists."""
+    args = roots(recorded_h100x4, tmp_path)
+    config = Path(args[args.index("--config") + 1])
+    config.write_text(config.read_text() + "[request]\nonly-allocated-gpus = true\n")
+    data = json.loads(cli(*args, "list", "--json", "-d", "1").stdout)
+    assert [d["path"] for d in data["devices"]][-1] == "/dev/nvidia1"
 
 
 def test_unknown_device_is_one_line_and_nonzero(recorded_h100x4, tmp_path) -> None:

@@ -31,7 +31,7 @@ from nvct.host.arch import Arch
 from nvct.host.inventory import DeviceNode, Inventory
 from nvct.plan.compose import plan_container
 from nvct.plan.model import Plan, RootfsLayout
-from nvct.request.parse import parse_request
+from nvct.request.parse import operator_request
 
 CDI_VERSION = "0.5.0"
 KIND = "nvidia.com/gpu"
@@ -94,9 +94,9 @@ def capabilities_for(inventory: Inventory) -> tuple[str, ...]:
 def _plan(
     visible: str, caps: Sequence[str], inventory: Inventory, config: Config, arch: Arch
 ) -> Plan:
-    request = parse_request(
+    request = operator_request(
         {"NVIDIA_VISIBLE_DEVICES": visible, "NVIDIA_DRIVER_CAPABILITIES": ",".join(caps)},
-        config=config,
+        config,
     )
     return plan_container(
         request,

@@ -12,7 +12,7 @@ from nvct.host.load import load_inventory
 from nvct.plan.compose import plan_container
 from nvct.plan.model import RootfsLayout
 from nvct.plan.render import inventory_to_dict, inventory_to_text, plan_to_dict, plan_to_text
-from nvct.request.parse import parse_request
+from nvct.request.parse import operator_request
 
 
 @click.command()
@@ -52,7 +52,7 @@ def list_cmd(obj: CliContext, devices: str, capabilities: str | None, as_json: b
     env = {"NVIDIA_VISIBLE_DEVICES": devices}
     if capabilities is not None:
         env["NVIDIA_DRIVER_CAPABILITIES"] = capabilities
-    request = parse_request(env, config=config)
+    request = operator_request(env, config)
     inventory = load_inventory(config, use_cache=obj.use_cache)
     plan = plan_container(
         request,

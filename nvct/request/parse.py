@@ -75,6 +75,26 @@ def request_from_spec(spec: Mapping[str, Any], config: Config) -> Request:
     )
 
 
+def operator_request(env: Mapping[str, str], config: Config) -> Request:
+    """A request the node's operator makes (``nvct-cli list``, ``cdi generate``).
+
+    The container-input policies (``only-allocated-gpus``, ``swarm-resource``,
+    ``accept-envvar-when-unprivileged``) guard against what an image asks for; applied to
+    the operator's own request they would describe, or write into a CDI spec, no GPU at all.
+
+    Raises:
+        RequestError: a capability is unknown or the device list is malformed.
+        RequirementError: an ``NVIDIA_REQUIRE_*`` expression is malformed.
+    """
+    unguarded = replace(
+        config,
+        only_allocated_gpus=False,
+        swarm_resources=(),
+        accept_envvar_when_unprivileged=True,
+    )
+    return parse_request(env, config=unguarded)
+
+
 def parse_request(
     env: Mapping[str, str],
     *,
