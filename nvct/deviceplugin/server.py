@@ -24,10 +24,10 @@ from nvct.deviceplugin.api import v1beta1_pb2 as api
 from nvct.deviceplugin.api import v1beta1_pb2_grpc as rpc
 from nvct.deviceplugin.devices import PluginDevice, Resource
 from nvct.deviceplugin.health import HEALTHY
+from nvct.deviceplugin.names import KUBELET_SOCKET
 from nvct.deviceplugin.preferred import preferred
 
 VERSION = "v1beta1"
-KUBELET_SOCKET = "kubelet.sock"
 REGISTER_TIMEOUT_S = 10.0
 
 log = structlog.get_logger("nvct-device-plugin")

@@ -161,7 +161,13 @@ def _drift(ctx: DoctorContext, path: Path) -> str | None:
         on_disk = load_spec_file(path)
     except ValueError:  # read once already by find_specs; gone or changed since
         return None
-    expected = ctx.cdi_generate(on_disk)
+    return drift_of(ctx, on_disk)
+
+
+def drift_of(ctx: DoctorContext, on_disk: dict[str, Any]) -> str | None:
+    """How a loaded spec differs from what ``nvct-cli cdi generate`` would write now (None:
+    it does not, or nothing to compare with)."""
+    expected = ctx.cdi_generate(on_disk) if ctx.cdi_generate is not None else None
     if expected is None:
         return None
     return spec_drift(on_disk, expected)
