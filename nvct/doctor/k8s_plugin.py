@@ -172,12 +172,11 @@ def _devices(
             )
         ]
     if not serving:
-        return [
-            skipped(
-                DEVICES,
-                f"{path} (written {_when(path.stat().st_mtime)}) is stale: no plugin serves",
-            )
-        ]
+        try:
+            written = f" (written {_when(path.stat().st_mtime)})"
+        except OSError:  # removed since it was read
+            written = ""
+        return [skipped(DEVICES, f"{path}{written} is stale: no plugin serves")]
     if not any(status.values()):
         return [warned(DEVICES, f"{path}: nvct-device-plugin advertises no device", RESTART)]
     sick = [
