@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from nvct.base.errors import NvctError
-from nvct.deviceplugin.names import DEFAULT_PLUGIN_DIR, STATUS_FILE
+from nvct.base.plugin_files import DEFAULT_PLUGIN_DIR, STATUS_FILE
 
 
 @click.command("device-plugin-status")

@@ -22,11 +22,11 @@ import structlog
 
 from nvct.base.atomic import write_atomic
 from nvct.base.errors import NvctError
+from nvct.base.plugin_files import CDI_SPEC_NAME, KUBELET_SOCKET, STATUS_FILE
 from nvct.config import Config, load_config
 from nvct.deviceplugin.allocate import STRATEGIES
 from nvct.deviceplugin.devices import ID_STRATEGIES, MIG_STRATEGIES, PluginDevice, resources
 from nvct.deviceplugin.health import Health
-from nvct.deviceplugin.names import CDI_SPEC_NAME, KUBELET_SOCKET, STATUS_FILE
 from nvct.deviceplugin.server import Endpoint, ResourceService
 
 WATCH_S = 0.05

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nvct.base.errors import NvctError
-from nvct.deviceplugin.names import socket_name
+from nvct.base.plugin_files import socket_name
 from nvct.host.inventory import Gpu, Inventory, MigDevice
 
 VENDOR = "nvidia.com"

@@ -19,12 +19,12 @@ from typing import Any
 import grpc
 import structlog
 
+from nvct.base.plugin_files import KUBELET_SOCKET
 from nvct.deviceplugin.allocate import AllocationError, allocate
 from nvct.deviceplugin.api import v1beta1_pb2 as api
 from nvct.deviceplugin.api import v1beta1_pb2_grpc as rpc
 from nvct.deviceplugin.devices import PluginDevice, Resource
 from nvct.deviceplugin.health import HEALTHY
-from nvct.deviceplugin.names import KUBELET_SOCKET
 from nvct.deviceplugin.preferred import preferred
 
 VERSION = "v1beta1"

@@ -55,6 +55,12 @@ def _parse(text: str, path: Path) -> tuple[str | None, str | None]:
         data = yaml.safe_load(text)
     if not isinstance(data, dict):
         return None, None
+    kind = data.get("kind")
+    return (str(kind) if kind else None), recorded_version(data)
+
+
+def recorded_version(data: dict[str, Any]) -> str | None:
+    """The driver version a parsed spec records (annotation, else the common env entry)."""
     annotations = data.get("annotations")
     version = annotations.get(VERSION_ANNOTATION) if isinstance(annotations, dict) else None
     edits = data.get("containerEdits")
@@ -62,8 +68,7 @@ def _parse(text: str, path: Path) -> tuple[str | None, str | None]:
         key, _, value = str(item).partition("=")
         if key == VERSION_ENV and version is None:
             version = value
-    kind = data.get("kind")
-    return (str(kind) if kind else None), (str(version) if version else None)
+    return str(version) if version else None
 
 
 def find_specs(dirs: tuple[Path, ...]) -> tuple[list[CdiSpec], list[str]]:

@@ -16,7 +16,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from nvct.deviceplugin.names import SOCKET_PREFIX, SOCKET_SUFFIX, STATUS_FILE, socket_name
+from nvct.base.plugin_files import SOCKET_PREFIX, SOCKET_SUFFIX, STATUS_FILE, socket_name
 from nvct.doctor.context import DoctorContext
 from nvct.doctor.result import CheckResult, failed, passed, skipped, warned
 

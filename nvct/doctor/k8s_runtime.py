@@ -61,16 +61,19 @@ def _last(
 
 
 def containerd_handler(ctx: DoctorContext) -> tuple[Handler | None, bool]:
-    """containerd's ``nvidia`` handler, and whether its config exists."""
-    from nvct.engines.containerd import CRI_PLUGIN
+    """containerd's ``nvidia`` handler, and whether its config exists.
 
+    Looked for under whichever plugin holds ``containerd.runtimes``: the CRI plugin is
+    ``cri`` in config version 1, ``io.containerd.grpc.v1.cri`` in 2 (containerd 1.x) and
+    ``io.containerd.cri.v1.runtime`` in 3 (2.x).
+    """
     data, _ = load_toml(ctx.containerd_config)
     if data is None:
         return None, ctx.containerd_config.exists()
-    tables = [(*plugin, "containerd", "runtimes", HANDLER) for plugin in CRI_PLUGIN.values()]
-    return _last(
-        "containerd", with_imports(ctx.containerd_config, data), tables, "BinaryName", True
-    ), True
+    loaded = with_imports(ctx.containerd_config, data)
+    plugins = sorted({name for _, d in loaded for name in table_at(d, ("plugins",)) or {}})
+    tables = [("plugins", name, "containerd", "runtimes", HANDLER) for name in plugins]
+    return _last("containerd", loaded, tables, "BinaryName", True), True
 
 
 def crio_handler(ctx: DoctorContext) -> tuple[Handler | None, bool]:

@@ -15,10 +15,10 @@ import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nvct.base.plugin_files import CDI_SPEC_NAME, KUBELET_SOCKET
 from nvct.deviceplugin.devices import DeviceConfigError, Resource, resources
-from nvct.deviceplugin.names import CDI_SPEC_NAME, KUBELET_SOCKET
 from nvct.doctor import k8s_plugin, k8s_runtime
-from nvct.doctor.cdi import drift_of
+from nvct.doctor.cdi import drift_of, recorded_version
 from nvct.doctor.context import DoctorContext
 from nvct.doctor.result import CheckResult, failed, passed, skipped, warned
 
@@ -124,7 +124,6 @@ def check_cdi_spec(ctx: DoctorContext, inventory: Inventory | None) -> CheckResu
         f"restart the plugin pod (it writes {path} when it starts); the engine's CDI spec "
         "dirs must include [device-plugin] cdi-spec-dir"
     )
-    from nvct.cdi.spec import driver_version
     from nvct.host.cdi_specs import load_spec_file
 
     if not path.exists():
@@ -152,12 +151,13 @@ def check_cdi_spec(ctx: DoctorContext, inventory: Inventory | None) -> CheckResu
             "get a CDI name the engine cannot resolve",
             fix,
         )
-    version = driver_version(spec)
+    version = recorded_version(spec)
     if version != inventory.driver_version:
+        written = f"was written for driver {version}" if version else "records no driver version"
         return failed(
             CDI_SPEC,
-            f"{path} was written for driver {version}, the driver is "
-            f"{inventory.driver_version}: stale device nodes and libraries",
+            f"{path} {written}, the driver is {inventory.driver_version}: stale device nodes "
+            "and libraries",
             fix,
         )
     # The plugin moves paths under host-driver-root: not what `cdi generate` writes here.

@@ -19,10 +19,10 @@ from typing import Any
 import grpc
 import pytest
 
+from nvct.base.plugin_files import STATUS_FILE
 from nvct.cdi.spec import build_spec
 from nvct.deviceplugin.api import v1beta1_pb2 as api
 from nvct.deviceplugin.api import v1beta1_pb2_grpc as rpc
-from nvct.deviceplugin.names import STATUS_FILE
 from nvct.doctor import FAIL, PASS, SKIP, WARN, CheckResult, k8s_plugin, k8s_runtime, kubernetes
 from nvct.doctor.report import DoctorReport
 from nvct.host.arch import host_arch

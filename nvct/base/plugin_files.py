@@ -1,6 +1,6 @@
 """The files nvct-device-plugin keeps in the kubelet's device-plugins directory and its CDI
-spec directory: here, free of gRPC, so nvct-cli (device-plugin-status, doctor) reads the same
-names the plugin writes without importing the plugin."""
+spec directory: here, below every frontend, so nvct-cli (device-plugin-status) and doctor read
+the names the plugin writes without importing the plugin."""
 
 from __future__ import annotations
 
