@@ -36,6 +36,7 @@ class Handler:
     program: str | None
 
     def where(self) -> str:
+        """``file: [table] key = program``, as the engine's config spells it."""
         return f"{self.file}: [{self.table}] {self.key} = {self.program or '(unset)'}"
 
 
@@ -88,7 +89,11 @@ def _problem(ctx: DoctorContext, handler: Handler) -> str | None:
     """Why the handler does not run an existing nvct-runtime (None: it does)."""
     program = handler.program
     if program is None:
-        return f"{handler.engine}'s runtime {HANDLER} names no program ({handler.key} unset)"
+        default = "runc" if handler.key == "BinaryName" else f"{HANDLER} from PATH"
+        return (
+            f"{handler.engine}'s runtime {HANDLER} names no program ({handler.key} unset: "
+            f"it runs {default})"
+        )
     if posixpath.basename(program) != RUNTIME_BASENAME:
         return f"{handler.where()}: the handler runs {program}, not nvct-runtime"
     found = program if "/" in program else ctx.which(program)
