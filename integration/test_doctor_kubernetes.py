@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -127,3 +128,26 @@ def test_doctor_on_a_node_with_the_plugin_serving_then_stopped(node) -> None:
     assert serving["status"] == "FAIL" and serving["fix"].startswith("restart the plugin pod")
     [devices] = [c for c in checks if c["name"] == "device-plugin-devices"]
     assert devices["status"] == "SKIP" and "is stale: no plugin serves" in devices["message"]
+
+
+def serving_result(plugin: PluginProcess, kubelet: Kubelet) -> dict[str, Any]:
+    checks = json.loads(doctor(plugin, kubelet, "--json").stdout)["checks"]
+    [serving] = [c for c in checks if c["name"] == "device-plugin"]
+    return serving
+
+
+def test_doctor_after_a_kubelet_restart_and_on_a_hung_plugin(node) -> None:
+    kubelet, plugin = node
+    assert plugin.proc is not None
+    kubelet.restart()  # sockets deleted, a new kubelet.sock: the plugin serves and registers again
+    assert kubelet.wait(lambda: GPU in kubelet.plugins and kubelet.plugins[GPU].updates)
+    serving = serving_result(plugin, kubelet)
+    assert serving["status"] == "PASS" and "newer than kubelet.sock" in serving["message"]
+    os.kill(plugin.proc.pid, signal.SIGSTOP)  # the socket stays, nobody answers on it
+    try:
+        hung = serving_result(plugin, kubelet)
+    finally:
+        os.kill(plugin.proc.pid, signal.SIGCONT)
+    assert hung["status"] == "FAIL"
+    assert "exists but does not answer GetDevicePluginOptions within 2 s" in hung["message"]
+    assert hung["fix"].startswith("restart the plugin pod of this node")
