@@ -4,7 +4,6 @@ gRPC on Unix sockets, on the simulated driver; its answers applied to real conta
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -17,65 +16,12 @@ import pytest
 
 from integration.conftest import NVCT_BIN, write_nvct_config
 from integration.harness.bundles import BundleFactory, run_runc, runc_spec
+from integration.harness.deviceplugin import PluginProcess, numa_sysfs
 from integration.kubelet.standin import Kubelet, sockets
 from integration.simdriver import inject
 
 pytestmark = [pytest.mark.root]
 GPU = "nvidia.com/gpu"
-
-
-class PluginProcess:
-    """``python -m nvct.deviceplugin`` with a config for the simulated driver."""
-
-    def __init__(self, work: Path, sim: Any, plugin_dir: Path, *args: str, **toml: str) -> None:
-        self.work = work
-        self.dev_root = work / "devroot"  # the plugin's own device nodes: tests remove some
-        if not (self.dev_root / "dev").exists():
-            from integration.simdriver import make_dev_nodes
-
-            make_dev_nodes(sim.spec, self.dev_root)
-        self.config = write_nvct_config(work / "nvct" / "config.toml", sim, **toml)
-        self.argv = [
-            sys.executable, "-m", "nvct.deviceplugin", "--config", str(self.config),
-            "--dev-root", str(self.dev_root), "--plugin-dir", str(plugin_dir),
-            "--cdi-spec-dir", str(work / "cdi"), "--sysfs-root", str(work / "sys"),
-            "--quiet-period", "1", *args,
-        ]  # fmt: skip
-        self.log = work / "plugin.log"
-        self.control = work / "nvml-control"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> PluginProcess:
-        self.control.mkdir(parents=True, exist_ok=True)
-        env = {
-            **os.environ,
-            "NVCT_SIM_DEV_ROOT": str(self.dev_root),
-            "NVCT_SIM_CONTROL_DIR": str(self.control),  # this test's NVML events and state
-        }
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=out, env=env)
-        return self
-
-    def stop(self) -> int:
-        assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait()
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-
-def numa_sysfs(work: Path, sim: Any) -> None:
-    for i, gpu in enumerate(sim.spec.gpus):
-        domain, _, rest = gpu.pci_bus_id.lower().partition(":")
-        node = work / "sys/bus/pci/devices" / f"{domain[-4:]}:{rest}"
-        node.mkdir(parents=True, exist_ok=True)
-        (node / "numa_node").write_text(f"{i // 2}\n")
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 from nvct.base.defaults import DEFAULT_CACHE_DIR, ENV_VAR, config_path
+from nvct.base.plugin_files import DEFAULT_PLUGIN_DIR
 
 CAPABILITIES = ("utility", "compute", "video", "graphics", "display", "ngx", "compat32")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -145,7 +146,7 @@ class Config:
     dp_mig_strategy: str = "none"
     dp_device_id_strategy: str = "uuid"
     dp_device_list_strategy: tuple[str, ...] = ("cdi-cri",)
-    dp_plugin_dir: str = "/var/lib/kubelet/device-plugins"
+    dp_plugin_dir: str = DEFAULT_PLUGIN_DIR
     dp_cdi_spec_dir: str = "/var/run/cdi"
     dp_host_driver_root: str = ""
     dp_sysfs_root: str = "/sys"

@@ -29,8 +29,11 @@ LIBRARY = {
 }
 FRONTENDS = {"runtime", "hook", "cli", "cdi", "doctor", "engines", "deviceplugin"}
 # Frontends another one may call: the CLI is the command line of the doctor, the engine
-# configuration and CDI; the device plugin writes the CDI spec its answers name.
-SERVES = {"cli": {"doctor", "engines", "cdi"}, "deviceplugin": {"cdi"}}
+# configuration and CDI; the device plugin writes the CDI spec its answers name; doctor asks the
+# device plugin over its gRPC API and applies its advertising rule (only those: see below).
+SERVES = {"cli": {"doctor", "engines", "cdi"}, "deviceplugin": {"cdi"}, "doctor": {"deviceplugin"}}
+# What doctor may import of the device plugin: never its server, health or allocation internals.
+DOCTOR_READS = {"nvct.deviceplugin.api", "nvct.deviceplugin.devices"}
 
 
 def _unit(module: str) -> str:
@@ -100,3 +103,14 @@ def test_no_frontend_imports_another() -> None:
 def test_the_rule_is_not_vacuous(unit: str) -> None:
     """Every library unit is imported somewhere (the graph was read)."""
     assert any(target == unit for _, _, target in _edges())
+
+
+def test_doctor_reads_only_the_plugins_api_and_advertising_rule() -> None:
+    wrong = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}: {module}"
+        for path in sorted((PACKAGE / "doctor").rglob("*.py"))
+        for line, module in _runtime_imports(path)
+        if module.startswith("nvct.deviceplugin")
+        and not any(module == m or module.startswith(f"{m}.") for m in DOCTOR_READS)
+    ]
+    assert wrong == []

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -12,27 +14,47 @@ from nvct.cli.main import CliContext
 from nvct.config import Config
 from nvct.doctor import DoctorContext, run_doctor
 from nvct.doctor.config_check import check_config
-from nvct.doctor.context import DEFAULT_CDI_DIRS, SpecGenerator
+from nvct.doctor.context import DEFAULT_CDI_DIRS, InventoryLoader, SpecGenerator
+
+if TYPE_CHECKING:
+    from nvct.host.inventory import Inventory
 
 _PATH = click.Path(path_type=Path)
 
 
-def cdi_generator(config: Config) -> SpecGenerator:
+def inventory_loader(config: Config) -> InventoryLoader:
+    """The driver's inventory, discovered once (no cache) on first use; None when the driver
+    cannot be discovered (the nvml check says why)."""
+
+    @functools.cache
+    def load() -> Inventory | None:
+        from nvct.base.errors import NvctError
+        from nvct.host.load import load_inventory
+
+        try:
+            return load_inventory(config, use_cache=False)
+        except NvctError:
+            return None
+
+    return load
+
+
+def cdi_generator(config: Config, inventory: InventoryLoader) -> SpecGenerator:
     """What ``cdi generate`` would write now for a spec on disk (its kind, names and hook),
     from a fresh inventory; None when the driver cannot be discovered."""
-    from typing import Any
 
     def generate(on_disk: Mapping[str, Any]) -> dict[str, Any] | None:
         from nvct.base.errors import NvctError
         from nvct.cdi.spec import build_spec, hook_program, options_like
         from nvct.host.arch import host_arch
-        from nvct.host.load import load_inventory
 
         options, hook = options_like(on_disk)
+        found = inventory()
+        if found is None:
+            return None
         try:
-            inventory = load_inventory(config, use_cache=False)
             return build_spec(
-                inventory, config, host_arch(), options=options, hook=hook or hook_program()
+                found, config, host_arch(), options=options, hook=hook or hook_program()
             )
         except NvctError:
             return None
@@ -76,6 +98,16 @@ def cdi_generator(config: Config) -> SpecGenerator:
     help="procfs for daemon processes (--proc-root is the driver's).",
 )
 @click.option("--snap-dir", type=_PATH, default=Path("/snap"), show_default=True)
+@click.option(
+    "--kubernetes/--no-kubernetes",
+    default=None,
+    help="Run the Kubernetes node checks (default: when the kubelet's device-plugins dir exists).",
+)
+@click.option(
+    "--plugin-dir",
+    type=_PATH,
+    help="The kubelet's device-plugins dir (default: [device-plugin] plugin-dir).",
+)
 @click.pass_obj
 def doctor(
     obj: CliContext,
@@ -91,12 +123,15 @@ def doctor(
     sysfs_root: Path,
     host_proc: Path,
     snap_dir: Path,
+    kubernetes: bool | None,
+    plugin_dir: Path | None,
 ) -> None:
     """Check everything GPU containers depend on: PASS / WARN / FAIL, each FAIL with its fix.
 
     Always rediscovers the driver (no inventory cache) and validates the config file in full.
     """
     config, config_result = check_config(obj.config_file, obj.overrides)
+    inventory = inventory_loader(config)
     ctx = DoctorContext(
         config=config,
         config_file=obj.config_file,
@@ -110,7 +145,10 @@ def doctor(
         sysfs_root=sysfs_root,
         host_proc=host_proc,
         snap_dir=snap_dir,
-        cdi_generate=cdi_generator(config),
+        cdi_generate=cdi_generator(config, inventory),
+        inventory=inventory,
+        kubernetes=kubernetes,
+        plugin_dir=plugin_dir,
     )
     report = run_doctor(ctx, (config_result,), fix_dev_char=fix_dev_char)
     if as_json:

@@ -9,16 +9,14 @@ from pathlib import Path
 import click
 
 from nvct.base.errors import NvctError
-
-DEFAULT_DIR = "/var/lib/kubelet/device-plugins"
-STATUS_FILE = "nvct-device-plugin.status.json"
+from nvct.base.plugin_files import DEFAULT_PLUGIN_DIR, STATUS_FILE
 
 
 @click.command("device-plugin-status")
 @click.option(
     "--plugin-dir",
     type=click.Path(path_type=Path, file_okay=False),
-    default=Path(DEFAULT_DIR),
+    default=Path(DEFAULT_PLUGIN_DIR),
     show_default=True,
     help="The kubelet's device-plugins directory the plugin serves in.",
 )

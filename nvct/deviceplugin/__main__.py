@@ -22,15 +22,13 @@ import structlog
 
 from nvct.base.atomic import write_atomic
 from nvct.base.errors import NvctError
+from nvct.base.plugin_files import CDI_SPEC_NAME, KUBELET_SOCKET, STATUS_FILE
 from nvct.config import Config, load_config
 from nvct.deviceplugin.allocate import STRATEGIES
 from nvct.deviceplugin.devices import ID_STRATEGIES, MIG_STRATEGIES, PluginDevice, resources
 from nvct.deviceplugin.health import Health
-from nvct.deviceplugin.server import KUBELET_SOCKET, Endpoint, ResourceService
+from nvct.deviceplugin.server import Endpoint, ResourceService
 
-CDI_SPEC_NAME = "nvct-device-plugin.json"
-# Beside the sockets: the kubelet removes sockets only, and nvct-cli reads it from the node.
-STATUS_FILE = "nvct-device-plugin.status.json"
 WATCH_S = 0.05
 RETRY_MAX_S = 5.0
 INIT_RETRY_S = 5.0

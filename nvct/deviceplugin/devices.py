@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nvct.base.errors import NvctError
+from nvct.base.plugin_files import socket_name
 from nvct.host.inventory import Gpu, Inventory, MigDevice
 
 VENDOR = "nvidia.com"
@@ -48,7 +49,7 @@ class Resource:
     @property
     def socket_name(self) -> str:
         """The plugin's socket file in the device-plugins directory (NVIDIA's names)."""
-        return f"nvidia-{self.name.split('/', 1)[1]}.sock"
+        return socket_name(self.name)
 
 
 def numa_node(sysfs_root: Path, bus_id: str) -> int | None:

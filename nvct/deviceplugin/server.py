@@ -19,6 +19,7 @@ from typing import Any
 import grpc
 import structlog
 
+from nvct.base.plugin_files import KUBELET_SOCKET
 from nvct.deviceplugin.allocate import AllocationError, allocate
 from nvct.deviceplugin.api import v1beta1_pb2 as api
 from nvct.deviceplugin.api import v1beta1_pb2_grpc as rpc
@@ -27,7 +28,6 @@ from nvct.deviceplugin.health import HEALTHY
 from nvct.deviceplugin.preferred import preferred
 
 VERSION = "v1beta1"
-KUBELET_SOCKET = "kubelet.sock"
 REGISTER_TIMEOUT_S = 10.0
 
 log = structlog.get_logger("nvct-device-plugin")

@@ -55,6 +55,12 @@ def _parse(text: str, path: Path) -> tuple[str | None, str | None]:
         data = yaml.safe_load(text)
     if not isinstance(data, dict):
         return None, None
+    kind = data.get("kind")
+    return (str(kind) if kind else None), recorded_version(data)
+
+
+def recorded_version(data: dict[str, Any]) -> str | None:
+    """The driver version a parsed spec records (annotation, else the common env entry)."""
     annotations = data.get("annotations")
     version = annotations.get(VERSION_ANNOTATION) if isinstance(annotations, dict) else None
     edits = data.get("containerEdits")
@@ -62,8 +68,7 @@ def _parse(text: str, path: Path) -> tuple[str | None, str | None]:
         key, _, value = str(item).partition("=")
         if key == VERSION_ENV and version is None:
             version = value
-    kind = data.get("kind")
-    return (str(kind) if kind else None), (str(version) if version else None)
+    return str(version) if version else None
 
 
 def find_specs(dirs: tuple[Path, ...]) -> tuple[list[CdiSpec], list[str]]:
@@ -161,7 +166,13 @@ def _drift(ctx: DoctorContext, path: Path) -> str | None:
         on_disk = load_spec_file(path)
     except ValueError:  # read once already by find_specs; gone or changed since
         return None
-    expected = ctx.cdi_generate(on_disk)
+    return drift_of(ctx, on_disk)
+
+
+def drift_of(ctx: DoctorContext, on_disk: dict[str, Any]) -> str | None:
+    """How a loaded spec differs from what ``nvct-cli cdi generate`` would write now (None:
+    it does not, or nothing to compare with)."""
+    expected = ctx.cdi_generate(on_disk) if ctx.cdi_generate is not None else None
     if expected is None:
         return None
     return spec_drift(on_disk, expected)

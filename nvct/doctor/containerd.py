@@ -11,10 +11,10 @@ from nvct.doctor.processes import ProcessInfo, find_processes
 from nvct.doctor.result import PASS, CheckResult, failed, passed, skipped, warned
 from nvct.doctor.tomlfiles import (
     entry_check,
-    import_files,
     load_toml,
     nvct_entries,
     restart_check,
+    with_imports,
 )
 
 if sys.version_info >= (3, 11):
@@ -50,8 +50,8 @@ def check_containerd(ctx: DoctorContext) -> list[CheckResult]:
     data, error = load_toml(path)
     if data is None:
         return [failed(CONFIG, error, f"{CONFIGURE} --config {path}")]
-    files = [path, *import_files(path, data)]
-    loaded = [(path, data)] + [(f, load_toml(f)[0] or {}) for f in files[1:]]
+    loaded = with_imports(path, data)
+    files = [f for f, _ in loaded]
     config = entry_check(
         CONFIG,
         "BinaryName",

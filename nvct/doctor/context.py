@@ -12,10 +12,13 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nvct.base.defaults import DEFAULT_SOCKET
 from nvct.config import Config
+
+if TYPE_CHECKING:
+    from nvct.host.inventory import Inventory
 
 DEFAULT_CDI_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
 
@@ -34,6 +37,9 @@ Which = Callable[[str], "str | None"]
 # The spec ``nvct-cli cdi generate`` would write now for a spec on disk (same kind, names and
 # hook), or None when it cannot be built; the cli supplies it (doctor does not import cdi).
 SpecGenerator = Callable[[Mapping[str, Any]], "dict[str, Any] | None"]
+# The driver's inventory, freshly discovered, or None when it cannot be (the nvml check says
+# why); the cli supplies it, tests a recorded one.
+InventoryLoader = Callable[[], "Inventory | None"]
 
 
 def run_command(argv: Sequence[str], timeout: float = 15.0) -> Completed:
@@ -73,6 +79,14 @@ class DoctorContext:
     run: Runner = run_command
     which: Which = shutil.which
     cdi_generate: SpecGenerator | None = None
+    inventory: InventoryLoader | None = None
+    kubernetes: bool | None = None  # the Kubernetes node checks: None runs them on a k8s node
+    plugin_dir: Path | None = None  # None: the config's [device-plugin] plugin-dir
+    plugin_timeout: float = 2.0  # seconds a device plugin socket has to answer
+
+    def device_plugin_dir(self) -> Path:
+        """The kubelet's device-plugins directory doctor looks in."""
+        return self.plugin_dir or Path(self.config.dp_plugin_dir)
 
     def docker_cli(self, *args: str) -> list[str]:
         """argv for the docker CLI against the daemon doctor looks at."""

@@ -14,6 +14,7 @@ from nvct.doctor import (
     devices,
     docker,
     driver,
+    kubernetes,
     launch,
     libdir,
 )
@@ -97,4 +98,5 @@ def run_doctor(
     results += crio.check_crio(ctx)
     results.append(cgroup.check_cgroup(ctx, docker_state.info if docker_state else None))
     results += cdi.check_cdi(ctx, facts.version)
+    results += kubernetes.check_kubernetes(ctx)
     return DoctorReport(tuple(results))

@@ -63,6 +63,20 @@ def import_files(root: Path, data: dict[str, Any]) -> list[Path]:
     return out
 
 
+def with_imports(root: Path, data: dict[str, Any]) -> list[tuple[Path, dict[str, Any]]]:
+    """containerd's root config and each file it imports, parsed (an unreadable import as
+    empty), in the order containerd merges them."""
+    return [(root, data)] + [(f, load_toml(f)[0] or {}) for f in import_files(root, data)]
+
+
+def table_at(data: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any] | None:
+    """The nested table at ``keys``, or None where a key is missing or not a table."""
+    node: Any = data
+    for key in keys:
+        node = node.get(key) if isinstance(node, dict) else None
+    return node if isinstance(node, dict) else None
+
+
 def newest_mtime(paths: list[Path]) -> tuple[float, Path] | None:
     """The latest modification time among ``paths`` that exist, and which file it was."""
     stamps = []

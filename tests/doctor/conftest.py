@@ -164,3 +164,17 @@ def containerd_files(tmp: Path, *, imported: bool, relative: bool = True) -> Pat
         'BinaryName = "/usr/bin/nvct-runtime"\n'
     )
     return root
+
+
+def cdi_generator(sim: Any, tmp: Path) -> Any:
+    """doctor's view of `cdi generate` now, for the recorded driver ``sim``."""
+    from nvct.cdi.spec import build_spec, options_like
+    from nvct.host.arch import host_arch
+
+    config = sim_config(sim, tmp)
+
+    def generate(on_disk: Any) -> Any:
+        options, hook = options_like(on_disk)
+        return build_spec(sim.inventory, config, host_arch(), options=options, hook=hook or "/x")
+
+    return generate

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from nvct.cdi.spec import SpecOptions, build_spec, options_like
+from nvct.cdi.spec import SpecOptions, build_spec
 from nvct.doctor import FAIL, PASS, WARN, cdi
 from nvct.host.arch import host_arch
 from tests.conftest import sim_config
-from tests.doctor.conftest import context, write_cdi
+from tests.doctor.conftest import cdi_generator, context, write_cdi
 from tests.test_cli import cli, roots
 
 HOOK = "/usr/bin/nvct-cdi-hook"
@@ -66,17 +66,6 @@ def test_cdi_spec_from_nvct_cdi_generate_is_current(h100x4, tmp_path) -> None:
 # -- stale versus what cdi generate would write now (recorded inventories, unprivileged) ---
 
 
-def _generator(sim, tmp):  # type: ignore[no-untyped-def]
-    """doctor's view of `cdi generate` now, for the recorded driver ``sim``."""
-    config = sim_config(sim, tmp)
-
-    def generate(on_disk):  # type: ignore[no-untyped-def]
-        options, hook = options_like(on_disk)
-        return build_spec(sim.inventory, config, host_arch(), options=options, hook=hook or "/x")
-
-    return generate
-
-
 def _write(directory, spec) -> object:  # type: ignore[no-untyped-def]
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "nvidia.json"
@@ -86,7 +75,7 @@ def _write(directory, spec) -> object:  # type: ignore[no-untyped-def]
 
 def test_a_spec_matching_what_generate_writes_now_passes(recorded_h100x4, tmp_path) -> None:
     sim = recorded_h100x4
-    now = _generator(sim, tmp_path)
+    now = cdi_generator(sim, tmp_path)
     for options in (SpecOptions(), SpecOptions("index"), SpecOptions(device_ids=("1",))):
         spec = build_spec(
             sim.inventory, sim_config(sim, tmp_path), host_arch(), options=options, hook=HOOK
@@ -117,7 +106,9 @@ def test_a_spec_that_drifted_from_the_driver_is_stale(
     spec = build_spec(sim.inventory, sim_config(sim, tmp_path), host_arch(), hook=HOOK)
     change(spec)
     path = _write(tmp_path / "cdi", spec)
-    [result] = cdi.check_cdi(context(tmp_path, cdi_generate=_generator(sim, tmp_path)), "550.54.15")
+    [result] = cdi.check_cdi(
+        context(tmp_path, cdi_generate=cdi_generator(sim, tmp_path)), "550.54.15"
+    )
     assert result.status == FAIL
     assert f"{path} is stale: {said}" in result.message
     assert result.fix == f"nvct-cli cdi generate --output {path}"
