@@ -24,6 +24,7 @@ from integration.harness import HarnessError
 from integration.harness.bundles import BundleFactory, make_bundle
 from integration.harness.dockerd import Dockerd, DockerdFactory
 from integration.harness.images import GLIBC_TAG, ImageImporter, docker_import, glibc_rootfs
+from integration.harness.podman import private_podman
 from integration.harness.skips import (
     need_binary,
     need_busybox,
@@ -103,6 +104,14 @@ def runc_bundle_factory(tmp_path: Path, glibc_rootfs_dir: Path) -> BundleFactory
         return make_bundle(bundle, rootfs, args, env, extra=extra)
 
     return make
+
+
+@pytest.fixture
+def podman(tmp_path: Path, glibc_rootfs_dir: Path) -> Iterator[list[str]]:
+    """podman with private storage and the glibc image (``integration.harness.podman``)."""
+    require(need_root(), need_binary("podman"), need_binary("runc"))
+    with private_podman(tmp_path, glibc_rootfs_dir) as base:
+        yield base
 
 
 @pytest.fixture

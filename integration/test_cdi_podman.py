@@ -9,11 +9,8 @@ runc is used (crun refuses the hybrid cgroup layout of some CI hosts).
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
-import tempfile
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,38 +18,9 @@ from typing import Any
 
 import pytest
 
-from integration.harness.images import rootfs_tar
-from integration.harness.skips import need_binary, need_root, require
+from integration.harness.podman import CDI_DIR, podman_run, spec_in_cdi_dir
 
 pytestmark = [pytest.mark.podman, pytest.mark.root]
-
-CDI_DIR = Path("/var/run/cdi")
-TAG = "localhost/nvct-glibc:cdi"
-
-
-@pytest.fixture
-def podman(tmp_path: Path, glibc_rootfs_dir: Path) -> Iterator[list[str]]:
-    require(need_root(), need_binary("podman"), need_binary("runc"))
-    runroot = Path(tempfile.mkdtemp(prefix="nvct-pm-"))  # podman: at most 50 characters
-    base = [
-        "podman",
-        "--root", str(tmp_path / "storage"),
-        "--runroot", str(runroot),
-        "--storage-driver", "vfs",
-        "--runtime", "runc",
-        "--cgroup-manager", "cgroupfs",
-        "--events-backend", "none",
-    ]  # fmt: skip
-    tar = tmp_path / "rootfs.tar"
-    tar.write_bytes(rootfs_tar(glibc_rootfs_dir))
-    done = subprocess.run(
-        [*base, "import", str(tar), TAG], capture_output=True, text=True, timeout=300, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    yield base
-    subprocess.run([*base, "rm", "-af"], capture_output=True, timeout=120, check=False)
-    subprocess.run([*base, "rmi", "-af"], capture_output=True, timeout=120, check=False)
-    shutil.rmtree(runroot, ignore_errors=True)
 
 
 @contextmanager
@@ -61,21 +29,17 @@ def generated_spec(
 ) -> Iterator[Path]:
     """A spec in /var/run/cdi written by ``cli`` (an nvct-cli command line) for the simulated
     driver; removed afterwards."""
-    path = CDI_DIR / f"nvct-test-{uuid.uuid4().hex[:12]}{suffix}"
     roots = [
         "--config", str(nvct_config), "--driver-root", str(sim_driver.driver_root),
         "--dev-root", str(sim_driver.dev_root), "--proc-root", str(sim_driver.proc_root),
     ]  # fmt: skip
-    try:
+    with spec_in_cdi_dir(suffix) as path:
         done = subprocess.run(
             [*cli, *roots, "cdi", "generate", "-o", str(path)],
             capture_output=True, text=True, timeout=120, check=False, env={"PATH": "/usr/bin:/bin"},
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
         yield path
-    finally:
-        path.unlink(missing_ok=True)
-        path.with_name(path.name + ".nvct-backup").unlink(missing_ok=True)
 
 
 @pytest.fixture
@@ -93,20 +57,6 @@ def assert_only_gpu_1(smi: str, devs: str, sim_driver: Any) -> None:
     ]
 
 
-def podman_run(base: list[str], device: str, script: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            *base, "run", "--rm", "--network", "none",
-            "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096",
-            "--device", device, TAG, "/bin/sh", "-c", script,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )  # fmt: skip
-
-
 def test_device_1_sees_exactly_gpu_1(podman: list[str], spec_file: Path, sim_driver: Any) -> None:
     listed = subprocess.run(
         [sys.executable, "-m", "nvct.cli.main", "cdi", "list", "--spec-dir", str(CDI_DIR)],
@@ -117,7 +67,7 @@ def test_device_1_sees_exactly_gpu_1(podman: list[str], spec_file: Path, sim_dri
     ).stdout.split()
     assert {"nvidia.com/gpu=1", "nvidia.com/gpu=all"} <= set(listed)
     script = "nvidia-smi -L; echo ===; ls /dev; echo ===; env"
-    result = podman_run(podman, "nvidia.com/gpu=1", script)
+    result = podman_run(podman, ["nvidia.com/gpu=1"], script)
     assert result.returncode == 0, result.stderr
     smi, devs, env = result.stdout.split("===")
     assert_only_gpu_1(smi, devs, sim_driver)
@@ -130,7 +80,7 @@ def test_all_gpus_and_the_hooks_work(podman: list[str], spec_file: Path, sim_dri
         "nvidia-smi -L; echo ===; readlink /usr/lib/x86_64-linux-gnu/libcuda.so.1; "
         "grep -a -c libcuda.so.1 /etc/ld.so.cache"
     )
-    result = podman_run(podman, "nvidia.com/gpu=all", script)
+    result = podman_run(podman, ["nvidia.com/gpu=all"], script)
     assert result.returncode == 0, result.stderr
     smi, rest = result.stdout.split("===")
     assert smi.count("UUID: GPU-") == len(sim_driver.spec.gpus)

@@ -4,6 +4,7 @@ gRPC on Unix sockets, on the simulated driver; its answers applied to real conta
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -17,8 +18,10 @@ import pytest
 from integration.conftest import NVCT_BIN, write_nvct_config
 from integration.harness.bundles import BundleFactory, run_runc, runc_spec
 from integration.harness.deviceplugin import PluginProcess, numa_sysfs
+from integration.harness.podman import podman_run, spec_in_cdi_dir
 from integration.kubelet.standin import Kubelet, sockets
 from integration.simdriver import inject
+from nvct.base.plugin_files import CDI_SPEC_NAME
 
 pytestmark = [pytest.mark.root]
 GPU = "nvidia.com/gpu"
@@ -266,15 +269,33 @@ def test_a_container_gets_exactly_the_allocated_gpu(
     uuid = uuids(sim_driver)[3]
     response = kubelet.allocate(GPU, [uuid])
     applied = apply(response, ["NVIDIA_VISIBLE_DEVICES=all"] if strategy != "envvar" else [])
-    script = "nvidia-smi -L; echo ===; ls /dev"
-    bundle = runc_bundle_factory(["/bin/sh", "-c", script], applied["env"], extra=applied["extra"])
+    # the envvar strategy's variable is indistinguishable from an image's
+    guarded = strategy != "envvar"
+    smi, devs = run_allocated(
+        runc_bundle_factory, container_id, applied, sim_driver, plugin.work / "cdi", guarded
+    )
+    assert uuids_listed(smi) == [uuid]
+    assert gpu_nodes(devs) == ["nvidia3"]
+
+
+def run_allocated(
+    bundle_factory: BundleFactory,
+    container_id: str,
+    applied: dict[str, Any],
+    sim: Any,
+    cdi_dir: Path,
+    only_allocated: bool,
+) -> tuple[str, str]:
+    """The applied answer in a real container through nvct-runtime and runc (CDI names
+    resolved through the plugin's spec); what ``nvidia-smi -L`` and ``ls /dev ...`` print."""
+    script = "nvidia-smi -L; echo ===; ls /dev; ls /dev/nvidia-caps 2>/dev/null; true"
+    bundle = bundle_factory(["/bin/sh", "-c", script], applied["env"], extra=applied["extra"])
     runtime_config = write_nvct_config(
-        tmp_path / "runtime" / "config.toml",
-        sim_driver,
+        cdi_dir.parent / "runtime" / "config.toml",
+        sim,
         **{
-            # the envvar strategy's variable is indistinguishable from an image's
-            "request.only-allocated-gpus": "false" if strategy == "envvar" else "true",
-            "cdi.spec-dirs": f'["{plugin.work / "cdi"}"]',
+            "request.only-allocated-gpus": str(only_allocated).lower(),
+            "cdi.spec-dirs": f'["{cdi_dir}"]',
         },
     )
     result = run_runc(
@@ -285,10 +306,69 @@ def test_a_container_gets_exactly_the_allocated_gpu(
     )
     assert result.returncode == 0, result.stderr
     smi, devs = result.stdout.split("===")
-    assert [ln.split("UUID: ")[1].rstrip(")") for ln in smi.splitlines() if "UUID:" in ln] == [uuid]
-    assert sorted(d for d in devs.split() if d.startswith("nvidia") and d[6:].isdigit()) == [
-        "nvidia3"
-    ]
+    return smi, devs
+
+
+def uuids_listed(smi: str) -> list[str]:
+    """The UUIDs ``nvidia-smi -L`` prints, GPUs and MIG devices, in order."""
+    return [ln.split("UUID: ")[1].rstrip(")") for ln in smi.splitlines() if "UUID:" in ln]
+
+
+def gpu_nodes(ls: str) -> list[str]:
+    """The ``nvidia<N>`` GPU nodes ``ls`` printed."""
+    return sorted(d for d in ls.split() if d.startswith("nvidia") and d[6:].isdigit())
+
+
+@pytest.mark.podman
+def test_cdi_cri_names_resolved_by_a_cdi_engine_give_exactly_the_allocated_gpu(
+    kubelet, plugin_factory, sim_driver, podman: list[str]
+) -> None:
+    """``cdi-cri``: the engine resolves the names itself (containerd >= 1.7 hands them to the
+    CDI library, which reads the spec directories); podman's CDI support plays that part."""
+    plugin = plugin_factory("--device-list-strategy", "cdi-cri")
+    assert kubelet.wait(lambda: GPU in kubelet.plugins), plugin.output()
+    uuid = uuids(sim_driver)[2]
+    response = kubelet.allocate(GPU, [uuid])
+    assert not response.envs and not response.mounts and not response.annotations
+    names = [d.name for d in response.cdi_devices]
+    assert names == [f"nvidia.com/gpu={uuid}"]
+    with spec_in_cdi_dir() as path:
+        shutil.copyfile(plugin.work / "cdi" / CDI_SPEC_NAME, path)
+        result = podman_run(podman, names, "nvidia-smi -L; echo ===; ls /dev")
+    assert result.returncode == 0, result.stderr
+    smi, devs = result.stdout.split("===")
+    assert uuids_listed(smi) == [uuid]
+    assert gpu_nodes(devs) == ["nvidia2"]
+
+
+@pytest.mark.runc
+def test_a_mig_device_allocation_gives_exactly_that_mig_device(
+    tmp_path, kubelet, runc_bundle_factory: BundleFactory, container_id: str
+) -> None:
+    """MIG ``mixed`` through a real container: the allocated MIG device's GPU node and its two
+    caps, so ``nvidia-smi -L`` lists its GPU and that one MIG device only."""
+    from integration.simdriver import cached_driver, preset
+
+    sim = cached_driver(preset("a100x8-570-mig"), Path("/tmp/nvct-test-simdrivers"))
+    plugin = PluginProcess(
+        tmp_path, sim, kubelet.plugin_dir,
+        "--mig-strategy", "mixed", "--device-list-strategy", "cdi-annotations",
+    )  # fmt: skip
+    plugin.start()
+    try:
+        resource = "nvidia.com/mig-2g.20gb"
+        assert kubelet.wait(lambda: resource in kubelet.plugins, timeout=15), plugin.output()
+        gpu = next(g for g in sim.spec.gpus if any(m.profile == "2g.20gb" for m in g.migs))
+        mig = next(m.uuid for m in gpu.migs if m.profile == "2g.20gb")
+        applied = apply(kubelet.allocate(resource, [mig]), ["NVIDIA_VISIBLE_DEVICES=all"])
+    finally:
+        plugin.stop()
+    smi, devs = run_allocated(
+        runc_bundle_factory, container_id, applied, sim, plugin.work / "cdi", True
+    )
+    assert uuids_listed(smi) == [gpu.uuid, mig]
+    assert gpu_nodes(devs) == [f"nvidia{gpu.minor}"]
+    assert len([d for d in devs.split() if d.startswith("nvidia-cap") and d[10:].isdigit()]) == 2
 
 
 def test_preferred_allocation_follows_nvlink_on_a_real_topology(tmp_path, kubelet) -> None:

@@ -28,17 +28,11 @@ from integration.harness.packages import (
     need_no_installed_nvct,
     unit_settings,
 )
+from integration.harness.podman import CDI_DIR, podman_run
 from integration.harness.skips import need_binary, need_root, require
-from integration.test_cdi_podman import (
-    CDI_DIR,
-    assert_only_gpu_1,
-    generated_spec,
-    podman,
-    podman_run,
-)
+from integration.test_cdi_podman import assert_only_gpu_1, generated_spec
 
 pytestmark = [pytest.mark.slow, pytest.mark.podman, pytest.mark.root]
-__all__ = ["podman"]  # the fixture, shared with test_cdi_podman
 CLI = "/usr/bin/nvct-cli"
 OUTPUT = "/var/run/cdi/nvidia.yaml"  # where the refresh service writes (NVIDIA's path too)
 
@@ -88,7 +82,7 @@ def test_podman_device_1_from_the_installed_spec_sees_exactly_gpu_1(
         "nvidia-smi -L; echo ===; ls /dev; echo ===; "
         "readlink /usr/lib/x86_64-linux-gnu/libcuda.so.1; grep -a -c libcuda.so.1 /etc/ld.so.cache"
     )
-    result = podman_run(podman, "nvidia.com/gpu=1", script)
+    result = podman_run(podman, ["nvidia.com/gpu=1"], script)
     assert result.returncode == 0, result.stderr
     smi, devs, hooked = result.stdout.split("===")
     assert_only_gpu_1(smi, devs, sim_driver)
