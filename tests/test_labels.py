@@ -53,7 +53,7 @@ def gpu(prefix: str, product: str, count: int, memory: int, fam: str, compute: s
 
 
 A100 = "NVIDIA-A100-SXM4-80GB"
-COMMON = {"mig.capable": "true", "mps.capable": "true", "gpu.models": "1"}
+COMMON = {"gpu.present": "true", "mig.capable": "true", "mps.capable": "true", "gpu.models": "1"}
 # (preset, MIG strategy) -> every label but the driver's and CUDA's
 TABLE = {
     ("h100x4-550", "none"): {
@@ -116,6 +116,13 @@ def test_a_two_model_node_is_described_by_its_majority_model() -> None:
     for order in (tie, list(reversed(tie))):
         chosen = node_labels(dataclasses.replace(inv, gpus=tuple(order)))
         assert chosen[f"{N}gpu.product"] == "NVIDIA-H100-80GB-HBM3"  # index 0's model
+
+
+def test_a_node_whose_driver_sees_no_gpu_is_not_marked_present() -> None:
+    """Only the driver's labels: the RuntimeClass and DaemonSets must not select it."""
+    labels = node_labels(dataclasses.replace(inventory("h100x4-550"), gpus=()))
+    assert f"{N}gpu.present" not in labels and f"{N}gpu.count" not in labels
+    assert labels[f"{N}cuda.driver-version.full"] == "550.54.15"
 
 
 @pytest.mark.parametrize(

@@ -84,6 +84,8 @@ def node_labels(
     if not gpus:
         return labels
     replicas = dict(replicas or {})
+    # The GPU operator's label, which the RuntimeClass and the DaemonSets select nodes by.
+    labels[f"{PREFIX}gpu.present"] = "true"
     model = _majority(gpus)
     capable = any(g.mig_enabled or _MIG_CAPABLE.search(g.name) for g in gpus)
     labels[f"{PREFIX}mig.capable"] = _bool(capable)
