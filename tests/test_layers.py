@@ -26,11 +26,12 @@ LIBRARY = {
     "host": {"base", "store", "config", "_version"},
     "request": {"base", "config"},
     "plan": {"base", "store", "container", "config", "host", "request"},
+    "podresources": {"base"},
 }
-FRONTENDS = {"runtime", "hook", "cli", "cdi", "doctor", "engines", "deviceplugin"}
+FRONTENDS = {"runtime", "hook", "cli", "cdi", "doctor", "engines", "deviceplugin", "exporter"}
 # Frontends another one may call: the CLI is the command line of the doctor, the engine
-# configuration and CDI; the device plugin writes the CDI spec its answers name.
-SERVES = {"cli": {"doctor", "engines", "cdi"}, "deviceplugin": {"cdi"}}
+# configuration, CDI and the exporter; the device plugin writes the CDI spec its answers name.
+SERVES = {"cli": {"doctor", "engines", "cdi", "exporter"}, "deviceplugin": {"cdi"}}
 
 
 def _unit(module: str) -> str:
