@@ -4,7 +4,6 @@ gRPC on Unix sockets, on the simulated driver; its answers applied to real conta
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ import pytest
 
 from integration.conftest import NVCT_BIN, write_nvct_config
 from integration.harness.bundles import BundleFactory, run_runc, runc_spec
+from integration.harness.processes import terminate
 from integration.kubelet.standin import Kubelet, sockets
 from integration.simdriver import inject
 
@@ -58,13 +58,7 @@ class PluginProcess:
 
     def stop(self) -> int:
         assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait()
+        return terminate(self.proc)
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")

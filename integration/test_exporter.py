@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -21,6 +20,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from integration.conftest import write_nvct_config
+from integration.harness.processes import terminate
 from integration.kubelet.podresources import Container, PodResources
 from integration.simdriver import inject
 
@@ -86,13 +86,7 @@ class Exporter:
 
     def stop(self) -> int:
         assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait()
+        return terminate(self.proc)
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float) -> None:
