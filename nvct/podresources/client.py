@@ -23,15 +23,23 @@ class PodResourcesClient:
     """One channel to the kubelet; ``close`` it when done."""
 
     def __init__(self, socket: str = DEFAULT_SOCKET, timeout: float = TIMEOUT_S) -> None:
-        import grpc
-
-        from nvct.podresources.api import v1_pb2_grpc
-
         self.socket = socket
         self.timeout = timeout
+        self._channel: Any = None
+        self._stub: Any = None
+        try:
+            import grpc
+
+            from nvct.podresources.api import v1_pb2_grpc
+        except ImportError as err:
+            # The .deb/.rpm's private tree carries no grpcio/protobuf (binary wheels); nvct's
+            # image does. Without them there is no kubelet to ask, which callers already handle.
+            self._missing = f"{err.name or 'grpc'} is not installed"
+            return
+        self._missing = ""
         self._grpc: Any = grpc
-        self._channel: Any = grpc.insecure_channel(f"unix://{socket}")
-        self._stub: Any = v1_pb2_grpc.PodResourcesListerStub(self._channel)  # type: ignore[no-untyped-call]
+        self._channel = grpc.insecure_channel(f"unix://{socket}")
+        self._stub = v1_pb2_grpc.PodResourcesListerStub(self._channel)  # type: ignore[no-untyped-call]
 
     def gpus_held(self, extra_resources: Iterable[str] = ()) -> list[Held]:
         """Every GPU device ID a container holds (``List``), with its pod, namespace and
@@ -40,9 +48,7 @@ class PodResourcesClient:
         Raises:
             PodResourcesError: no socket, or the kubelet did not answer within the timeout.
         """
-        from nvct.podresources.api import v1_pb2
-
-        answer = self._call("List", self._stub.List, v1_pb2.ListPodResourcesRequest())
+        answer = self._call("List", "ListPodResourcesRequest")
         extra = tuple(extra_resources)
         return [
             Held(Owner(pod.name, pod.namespace, container.name), devices.resource_name, device_id)
@@ -60,13 +66,7 @@ class PodResourcesClient:
         Raises:
             PodResourcesError: as ``gpus_held``.
         """
-        from nvct.podresources.api import v1_pb2
-
-        answer = self._call(
-            "GetAllocatableResources",
-            self._stub.GetAllocatableResources,
-            v1_pb2.AllocatableResourcesRequest(),
-        )
+        answer = self._call("GetAllocatableResources", "AllocatableResourcesRequest")
         extra = tuple(extra_resources)
         return [
             device_id
@@ -75,23 +75,32 @@ class PodResourcesClient:
             for device_id in devices.device_ids
         ]
 
-    def _call(self, name: str, method: Any, request: Any) -> Any:
+    def _call(self, rpc: str, request: str) -> Any:
+        if self._missing:
+            raise PodResourcesError(
+                f"cannot ask the kubelet's pod-resources API: {self._missing}",
+                hint="use nvct's image (deployments/exporter.yaml) or pip install grpcio "
+                "protobuf; or turn pod labels off (--no-kubernetes)",
+            )
         if not _is_socket(self.socket):
             raise PodResourcesError(
                 f"no kubelet pod-resources socket at {self.socket}",
                 hint="mount /var/lib/kubelet/pod-resources (read-only) or set the socket path",
             )
+        from nvct.podresources.api import v1_pb2
+
         try:
-            return method(request, timeout=self.timeout)
+            return getattr(self._stub, rpc)(getattr(v1_pb2, request)(), timeout=self.timeout)
         except self._grpc.RpcError as err:
             detail = err.details() if hasattr(err, "details") else str(err)
             raise PodResourcesError(
-                f"pod-resources {name} at {self.socket} failed: {err.code().name}: {detail}"
+                f"pod-resources {rpc} at {self.socket} failed: {err.code().name}: {detail}"
             ) from err
 
     def close(self) -> None:
         """Close the channel."""
-        self._channel.close()
+        if self._channel is not None:
+            self._channel.close()
 
 
 def _is_socket(path: str) -> bool:

@@ -4,6 +4,7 @@ deadline, never a hang."""
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -72,3 +73,15 @@ def test_a_wedged_kubelet_fails_within_the_deadline(tmp_path: Path) -> None:
     finally:
         client.close()
         server.stop()
+
+
+def test_without_grpc_installed_it_is_an_error_not_a_crash(
+    server: PodResources, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The .deb's private tree has no grpcio: the exporter then runs without pod labels."""
+    monkeypatch.setitem(sys.modules, "grpc", None)  # import grpc raises ImportError
+    client = PodResourcesClient(str(server.socket))
+    with pytest.raises(PodResourcesError, match=r"grpc is not installed.*--no-kubernetes"):
+        client.gpus_held()
+    client.close()
+    assert server.calls["List"] == 0
