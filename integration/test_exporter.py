@@ -294,3 +294,36 @@ def test_without_the_kubelet_series_have_no_pod_labels_and_one_warning(
     finally:
         server.stop()
     assert any(e["event"] == "pod_resources_available" for e in exporter.events())
+
+
+def test_health_follows_a_lost_gpu_and_the_device_plugins_status_file(
+    exporter_factory, pod_resources, sim_driver, tmp_path
+) -> None:
+    uuids = [g.uuid for g in sim_driver.spec.gpus]
+    two_pods(pod_resources, uuids)
+    exporter = exporter_factory(interval=0.3)
+
+    def health() -> dict[str, float]:
+        return {
+            s.labels["UUID"]: s.value for s in exporter.scrape() if s.name == "nvct_gpu_healthy"
+        }
+
+    assert health() == dict.fromkeys(uuids, 1)
+    inject.lose(exporter.control, 3)
+    wait_for(lambda: health()[uuids[3]] == 0, 10)
+    found = exporter.scrape()
+    assert of_gpu(found, "DCGM_FI_DEV_GPU_UTIL", uuids[3]) == []  # no value NVML did not give
+    assert [s.value for s in of_gpu(found, "DCGM_FI_DEV_XID_ERRORS", uuids[3])] == [79]
+    assert [s.value for s in of_gpu(found, "DCGM_FI_DEV_GPU_UTIL", uuids[2])] == [0]
+
+    # nvct-device-plugin's status file (its format, as it writes it beside its sockets)
+    status = {
+        "nvidia.com/gpu": [
+            {"id": uuids[0], "uuid": uuids[0], "health": "Healthy", "reason": ""},
+            {"id": uuids[2], "uuid": uuids[2], "health": "Unhealthy", "reason": "ECC"},
+        ]
+    }
+    (tmp_path / "plugins").mkdir(exist_ok=True)
+    (tmp_path / "plugins" / "nvct-device-plugin.status.json").write_text(json.dumps(status))
+    wait_for(lambda: health()[uuids[2]] == 0, 10)
+    assert health()[uuids[0]] == 1 and health()[uuids[1]] == 1
