@@ -92,7 +92,11 @@ def run(config: Config) -> int:
         config.dp_ignored_xids,
         config.ex_extra_resources,
     )
-    sampler = Sampler(nvml, found.gpus, found.devices, client, policy)
+    try:
+        sampler = Sampler(nvml, found.gpus, found.devices, client, policy)
+    except nvml.NVMLError as err:  # a GPU the inventory listed no longer answers for its UUID
+        report_error(f"NVML cannot open the GPUs it listed: {err}")
+        return 1
     if not sampler.xids.supported:
         log.warning("xid_events_unsupported", detail="XID metrics stay 0")
     registry = CollectorRegistry(auto_describe=False)
