@@ -7,6 +7,7 @@ the driver, leaves the previous sample in place, and its age shows that.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -81,6 +82,7 @@ class Sampler:
                 sample = self.sample_once()
             except Exception as err:  # a bug in one round must not end sampling for good
                 log.error("sample_failed", error=repr(err))
+                print(f"nvct-cli exporter: error: sample failed: {err!r}", file=sys.stderr)
             else:
                 with self._lock:
                     self._latest = sample
