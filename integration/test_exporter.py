@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from integration.conftest import write_nvct_config
 from integration.harness.processes import terminate
+from integration.harness.skips import need_binary, need_root, require
 from integration.kubelet.podresources import Container, PodResources
 from integration.simdriver import inject
 
@@ -327,3 +328,44 @@ def test_health_follows_a_lost_gpu_and_the_device_plugins_status_file(
     (tmp_path / "plugins" / "nvct-device-plugin.status.json").write_text(json.dumps(status))
     wait_for(lambda: health()[uuids[2]] == 0, 10)
     assert health()[uuids[0]] == 1 and health()[uuids[1]] == 1
+
+
+@pytest.fixture(scope="module")
+def mig_driver() -> Any:
+    """The A100 preset with MIG on GPUs 0 and 1."""
+    require(need_root(), need_binary("gcc"), need_binary("ldconfig"))
+    from integration.simdriver import cached_driver, preset
+
+    return cached_driver(preset("a100x8-570-mig"), Path("/tmp/nvct-test-simdrivers"))
+
+
+def test_mig_devices_are_attributed_to_their_parent_gpu(
+    tmp_path, mig_driver, kubelet_socket, pod_resources
+) -> None:
+    gpus = mig_driver.spec.gpus
+    pod_resources.set_containers(
+        [
+            Container(
+                "mig-a", "team-a", "main", {"nvidia.com/mig-3g.40gb": [gpus[0].migs[0].uuid]}
+            ),
+            Container("mig-b", "team-b", "main", {"nvidia.com/mig-4g.40gb": ["1:0"]}),  # index IDs
+        ]
+    )
+    exporter = Exporter(tmp_path, mig_driver, kubelet_socket, interval=0.3)
+    try:
+        exporter.start()
+        wait_for(
+            lambda: (
+                {pod_labels(s)[0] for s in exporter.scrape() if s.name == "DCGM_FI_DEV_FB_FREE"}
+                == {"mig-a", "mig-b", ""}
+            ),
+            10,
+        )
+        found = exporter.scrape()
+        owner = {s.labels["UUID"]: pod_labels(s) for s in found if s.name == "DCGM_FI_DEV_FB_FREE"}
+        assert owner[gpus[0].uuid] == ("mig-a", "team-a", "main")
+        assert owner[gpus[1].uuid] == ("mig-b", "team-b", "main")
+        assert {owner[g.uuid] for g in gpus[2:]} == {("", "", "")}
+        assert len(owner) == len(gpus)  # one series per GPU: MIG devices are not GPUs here
+    finally:
+        exporter.stop()
