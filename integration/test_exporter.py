@@ -252,7 +252,8 @@ def test_a_slow_nvml_does_not_delay_a_scrape(exporter_factory, pod_resources, si
             time.sleep(0.2)
     finally:
         inject.slow(exporter.control, 0)
-    assert max(took) < interval / 4, took  # "well under one period"
+    assert max(took) < interval, took  # no scrape waits for the sampling round
+    assert sorted(took)[len(took) // 2] < interval / 4, took  # and a typical one well under it
     assert max(ages) > interval  # the samples were stale meanwhile, and the gauge says so
     assert exporter.proc is not None and exporter.proc.poll() is None
 
