@@ -1,6 +1,7 @@
 """nvct's OCI image (``make image``: Debian 12 minbase + the .deb, no registry), imported into a
-private dockerd: its nvct-cli reads a driver mounted into it, and its node installer installs and
-uninstalls on a node root mounted at /host."""
+private dockerd: its nvct-cli reads a driver mounted into it, its exporter labels a GPU with the
+kubelet stand-in's pod, and its node installer installs and uninstalls on a node root mounted at
+/host."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -136,3 +138,54 @@ def test_the_device_plugin_from_the_image_registers_and_its_answer_gives_a_gpu(
     finally:
         dockerd.docker("rm", "-f", name, check=False)
         kubelet.stop()
+
+
+SCRAPE = (
+    "import urllib.request; "
+    "print(urllib.request.urlopen('http://127.0.0.1:9400/metrics', timeout=10).read().decode())"
+)
+
+
+def test_the_images_exporter_labels_a_gpu_with_the_kubelets_pod(
+    image, sim_driver: Any, tmp_path: Path, container_id: str
+) -> None:
+    """docker run of the image's ``nvct-cli exporter`` (the pod-resources directory mounted
+    read-only as the DaemonSet mounts it, the simulated driver as its driver root): its own
+    scrape, from inside the container, carries the stand-in's pod on the GPU it holds."""
+    from integration.kubelet.podresources import Container, PodResources
+
+    dockerd, tag = image
+    sockets = tmp_path / "pod-resources"
+    server = PodResources(sockets / "kubelet.sock").start()
+    uuids = [g.uuid for g in sim_driver.spec.gpus]
+    server.set_containers(
+        [Container("train-0", "team-a", "trainer", {"nvidia.com/gpu": [uuids[1]]})]
+    )
+    server.set_allocatable({"nvidia.com/gpu": uuids})
+    root = sim_driver.driver_root
+    name = f"nvct-exporter-{container_id}"
+    try:
+        dockerd.docker(
+            "run", "-d", "--name", name, "--network", "none",
+            "-v", f"{root}:{root}:ro", "-v", f"{sockets}:/var/lib/kubelet/pod-resources:ro", tag,
+            "nvct-cli", "--driver-root", str(root), "--dev-root", str(sim_driver.dev_root),
+            "--proc-root", str(sim_driver.proc_root), "exporter", "--interval", "1",
+            "--hostname", "node-a",
+            timeout=120,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        text = ""
+        while 'pod="train-0"' not in text and time.monotonic() < deadline:
+            done = dockerd.docker("exec", name, "python3", "-c", SCRAPE, check=False, timeout=60)
+            text = done.stdout
+            time.sleep(0.5)
+        logs = dockerd.docker("logs", name, check=False)
+        assert 'pod="train-0"' in text, (text[-2000:], logs.stdout, logs.stderr)
+        util = [line for line in text.splitlines() if line.startswith("DCGM_FI_DEV_GPU_UTIL{")]
+        held = [line for line in util if 'pod="train-0"' in line]
+        assert len(util) == len(uuids) and len(held) == 1
+        assert f'UUID="{uuids[1]}"' in held[0] and 'namespace="team-a"' in held[0]
+        assert 'container="trainer"' in held[0] and 'Hostname="node-a"' in held[0]
+    finally:
+        dockerd.docker("rm", "-f", name, check=False)
+        server.stop()

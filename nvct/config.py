@@ -102,6 +102,17 @@ def _schema() -> dict[str, Any]:
                     "ignored-xids": {"type": "array", "items": {"type": "integer"}},
                 }
             ),
+            "exporter": section(
+                {
+                    "address": {"type": "string"},
+                    "port": {"type": "integer", "minimum": 0, "maximum": 65535},
+                    "interval": {"type": "number", "minimum": 0.1},
+                    "kubernetes": boolean,
+                    "pod-resources-socket": abspath,
+                    "extra-resources": {"type": "array", "items": string},
+                    "hostname": {"type": "string"},
+                }
+            ),
             "cdi": section(
                 {"spec-dirs": {"type": "array", "items": {"type": "string", "pattern": "^/"}}}
             ),
@@ -153,6 +164,13 @@ class Config:
     dp_fail_on_init_error: bool = True
     dp_quiet_period: float = 30.0
     dp_ignored_xids: tuple[int, ...] = (13, 31, 43, 45, 68, 109)
+    ex_address: str = "0.0.0.0"  # noqa: S104 - a node exporter is scraped from the cluster
+    ex_port: int = 9400
+    ex_interval: float = 10.0
+    ex_kubernetes: bool = True
+    ex_pod_resources_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    ex_extra_resources: tuple[str, ...] = ()
+    ex_hostname: str = ""
     log_file: str = "/var/log/nvct.log"
     log_level: str = "info"
     source: str = field(default="(defaults)", compare=False)
@@ -190,6 +208,13 @@ _KEYMAP: dict[tuple[str, ...], str] = {
     ("device-plugin", "fail-on-init-error"): "dp_fail_on_init_error",
     ("device-plugin", "quiet-period"): "dp_quiet_period",
     ("device-plugin", "ignored-xids"): "dp_ignored_xids",
+    ("exporter", "address"): "ex_address",
+    ("exporter", "port"): "ex_port",
+    ("exporter", "interval"): "ex_interval",
+    ("exporter", "kubernetes"): "ex_kubernetes",
+    ("exporter", "pod-resources-socket"): "ex_pod_resources_socket",
+    ("exporter", "extra-resources"): "ex_extra_resources",
+    ("exporter", "hostname"): "ex_hostname",
     ("log", "file"): "log_file",
     ("log", "level"): "log_level",
 }

@@ -47,6 +47,12 @@ def test_every_schema_key_is_documented() -> None:
         ("[request]\ndefault-capabilities = ['gaming']", r"one of utility, compute"),
         ("[log]\nlevel = 3", r"log.level"),
         ("[runtime]\nlow-level = []", r"runtime.low-level"),
+        ("[exporter]\nport = 70000", r"exporter.port"),
+        (
+            "[exporter]\npod-resources-socket = 'kubelet.sock'",
+            r"exporter.pod-resources-socket.*absolute",
+        ),
+        ("[exporter]\nlisten = ':9400'", r"unknown key \[exporter\] 'listen'.*address"),
         ("x = [", r"invalid TOML"),
     ],
 )

@@ -47,7 +47,7 @@ def test_kustomization_lists_every_manifest() -> None:
 def test_workloads_run_nvcts_image_with_no_token_and_only_what_they_need() -> None:
     workloads = [doc for _, doc in documents() if doc["kind"] == "DaemonSet"]
     names = {w["metadata"]["name"] for w in workloads}
-    assert names >= {"nvct-installer", "nvct-labeller", "nvct-device-plugin"}
+    assert names >= {"nvct-installer", "nvct-labeller", "nvct-device-plugin", "nvct-exporter"}
     accounts = {d["metadata"]["name"] for _, d in documents() if d["kind"] == "ServiceAccount"}
     roles = [d for _, d in documents() if d["kind"] in ("Role", "ClusterRole")]
     assert roles == []  # none of them uses the Kubernetes API
@@ -56,6 +56,33 @@ def test_workloads_run_nvcts_image_with_no_token_and_only_what_they_need() -> No
         assert pod["serviceAccountName"] in accounts
         assert pod["automountServiceAccountToken"] is False
         assert {c["image"] for c in pod["containers"]} == {"nvct:0.1.0"}
+
+
+def test_the_exporters_config_command_mounts_and_service() -> None:
+    """Its ConfigMap passes nvct's validation, its command parses, the kubelet's sockets are
+    mounted read-only, and the Service's port and scrape annotations name the container's."""
+    from nvct.cli.main import cli
+    from nvct.config import parse_config
+
+    (config_map,) = [d for _, d in documents() if d["kind"] == "ConfigMap"
+                     and d["metadata"]["name"] == "nvct-exporter"]  # fmt: skip
+    config = parse_config(config_map["data"]["config.toml"].encode(), source="configmap")
+    (ds,) = [d for _, d in documents() if d["kind"] == "DaemonSet"
+             and d["metadata"]["name"] == "nvct-exporter"]  # fmt: skip
+    (container,) = ds["spec"]["template"]["spec"]["containers"]
+    command = container["command"]
+    assert command[0] == "nvct-cli" and "exporter" in command
+    cli.make_context("nvct-cli", command[1:], resilient_parsing=True)
+    mounts = {v["mountPath"]: v.get("readOnly", False) for v in container["volumeMounts"]}
+    assert mounts[str(Path(config.ex_pod_resources_socket).parent)] is True
+    assert mounts[config.dp_plugin_dir] is True
+    assert mounts[str(config.driver_root)] is True
+    (port,) = container["ports"]
+    assert port["containerPort"] == config.ex_port == 9400
+    (service,) = [d for _, d in documents() if d["kind"] == "Service"]
+    assert service["spec"]["selector"] == ds["spec"]["selector"]["matchLabels"]
+    assert service["metadata"]["annotations"]["prometheus.io/port"] == str(config.ex_port)
+    assert service["spec"]["ports"][0]["targetPort"] == port["name"]
 
 
 def test_the_device_plugins_config_and_command_are_valid(tmp_path: Path) -> None:

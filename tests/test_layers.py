@@ -26,12 +26,18 @@ LIBRARY = {
     "host": {"base", "store", "config", "_version"},
     "request": {"base", "config"},
     "plan": {"base", "store", "container", "config", "host", "request"},
+    "podresources": {"base"},
 }
-FRONTENDS = {"runtime", "hook", "cli", "cdi", "doctor", "engines", "deviceplugin"}
+FRONTENDS = {"runtime", "hook", "cli", "cdi", "doctor", "engines", "deviceplugin", "exporter"}
 # Frontends another one may call: the CLI is the command line of the doctor, the engine
-# configuration and CDI; the device plugin writes the CDI spec its answers name; doctor asks the
-# device plugin over its gRPC API and applies its advertising rule (only those: see below).
-SERVES = {"cli": {"doctor", "engines", "cdi"}, "deviceplugin": {"cdi"}, "doctor": {"deviceplugin"}}
+# configuration, CDI and the exporter; the device plugin writes the CDI spec its answers name;
+# doctor asks the device plugin over its gRPC API and applies its advertising rule (only those:
+# see below).
+SERVES = {
+    "cli": {"doctor", "engines", "cdi", "exporter"},
+    "deviceplugin": {"cdi"},
+    "doctor": {"deviceplugin"},
+}
 # What doctor may import of the device plugin: never its server, health or allocation internals.
 DOCTOR_READS = {"nvct.deviceplugin.api", "nvct.deviceplugin.devices"}
 

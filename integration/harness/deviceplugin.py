@@ -4,13 +4,13 @@ against the kubelet stand-in (integration/kubelet)."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 from integration.conftest import write_nvct_config
+from integration.harness.processes import terminate
 
 
 class PluginProcess:
@@ -47,13 +47,7 @@ class PluginProcess:
 
     def stop(self) -> int:
         assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait()
+        return terminate(self.proc)
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")

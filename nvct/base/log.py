@@ -96,6 +96,21 @@ class EventLog:
             os.close(fd)
 
 
+def configure_stdout_structlog() -> None:
+    """structlog writing the same JSON lines to stdout: the log of a daemon in a pod (the
+    device plugin, the exporter)."""
+    import structlog
+
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
+            structlog.processors.JSONRenderer(),
+        ],
+        logger_factory=structlog.WriteLoggerFactory(file=sys.stdout),
+    )
+
+
 def configure_structlog(path: str, level: str = "info") -> Any:
     """A structlog logger writing the same JSON lines, for CLI processes."""
     import structlog

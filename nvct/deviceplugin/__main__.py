@@ -22,6 +22,7 @@ import structlog
 
 from nvct.base.atomic import write_atomic
 from nvct.base.errors import NvctError
+from nvct.base.log import configure_stdout_structlog
 from nvct.base.plugin_files import CDI_SPEC_NAME, KUBELET_SOCKET, STATUS_FILE
 from nvct.config import Config, load_config
 from nvct.deviceplugin.allocate import STRATEGIES
@@ -37,14 +38,7 @@ log = structlog.get_logger("nvct-device-plugin")
 
 
 def _logging() -> None:
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
-            structlog.processors.JSONRenderer(),
-        ],
-        logger_factory=structlog.WriteLoggerFactory(file=sys.stdout),
-    )
+    configure_stdout_structlog()
 
 
 def _error(message: str) -> None:

@@ -15,9 +15,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from nvct.base.errors import DiscoveryError
 from nvct.deviceplugin.devices import PluginDevice
 from nvct.deviceplugin.health import Health, Transition
+from nvct.host.discover.nvml import open_nvml
 
 SLICE_MS = 200
 
@@ -26,19 +26,7 @@ class NvmlWatch:
     """NVML opened for the plugin's lifetime."""
 
     def __init__(self, library: Path) -> None:
-        import pynvml
-
-        try:
-            pynvml.nvmlLib = ctypes.CDLL(str(library))
-            pynvml.nvmlInit()
-        except (OSError, pynvml.NVMLError) as err:
-            raise DiscoveryError(
-                f"NVML ({library}) cannot start: {err}",
-                hint="check driver-root, that the nvidia kernel module is loaded and "
-                "/dev/nvidiactl exists (in a pod: the nvidia runtime class or the driver "
-                "mounted)",
-            ) from err
-        self.nvml: Any = pynvml
+        self.nvml: Any = open_nvml(library)
         self.events: Any = None
         self.handles: dict[str, Any] = {}
 

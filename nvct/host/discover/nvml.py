@@ -118,6 +118,27 @@ def query_nvml(library: Path) -> NvmlReport:
     return NvmlReport(report["driver_version"], report["cuda_version"], gpus)
 
 
+def open_nvml(library: Path) -> Any:
+    """pynvml bound to ``library`` and initialised, for the long-running NVML users (the device
+    plugin's health watch, the exporter); they shut it down.
+
+    Raises:
+        DiscoveryError: the library cannot be loaded or NVML does not start.
+    """
+    import pynvml
+
+    try:
+        pynvml.nvmlLib = ctypes.CDLL(str(library))
+        pynvml.nvmlInit()
+    except (OSError, pynvml.NVMLError) as err:
+        raise DiscoveryError(
+            f"NVML ({library}) cannot start: {err}",
+            hint="check driver-root, that the nvidia kernel module is loaded and /dev/nvidiactl "
+            "exists (in a pod: the nvidia runtime class or the driver mounted)",
+        ) from err
+    return pynvml
+
+
 def _query_in_process(library: Path) -> NvmlReport:
     import pynvml  # 30 ms import, discovery only
 

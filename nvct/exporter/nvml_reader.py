@@ -1,0 +1,121 @@
+"""NVML as the exporter reads it: per-GPU metrics on demand, and XID events in a thread of
+their own (``XidWatch``), so neither a slow call nor a blocking event wait ever reaches the
+HTTP handler.
+
+NVML is loaded by absolute path from the driver root (as discovery and the device plugin do),
+never through the caller's LD_LIBRARY_PATH. ctypes releases the GIL during each call, so a slow
+driver stalls only the thread that asked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from nvct.exporter.sample import Reading, XidSeen
+
+EVENT_WAIT_MS = 1000
+MIB = 1024 * 1024
+
+
+def read_gpu(nvml: Any, handle: Any) -> Reading:
+    """Every metric of one GPU; a query the GPU does not support is left out, a GPU that does
+    not answer at all (lost) says why in ``error``."""
+    try:
+        memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+    except nvml.NVMLError as err:
+        return Reading(error=str(err))
+    util = _maybe(nvml, lambda: nvml.nvmlDeviceGetUtilizationRates(handle))
+    power_mw = _maybe(nvml, lambda: nvml.nvmlDeviceGetPowerUsage(handle))
+    temp = _maybe(nvml, lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU))
+    clock = _maybe(nvml, lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM))
+    return Reading(
+        util=None if util is None else float(util.gpu),
+        mem_copy_util=None if util is None else float(util.memory),
+        fb_used_mib=memory.used / MIB,
+        fb_free_mib=memory.free / MIB,
+        temp_c=None if temp is None else float(temp),
+        power_w=None if power_mw is None else power_mw / 1000,
+        sm_clock_mhz=None if clock is None else float(clock),
+    )
+
+
+def _maybe(nvml: Any, query: Callable[[], Any]) -> Any:
+    try:
+        return query()
+    except nvml.NVMLError:
+        return None
+
+
+class XidWatch:
+    """XID events of the given GPUs, counted per GPU, from an NVML event set waited on in a
+    daemon thread. ``seen()`` is safe from any thread."""
+
+    def __init__(self, nvml: Any, handles: dict[str, Any]) -> None:
+        self.nvml = nvml
+        self.handles = handles
+        self._lock = threading.Lock()
+        self._seen: dict[str, XidSeen] = {}
+        self._stop = threading.Event()
+        self._events: Any = None
+        try:
+            self._events = nvml.nvmlEventSetCreate()
+            for handle in handles.values():
+                nvml.nvmlDeviceRegisterEvents(
+                    handle, nvml.nvmlEventTypeXidCriticalError, self._events
+                )
+        except (nvml.NVMLError, AttributeError):
+            self._events = None  # GPUs without event support: no XID metrics, values only
+        self._thread = threading.Thread(target=self._run, name="xid-events", daemon=True)
+
+    @property
+    def supported(self) -> bool:
+        """Whether NVML delivers XID events here."""
+        return self._events is not None
+
+    def start(self) -> None:
+        """Start waiting for events (no-op where unsupported)."""
+        if self._events is not None:
+            self._thread.start()
+
+    def seen(self) -> dict[str, XidSeen]:
+        """GPU UUID → its XIDs so far."""
+        with self._lock:
+            return dict(self._seen)
+
+    def _run(self) -> None:
+        nvml = self.nvml
+        while not self._stop.is_set():
+            try:
+                event = nvml.nvmlEventSetWait_v2(self._events, EVENT_WAIT_MS)
+            except nvml.NVMLError:
+                continue  # the wait timed out
+            if event.eventType & nvml.nvmlEventTypeXidCriticalError:
+                self._record(event.device, int(event.eventData), time.monotonic())
+
+    def _record(self, device: Any, code: int, at: float) -> None:
+        for uuid in _matching(self.handles, device):
+            with self._lock:
+                old = self._seen.get(uuid, XidSeen())
+                counts = dict(old.counts)
+                counts[code] = counts.get(code, 0) + 1
+                self._seen[uuid] = XidSeen(code, counts, {**old.seen_at, code: at})
+
+    def stop(self) -> None:
+        """Stop waiting (within one wait) and free the event set."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=EVENT_WAIT_MS / 1000 * 2)
+        if self._events is not None and not self._thread.is_alive():
+            with contextlib.suppress(self.nvml.NVMLError):
+                self.nvml.nvmlEventSetFree(self._events)
+
+
+def _matching(handles: dict[str, Any], device: Any) -> Iterable[str]:
+    # The event names its GPU by handle: compare pointers (a lost GPU cannot say its UUID).
+    target = ctypes.cast(device, ctypes.c_void_p).value
+    return [u for u, h in handles.items() if ctypes.cast(h, ctypes.c_void_p).value == target]

@@ -1,0 +1,126 @@
+"""The exporter process: discover the GPUs, open NVML, sample in the background, serve
+``/metrics`` until SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from nvct.base.errors import NvctError
+from nvct.config import Config
+from nvct.exporter.collector import SampleCollector
+from nvct.exporter.sample import GpuIdentity
+from nvct.exporter.sampler import Policy, Sampler
+from nvct.podresources.client import PodResourcesClient
+from nvct.podresources.ids import DeviceMap, GpuIds
+
+log = structlog.get_logger("nvct-exporter")
+
+
+def report_error(message: str) -> None:
+    """An error in the JSON log and as one line on stderr."""
+    log.error("error", error=message)
+    print(f"nvct-cli exporter: error: {message}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Discovered:
+    """The node's GPUs, as labels and as the device IDs that name them."""
+
+    gpus: list[GpuIdentity]
+    devices: DeviceMap
+
+
+def discover(config: Config) -> Discovered:
+    """The GPUs of the driver root's inventory (fresh, not cached: a DaemonSet starts rarely).
+
+    Raises:
+        NvctError: discovery failed.
+    """
+    from nvct.host.load import load_inventory
+
+    inventory = load_inventory(config, use_cache=False)
+    gpus = [
+        GpuIdentity(g.index, g.uuid, g.pci_bus_id, f"nvidia{g.minor}", g.name)
+        for g in inventory.gpus
+    ]
+    ids = [
+        GpuIds(g.uuid, g.index, tuple((m.uuid, m.index) for m in g.migs)) for g in inventory.gpus
+    ]
+    return Discovered(gpus, DeviceMap(ids))
+
+
+def hostname(config: Config) -> str:
+    """The Hostname label: configured, else the DaemonSet's NODE_NAME, else the host name."""
+    return config.ex_hostname or os.environ.get("NODE_NAME", "") or socket.gethostname()
+
+
+def run(config: Config) -> int:
+    """Serve until SIGTERM/SIGINT; 0 then, 1 when the GPUs or NVML cannot be read at start."""
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    from nvct.host.arch import host_arch
+    from nvct.host.discover.libraries import nvml_library
+    from nvct.host.discover.nvml import open_nvml
+
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        found = discover(config)
+        library = nvml_library(Path(config.driver_root), host_arch())
+        if library is None:
+            raise NvctError(
+                f"no libnvidia-ml.so.1 in {config.driver_root}'s ld.so.cache",
+                hint="set driver-root to where the NVIDIA driver is installed",
+            )
+        nvml = open_nvml(library)
+    except NvctError as err:
+        report_error(f"{err.one_line()} (driver-root {config.driver_root})")
+        return 1
+    client = PodResourcesClient(config.ex_pod_resources_socket) if config.ex_kubernetes else None
+    policy = Policy(
+        Path(config.dp_plugin_dir),
+        config.dp_quiet_period,
+        config.dp_ignored_xids,
+        config.ex_extra_resources,
+    )
+    try:
+        sampler = Sampler(nvml, found.gpus, found.devices, client, policy)
+    except nvml.NVMLError as err:  # a GPU the inventory listed no longer answers for its UUID
+        report_error(f"NVML cannot open the GPUs it listed: {err}")
+        return 1
+    if not sampler.xids.supported:
+        log.warning("xid_events_unsupported", detail="XID metrics stay 0")
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(
+        SampleCollector(sampler.latest, hostname(config), kubernetes=config.ex_kubernetes)
+    )
+    try:
+        server, _ = start_http_server(config.ex_port, addr=config.ex_address, registry=registry)
+    except OSError as err:
+        report_error(f"cannot listen on {config.ex_address}:{config.ex_port}: {err.strerror}")
+        return 1
+    sampler.start(config.ex_interval)
+    log.info(
+        "serving",
+        address=config.ex_address,
+        port=server.server_port,
+        interval_s=config.ex_interval,
+        gpus=[g.uuid for g in found.gpus],
+        pod_resources=config.ex_pod_resources_socket if config.ex_kubernetes else None,
+    )
+    stop.wait()
+    server.shutdown()
+    sampler.stop()
+    if client is not None:
+        client.close()
+    log.info("stopped")
+    return 0

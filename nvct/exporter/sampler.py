@@ -1,0 +1,138 @@
+"""The sampling loop: every interval, NVML's answers for each GPU, the XIDs seen, who holds
+each GPU (kubelet pod-resources) and the device plugin's verdict, published as one ``Sample``.
+
+Readers take ``latest()`` (a reference swap under a lock): a round that is slow, or stuck in
+the driver, leaves the previous sample in place, and its age shows that.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from nvct.exporter.health import plugin_verdicts, verdict
+from nvct.exporter.nvml_reader import XidWatch, read_gpu
+from nvct.exporter.sample import GpuIdentity, GpuSample, Sample, XidSeen
+from nvct.podresources.client import PodResourcesClient, PodResourcesError
+from nvct.podresources.ids import DeviceMap, Owner, owners_by_gpu, replicas_by_gpu
+
+log = structlog.get_logger("nvct-exporter")
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """What the health verdict and pod attribution need besides NVML."""
+
+    plugin_dir: Path
+    quiet_s: float
+    ignored_xids: tuple[int, ...]
+    extra_resources: tuple[str, ...] = ()
+
+
+class Sampler:
+    """One NVML session, one optional kubelet client, one daemon thread."""
+
+    def __init__(
+        self,
+        nvml: Any,
+        gpus: list[GpuIdentity],
+        devices: DeviceMap,
+        pod_resources: PodResourcesClient | None,
+        policy: Policy,
+    ) -> None:
+        self.nvml = nvml
+        self.gpus = gpus
+        self.devices = devices
+        self.pod_resources = pod_resources
+        self.policy = policy
+        self.handles = {g.uuid: nvml.nvmlDeviceGetHandleByUUID(g.uuid) for g in gpus}
+        self.xids = XidWatch(nvml, self.handles)
+        self._latest: Sample | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._kubelet_problem: str | None = None  # logged once per outage, not every round
+
+    def latest(self) -> Sample | None:
+        """The last finished round, or None before the first one."""
+        with self._lock:
+            return self._latest
+
+    def start(self, interval: float) -> threading.Thread:
+        """Watch XIDs and sample every ``interval`` seconds in daemon threads."""
+        self.xids.start()
+        thread = threading.Thread(target=self._loop, args=(interval,), name="sampler", daemon=True)
+        thread.start()
+        return thread
+
+    def stop(self) -> None:
+        """Stop after the current round; stop waiting for XIDs."""
+        self._stop.set()
+        self.xids.stop()
+
+    def _loop(self, interval: float) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                sample = self.sample_once()
+            except Exception as err:  # a bug in one round must not end sampling for good
+                log.error("sample_failed", error=repr(err))
+                print(f"nvct-cli exporter: error: sample failed: {err!r}", file=sys.stderr)
+            else:
+                with self._lock:
+                    self._latest = sample
+            self._stop.wait(max(0.0, interval - (time.monotonic() - started)))
+
+    def sample_once(self) -> Sample:
+        """One round, synchronously."""
+        started = time.monotonic()
+        readings = {g.uuid: read_gpu(self.nvml, self.handles[g.uuid]) for g in self.gpus}
+        owners, replicas, up = self._kubelet()
+        plugin = plugin_verdicts(self.policy.plugin_dir, self.devices)
+        xids = self.xids.seen()
+        now = time.monotonic()
+        out = []
+        for gpu in self.gpus:
+            seen = xids.get(gpu.uuid, XidSeen())
+            healthy, reason = verdict(
+                readings[gpu.uuid],
+                seen,
+                plugin.get(gpu.uuid, ""),
+                now=now,
+                quiet_s=self.policy.quiet_s,
+                ignored_xids=self.policy.ignored_xids,
+            )
+            out.append(
+                GpuSample(
+                    gpu,
+                    readings[gpu.uuid],
+                    seen,
+                    healthy,
+                    reason,
+                    replicas.get(gpu.uuid, 1),
+                    tuple(owners.get(gpu.uuid, ())),
+                )
+            )
+        return Sample(tuple(out), now, now - started, up)
+
+    def _kubelet(self) -> tuple[dict[str, list[Owner]], dict[str, int], bool | None]:
+        if self.pod_resources is None:
+            return {}, {}, None
+        extra = self.policy.extra_resources
+        try:
+            held = self.pod_resources.gpus_held(extra)
+            allocatable = self.pod_resources.gpus_allocatable(extra)
+        except PodResourcesError as err:
+            if self._kubelet_problem is None:
+                log.warning("pod_resources_unavailable", error=err.one_line())
+            self._kubelet_problem = err.one_line()
+            return {}, {}, False
+        if self._kubelet_problem is not None:
+            log.info("pod_resources_available", socket=self.pod_resources.socket)
+            self._kubelet_problem = None
+        return owners_by_gpu(held, self.devices), replicas_by_gpu(allocatable, self.devices), True

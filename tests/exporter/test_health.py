@@ -1,0 +1,47 @@
+"""The exporter's health verdict: NVML's error, recent XIDs outside the ignored list, and the
+device plugin's status file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from nvct.exporter.health import PLUGIN_STATUS_FILE, plugin_verdicts, verdict
+from nvct.exporter.sample import Reading, XidSeen
+from nvct.podresources.ids import DeviceMap, GpuIds
+
+DEVICES = DeviceMap([GpuIds("GPU-a", 0), GpuIds("GPU-b", 1, (("MIG-b1", 0),))])
+IGNORED = (13, 31, 43, 45, 68, 109)
+
+
+def test_verdict_order_and_quiet_period() -> None:
+    def judge(reading: Reading, xids: XidSeen, plugin: str = "", now: float = 100.0) -> tuple:
+        return verdict(reading, xids, plugin, now=now, quiet_s=30, ignored_xids=IGNORED)
+
+    ok = Reading(util=1)
+    assert judge(ok, XidSeen()) == (True, "")
+    assert judge(Reading(error="GPU is lost"), XidSeen()) == (False, "NVML: GPU is lost")
+    recent = XidSeen(48, {48: 1}, {48: 90.0})
+    assert judge(ok, recent) == (False, "XID 48")
+    assert judge(ok, recent, now=121.0) == (True, "")  # quiet for 30 s: healthy again
+    assert judge(ok, XidSeen(13, {13: 5}, {13: 99.0})) == (True, "")  # an application error
+    assert judge(ok, XidSeen(), "device plugin: XID 79") == (False, "device plugin: XID 79")
+
+
+def test_plugin_status_file(tmp_path: Path) -> None:
+    assert plugin_verdicts(tmp_path, DEVICES) == {}  # no plugin on this node
+    (tmp_path / PLUGIN_STATUS_FILE).write_text(
+        json.dumps(
+            {
+                "nvidia.com/gpu": [
+                    {"id": "GPU-a", "uuid": "GPU-a", "health": "Healthy", "reason": ""},
+                ],
+                "nvidia.com/mig-1g.10gb": [
+                    {"id": "MIG-b1", "uuid": "MIG-b1", "health": "Unhealthy", "reason": "XID 79"}
+                ],
+            }
+        )
+    )
+    assert plugin_verdicts(tmp_path, DEVICES) == {"GPU-b": "device plugin: XID 79"}
+    (tmp_path / PLUGIN_STATUS_FILE).write_text("{not json")
+    assert plugin_verdicts(tmp_path, DEVICES) == {}
