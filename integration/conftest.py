@@ -22,6 +22,7 @@ import pytest
 
 from integration.harness import HarnessError
 from integration.harness.bundles import BundleFactory, make_bundle
+from integration.harness.deviceplugin import kubelet, plugin_factory  # noqa: F401 - fixtures
 from integration.harness.dockerd import Dockerd, DockerdFactory
 from integration.harness.images import GLIBC_TAG, ImageImporter, docker_import, glibc_rootfs
 from integration.harness.skips import (

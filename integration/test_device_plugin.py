@@ -4,105 +4,22 @@ gRPC on Unix sockets, on the simulated driver; its answers applied to real conta
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import grpc
 import pytest
 
 from integration.conftest import NVCT_BIN, write_nvct_config
-from integration.harness.bundles import BundleFactory, run_runc, runc_spec
+from integration.harness.bundles import BundleFactory, run_runc
+from integration.harness.deviceplugin import PluginProcess, apply, uuids
 from integration.kubelet.standin import Kubelet, sockets
 from integration.simdriver import inject
 
 pytestmark = [pytest.mark.root]
 GPU = "nvidia.com/gpu"
-
-
-class PluginProcess:
-    """``python -m nvct.deviceplugin`` with a config for the simulated driver."""
-
-    def __init__(self, work: Path, sim: Any, plugin_dir: Path, *args: str, **toml: str) -> None:
-        self.work = work
-        self.dev_root = work / "devroot"  # the plugin's own device nodes: tests remove some
-        if not (self.dev_root / "dev").exists():
-            from integration.simdriver import make_dev_nodes
-
-            make_dev_nodes(sim.spec, self.dev_root)
-        self.config = write_nvct_config(work / "nvct" / "config.toml", sim, **toml)
-        self.argv = [
-            sys.executable, "-m", "nvct.deviceplugin", "--config", str(self.config),
-            "--dev-root", str(self.dev_root), "--plugin-dir", str(plugin_dir),
-            "--cdi-spec-dir", str(work / "cdi"), "--sysfs-root", str(work / "sys"),
-            "--quiet-period", "1", *args,
-        ]  # fmt: skip
-        self.log = work / "plugin.log"
-        self.control = work / "nvml-control"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> PluginProcess:
-        self.control.mkdir(parents=True, exist_ok=True)
-        env = {
-            **os.environ,
-            "NVCT_SIM_DEV_ROOT": str(self.dev_root),
-            "NVCT_SIM_CONTROL_DIR": str(self.control),  # this test's NVML events and state
-        }
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=out, env=env)
-        return self
-
-    def stop(self) -> int:
-        assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait()
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-
-def numa_sysfs(work: Path, sim: Any) -> None:
-    for i, gpu in enumerate(sim.spec.gpus):
-        domain, _, rest = gpu.pci_bus_id.lower().partition(":")
-        node = work / "sys/bus/pci/devices" / f"{domain[-4:]}:{rest}"
-        node.mkdir(parents=True, exist_ok=True)
-        (node / "numa_node").write_text(f"{i // 2}\n")
-
-
-@pytest.fixture
-def kubelet(tmp_path: Path) -> Iterator[Kubelet]:
-    standin = Kubelet(tmp_path / "device-plugins").start()
-    yield standin
-    standin.stop()
-
-
-@pytest.fixture
-def plugin_factory(tmp_path: Path, sim_driver: Any, kubelet: Kubelet) -> Iterator[Any]:
-    numa_sysfs(tmp_path, sim_driver)
-    started: list[PluginProcess] = []
-
-    def make(*args: str, start: bool = True, **toml: str) -> PluginProcess:
-        plugin = PluginProcess(tmp_path, sim_driver, kubelet.plugin_dir, *args, **toml)
-        started.append(plugin)
-        return plugin.start() if start else plugin
-
-    yield make
-    for plugin in started:
-        if plugin.proc is not None:
-            plugin.stop()
-
-
-def uuids(sim: Any) -> list[str]:
-    return [g.uuid for g in sim.spec.gpus]
 
 
 def test_registers_and_advertises_what_nvml_sees(kubelet, plugin_factory, sim_driver) -> None:
@@ -282,26 +199,6 @@ def test_nvml_failing_at_start(tmp_path, sim_driver, kubelet) -> None:
 
 
 # --- the answers applied to real containers, as containerd's CRI plugin applies them ---------
-
-
-def apply(response: Any, env: list[str]) -> dict[str, Any]:
-    """What the CRI plugin puts in the OCI spec: envs, mounts, annotations."""
-    mounts = [
-        {
-            "destination": m.container_path,
-            "source": m.host_path,
-            "type": "bind",
-            "options": ["rbind", "ro" if m.read_only else "rw"],
-        }
-        for m in response.mounts
-    ]
-    return {
-        "env": [*env, *(f"{k}={v}" for k, v in response.envs.items())],
-        "extra": {
-            "mounts": [*runc_spec()["mounts"], *mounts],
-            "annotations": dict(response.annotations),
-        },
-    }
 
 
 @pytest.mark.runc

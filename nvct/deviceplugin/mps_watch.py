@@ -54,8 +54,9 @@ class MpsWatch:
                     )
                     log.warning("mps_daemon_died", gpu=s.daemon.paths.uuid, pid=s.daemon.pid)
                     s.ready, s.retry_at, s.pause = False, 0.0, 0.5
+                    # reported before the restart (next step), so that kubelet hears of it
                     out += [t for r in s.replicas if (t := self.health.block(r, reason))]
-                if not s.ready and now() >= s.retry_at:
+                elif not s.ready and now() >= s.retry_at:
                     out += self._start(s, now)
         return out
 
