@@ -8,6 +8,13 @@ A node with two GPU models gets a documented, deterministic answer instead of wh
 enumeration returns first: the model the node has most of describes the node (ties: the model
 of the lowest-index GPU), ``gpu.count`` counts every GPU, and ``nvidia.com/gpu.models`` (nvct's
 own label) says how many models there are, so a selector can avoid mixed nodes.
+
+Sharing comes from the device plugin's plan (``nvct.host.sharing``), which is per GPU:
+``<resource>.replicas`` is the most replicas any GPU shared inside that resource has,
+``<resource>.sharing-strategy`` their strategy (``mixed`` where time-slicing and MPS GPUs share
+one resource: nvct's value). GPUs renamed to ``<resource>.shared`` get a label group of their own
+(``.count`` = how many GPUs; product without ``-SHARED``, as GFD writes a renamed resource);
+``nvidia.com/gpu.count`` stays the count of physical GPUs, as in GFD.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from collections import Counter
 from collections.abc import Mapping
 
 from nvct.host.inventory import Gpu, Inventory
+from nvct.host.sharing import SHARED_SUFFIX, SharingPlan
 
 PREFIX = "nvidia.com/"
 MIG_STRATEGIES = ("none", "single", "mixed")
@@ -66,14 +74,16 @@ def node_labels(
     *,
     mig_strategy: str = "none",
     replicas: Mapping[str, int] | None = None,
-    sharing: str = "none",
+    sharing: str | Mapping[str, str] = "none",
+    plan: SharingPlan | None = None,
     machine: str = "",
     timestamp: int | None = None,
 ) -> dict[str, str]:
     """The label set of a node (keys without values are never emitted).
 
     ``replicas`` maps a resource (``gpu``, ``mig-1g.10gb``) to its replicas per device
-    (time-slicing or MPS, ``sharing``); ``machine`` is the DMI product name.
+    (time-slicing or MPS, ``sharing``: one strategy, or one per resource); ``plan`` (the device
+    plugin's sharing plan) replaces both; ``machine`` is the DMI product name.
     """
     if mig_strategy not in MIG_STRATEGIES:
         raise ValueError(f"MIG strategy {mig_strategy!r}: use one of {', '.join(MIG_STRATEGIES)}")
@@ -84,6 +94,9 @@ def node_labels(
     if not gpus:
         return labels
     replicas = dict(replicas or {})
+    counts: dict[str, int] = {}
+    if plan is not None:
+        replicas, sharing, counts = _from_plan(plan, mig_strategy)
     model = _majority(gpus)
     capable = any(g.mig_enabled or _MIG_CAPABLE.search(g.name) for g in gpus)
     labels[f"{PREFIX}mig.capable"] = _bool(capable)
@@ -102,6 +115,11 @@ def node_labels(
         product = f"{sanitise(model.name)}-MIG-{profiles[0] if valid else 'INVALID'}"
         count, memory = (len(migs), migs[0].memory_mib) if valid else (0, 0)
         labels.update(_resource("gpu", product, count, memory, model, replicas, sharing))
+        if "gpu" + SHARED_SUFFIX in counts:
+            shared = "gpu" + SHARED_SUFFIX
+            labels.update(
+                _resource(shared, product, counts[shared], memory, model, replicas, sharing, False)
+            )
         return labels
     whole = [g for g in gpus if not (mig_strategy == "mixed" and g.mig_enabled)]
     labels.update(
@@ -115,21 +133,60 @@ def node_labels(
             sharing,
         )
     )
+    shared = "gpu" + SHARED_SUFFIX
+    if shared in counts:
+        labels.update(
+            _resource(
+                shared,
+                sanitise(model.name),
+                counts[shared],
+                model.memory_mib,
+                model,
+                replicas,
+                sharing,
+                False,
+            )
+        )
     if mig_strategy == "mixed":
         for profile in sorted({m.profile for m in migs}):
             of = [m for m in migs if m.profile == profile]
+            product = f"{sanitise(model.name)}-MIG-{profile}"
+            name = f"mig-{profile}"
             labels.update(
-                _resource(
-                    f"mig-{profile}",
-                    f"{sanitise(model.name)}-MIG-{profile}",
-                    len(of),
-                    of[0].memory_mib,
-                    model,
-                    replicas,
-                    sharing,
-                )
+                _resource(name, product, len(of), of[0].memory_mib, model, replicas, sharing)
             )
+            if name + SHARED_SUFFIX in counts:
+                labels.update(
+                    _resource(
+                        name + SHARED_SUFFIX,
+                        product,
+                        counts[name + SHARED_SUFFIX],
+                        of[0].memory_mib,
+                        model,
+                        replicas,
+                        sharing,
+                        False,
+                    )
+                )
     return labels
+
+
+def _from_plan(
+    plan: SharingPlan, mig_strategy: str
+) -> tuple[dict[str, int], dict[str, str], dict[str, int]]:
+    """Replicas, strategy and (renamed resources only) device count per label resource."""
+    groups: dict[str, list[tuple[int, str]]] = {}
+    for share in plan.shares.values():
+        mig = share.device.is_mig and mig_strategy == "mixed"
+        name = f"mig-{share.device.profile}" if mig else "gpu"
+        name += SHARED_SUFFIX if share.renamed else ""
+        groups.setdefault(name, []).append((share.replicas, share.strategy))
+    replicas = {n: max(r for r, _ in g) for n, g in groups.items()}
+    strategies = {
+        n: s.pop() if len(s := {st for _, st in g}) == 1 else "mixed" for n, g in groups.items()
+    }
+    counts = {n: len(g) for n, g in groups.items() if n.endswith(SHARED_SUFFIX)}
+    return replicas, strategies, counts
 
 
 def _driver_labels(inventory: Inventory) -> dict[str, str]:
@@ -169,16 +226,18 @@ def _resource(
     memory: int,
     model: Gpu,
     replicas: Mapping[str, int],
-    sharing: str,
+    sharing: str | Mapping[str, str],
+    suffix: bool = True,
 ) -> dict[str, str]:
     key = f"{PREFIX}{name}."
     shared = replicas.get(name, 1)
+    strategy = sharing if isinstance(sharing, str) else sharing.get(name, "none")
     major, _, minor = model.compute_capability.partition(".")
     return {
-        f"{key}product": product + ("-SHARED" if shared > 1 else ""),
+        f"{key}product": product + ("-SHARED" if shared > 1 and suffix else ""),
         f"{key}count": str(count),
         f"{key}replicas": str(shared),
-        f"{key}sharing-strategy": sharing if shared > 1 else "none",
+        f"{key}sharing-strategy": strategy if shared > 1 else "none",
         f"{key}memory": str(memory),
         f"{key}family": family(model.compute_capability),
         f"{key}compute.major": major,
