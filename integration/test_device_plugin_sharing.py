@@ -136,25 +136,27 @@ def test_mps_limits_applied_before_advertising_daemon_restarted_and_quit(
     )
     pipe = plugin.work / "mps" / uuid / "pipe"
     plugin.start()
-    seen: list[tuple[str, str]] = []
+    seen: dict[str, list[tuple[str, str]]] = {}  # per GPU: the commands when first advertised
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not kubelet.devices(SHARED):
+    while time.monotonic() < deadline and len(seen) < 2:
+        advertised = {i.partition("::")[0] for i in kubelet.devices(SHARED)}
+        for gpu in advertised - set(seen):
+            seen[gpu] = inject.mps_commands(plugin.control)
         time.sleep(0.002)
-    seen = inject.mps_commands(plugin.control)  # what the daemons had when first advertised
-    assert kubelet.devices(SHARED), plugin.output()
-    mine = [c for p, c in seen if p == str(pipe)]
+    assert sorted(seen) == sorted(ids[1:3]), plugin.output()
+    mine = [c for p, c in seen[uuid] if p == str(pipe)]
     memory = sim_driver.spec.gpus[1].memory_mib // 2
     assert mine == [
         f"set_default_device_pinned_mem_limit 0 {memory}M",
         "set_default_active_thread_percentage 50",
         "get_default_device_pinned_mem_limit 0",
         "get_default_active_thread_percentage",
-    ]
-    other = [c for p, c in seen if p == str(plugin.work / "mps" / ids[2] / "pipe")]
+    ], plugin.output()
+    other = [c for p, c in seen[ids[2]] if p == str(plugin.work / "mps" / ids[2] / "pipe")]
     assert other[:2] == [
         "set_default_device_pinned_mem_limit 0 1000M",
         "set_default_active_thread_percentage 30",
-    ]
+    ], plugin.output()
     expected = [*replicas(uuid, 2), *replicas(ids[2], 4)]
     assert kubelet.wait(lambda: kubelet.devices(SHARED) == dict.fromkeys(expected, "Healthy"))
 

@@ -28,7 +28,7 @@ from nvct.deviceplugin.devices import ID_STRATEGIES, MIG_STRATEGIES, PluginDevic
 from nvct.deviceplugin.health import Health
 from nvct.deviceplugin.mps_watch import MpsWatch
 from nvct.deviceplugin.server import KUBELET_SOCKET, Endpoint, ResourceService
-from nvct.host.sharing import SharingConfigError, plan_sharing
+from nvct.host.sharing import SharingConfigError, mps_control_binary, plan_sharing
 
 CDI_SPEC_NAME = "nvct-device-plugin.json"
 # Beside the sockets: the kubelet removes sockets only, and nvct-cli reads it from the node.
@@ -141,13 +141,13 @@ class Plugin:
 
     def _mps(self, plan: Any, devices: list[PluginDevice]) -> MpsWatch | None:
         """The MPS GPUs' daemons, started before anything is advertised."""
-        from nvct.deviceplugin.mps import MpsDaemon, MpsPaths, control_binary
+        from nvct.deviceplugin.mps import MpsDaemon, MpsPaths
         from nvct.deviceplugin.mps_watch import Supervised
 
         shares = [s for s in plan.shares.values() if s.strategy == "mps"]
         if not shares:
             return None
-        binary = control_binary(Path(self.config.driver_root))
+        binary = mps_control_binary(Path(self.config.driver_root))
         if binary is None:
             raise SharingConfigError(
                 f"no nvidia-cuda-mps-control under {self.config.driver_root}",

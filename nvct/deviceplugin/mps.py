@@ -26,7 +26,6 @@ from pathlib import Path
 
 from nvct.base.errors import NvctError
 
-CONTROL = "nvidia-cuda-mps-control"
 PID_FILE = "nvidia-cuda-mps-control.pid"
 CONTAINER_ROOT = "/mps"  # where a container finds its GPU's pipe directory
 CONTAINER_SHM = "/dev/shm"  # noqa: S108 - the container's POSIX shm, the daemon's shm directory
@@ -71,15 +70,6 @@ class MpsPaths:
     def container_pipe(self) -> str:
         """The pipe directory as the container sees it."""
         return f"{CONTAINER_ROOT}/{self.uuid}/pipe"
-
-
-def control_binary(driver_root: Path) -> Path | None:
-    """The driver's ``nvidia-cuda-mps-control`` under ``driver_root``, or None."""
-    for bindir in ("usr/bin", "usr/local/bin", "bin", "usr/sbin"):
-        path = driver_root / bindir / CONTROL
-        if os.access(path, os.X_OK):
-            return path
-    return None
 
 
 class MpsDaemon:

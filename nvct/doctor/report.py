@@ -16,6 +16,7 @@ from nvct.doctor import (
     driver,
     launch,
     libdir,
+    sharing,
 )
 from nvct.doctor.context import DoctorContext
 from nvct.doctor.result import FAIL, CheckResult, passed
@@ -97,4 +98,5 @@ def run_doctor(
     results += crio.check_crio(ctx)
     results.append(cgroup.check_cgroup(ctx, docker_state.info if docker_state else None))
     results += cdi.check_cdi(ctx, facts.version)
+    results.append(sharing.check_sharing(ctx, facts))
     return DoctorReport(tuple(results))

@@ -14,7 +14,9 @@ not an error: one config is shipped to every node of a cluster, and nodes differ
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from nvct.base.errors import ConfigError
 from nvct.config import Config, SharingRule
@@ -26,6 +28,7 @@ SHARED_SUFFIX = ".shared"
 # MPS clients per GPU (CUDA MPS documentation): 48 from Volta's successor Turing (7.5) on.
 MPS_MAX_CLIENTS = 48
 MPS_MAX_CLIENTS_OLD = 16
+MPS_CONTROL = "nvidia-cuda-mps-control"
 
 
 class SharingConfigError(ConfigError):
@@ -207,3 +210,12 @@ def mps_max_replicas(compute_capability: str) -> int:
     except ValueError:
         return MPS_MAX_CLIENTS_OLD
     return MPS_MAX_CLIENTS if cc >= (7, 5) else MPS_MAX_CLIENTS_OLD
+
+
+def mps_control_binary(driver_root: Path) -> Path | None:
+    """The driver's ``nvidia-cuda-mps-control`` under ``driver_root``, or None."""
+    for bindir in ("usr/bin", "usr/local/bin", "bin", "usr/sbin"):
+        path = driver_root / bindir / MPS_CONTROL
+        if os.access(path, os.X_OK):
+            return path
+    return None
