@@ -65,6 +65,14 @@ def test_gpu_0_sliced_by_four_the_others_whole(kubelet, plugin_factory, sim_driv
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert f"2 replicas of one GPU ({ids[0]})" in refused.value.details()
     assert "beside whole GPUs" in plugin.output()  # the config's pitfall, logged
+    # every replica follows its GPU's health
+    inject.xid(plugin.control, sim_driver.spec.gpus[0].minor, 48)
+    began = time.monotonic()
+    sick = dict.fromkeys(replicas(ids[0], 4), "Unhealthy")
+    assert kubelet.wait(lambda: sick.items() <= kubelet.devices(GPU).items(), timeout=5)
+    assert time.monotonic() - began < 1.0
+    assert [kubelet.devices(GPU)[u] for u in ids[1:]] == ["Healthy"] * 3
+    assert kubelet.wait(lambda: set(kubelet.devices(GPU).values()) == {"Healthy"}, timeout=10)
 
 
 def test_renamed_shared_gpus_are_their_own_resource_and_socket(
@@ -171,6 +179,15 @@ def test_mps_limits_applied_before_advertising_daemon_restarted_and_quit(
     assert "(MPS GPUs)" in refused.value.details()
 
     first = int((pipe / PID_FILE).read_text())
+    environ = dict(
+        e.split("=", 1) for e in Path(f"/proc/{first}/environ").read_text().split("\0") if e
+    )
+    assert environ["CUDA_VISIBLE_DEVICES"] == uuid
+    assert environ["CUDA_MPS_PIPE_DIRECTORY"] == str(pipe)
+    assert environ["CUDA_MPS_LOG_DIRECTORY"] == str(plugin.work / "mps" / uuid / "log")
+    assert (
+        "set_default_active_thread_percentage 50" in (pipe.parent / "log/control.log").read_text()
+    )
     os.kill(first, signal.SIGKILL)
     killed = time.monotonic()
     gone = dict.fromkeys(replicas(uuid, 2), "Unhealthy")

@@ -39,6 +39,10 @@ class MpsError(NvctError):
     """An MPS control daemon cannot be started or does not take its limits."""
 
 
+class MpsClientError(MpsError):
+    """The control client failed (no daemon listening): the command was not taken."""
+
+
 @dataclass(frozen=True, slots=True)
 class MpsPaths:
     """Where one GPU's daemon keeps its pipe, log and shared memory."""
@@ -124,7 +128,7 @@ class MpsDaemon:
             )
         self.pid = self._wait_pid()
         memory = f"{self.pinned_memory_mib}M"
-        self.command(f"set_default_device_pinned_mem_limit 0 {memory}")
+        self._first_command(f"set_default_device_pinned_mem_limit 0 {memory}")
         self.command(f"set_default_active_thread_percentage {self.threads}")
         got_memory = self.command("get_default_device_pinned_mem_limit 0")
         got_threads = self.command("get_default_active_thread_percentage")
@@ -155,8 +159,21 @@ class MpsDaemon:
             raise MpsError(f"MPS command {line!r} for {self.paths.uuid}: {err}") from err
         if done.returncode != 0:
             said = " ".join(done.stderr.split()) or f"exit {done.returncode}"
-            raise MpsError(f"MPS command {line!r} for {self.paths.uuid}: {said}")
+            raise MpsClientError(f"MPS command {line!r} for {self.paths.uuid}: {said}")
         return done.stdout.strip()
+
+    def _first_command(self, line: str) -> None:
+        """The daemon writes its pid file before it listens: until it does, the client finds
+        no daemon (the command is not delivered), so it is sent again, for a while."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            try:
+                self.command(line)
+                return
+            except MpsClientError:
+                if time.monotonic() > deadline or not self.alive():
+                    raise
+            time.sleep(0.01)
 
     def alive(self) -> bool:
         """Whether the daemon still runs."""
