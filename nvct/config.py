@@ -141,6 +141,10 @@ def _sharing_rule() -> dict[str, Any]:
             "strategy": {"enum": list(SHARING_STRATEGIES)},
             "replicas": {"type": "integer", "minimum": 2},
             "rename": {"type": "boolean"},
+            "resource": {
+                "type": "string",
+                "pattern": "^nvidia\\.com/[a-z0-9]([-a-z0-9_.]{0,50}[a-z0-9])?$",
+            },
             "pinned-memory-mib": {"type": "integer", "minimum": 1},
             "active-thread-percentage": {"type": "integer", "minimum": 1, "maximum": 100},
         },
@@ -158,6 +162,7 @@ class SharingRule:
     replicas: int
     strategy: str = "time-slicing"
     rename: bool | None = None  # None: rename-by-default
+    resource: str | None = None  # a resource name of this rule's own (whole GPUs)
     pinned_memory_mib: int | None = None  # mps; None: the GPU's memory / replicas
     active_thread_percentage: int | None = None  # mps; None: 100 / replicas
 
@@ -169,6 +174,7 @@ class SharingRule:
             replicas=table["replicas"],
             strategy=table.get("strategy", "time-slicing"),
             rename=table.get("rename"),
+            resource=table.get("resource"),
             pinned_memory_mib=table.get("pinned-memory-mib"),
             active_thread_percentage=table.get("active-thread-percentage"),
         )
@@ -367,6 +373,8 @@ def _describe(schema: dict[str, Any]) -> str:
         return "one of " + ", ".join(map(str, schema["enum"]))
     if schema.get("pattern") == "^/":
         return "an absolute path"
+    if str(schema.get("pattern", "")).startswith("^nvidia"):
+        return "a resource name such as nvidia.com/gpu.mps (lower case)"
     if schema.get("type") == "integer" and "minimum" in schema:
         top = f" and <= {schema['maximum']}" if "maximum" in schema else ""
         return f"an integer >= {schema['minimum']}{top}"

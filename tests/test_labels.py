@@ -190,6 +190,10 @@ def test_renamed_gpus_get_their_own_label_group() -> None:
         }.items()
     }
     assert labels[f"{N}gpu.replicas"] == "1" and labels[f"{N}gpu.count"] == "4"
+    own = _rule('["2"]', 2, 'strategy = "mps"\nresource = "nvidia.com/gpu.mps"')
+    labels = node_labels(inv, plan=_plan(toml + own, inv))
+    assert labels[f"{N}gpu.mps.sharing-strategy"] == "mps" and labels[f"{N}gpu.mps.count"] == "1"
+    assert labels[f"{N}gpu.shared.count"] == "2"
     mig = inventory("a100x8-570-mig")
     plan = _plan(_rule('["0:2"]', 2, "rename = true"), mig, "mixed")
     labels = node_labels(mig, mig_strategy="mixed", plan=plan)

@@ -364,7 +364,11 @@ def run(config: Config) -> int:
 @click.option("--sysfs-root", type=click.Path(file_okay=False))
 @click.option("--fail-on-init-error/--no-fail-on-init-error", default=None)
 @click.option("--quiet-period", type=click.FloatRange(min=0))
-@click.option("--mps-root", type=click.Path(file_okay=False), help="MPS daemons' directories.")
+@click.option(
+    "--mps-root",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where each MPS daemon's pipe, log and shm directories go.",
+)
 def cli(config_file: str | None, **flags: Any) -> int:
     """Advertise the node's GPUs to the kubelet and answer its allocations."""
     _logging()
@@ -380,9 +384,11 @@ def cli(config_file: str | None, **flags: Any) -> int:
     for name in ("mig_strategy", "device_id_strategy", "plugin_dir", "cdi_spec_dir"):
         if flags[name] is not None:
             overrides[f"dp_{name}"] = flags[name]
-    for name in ("sysfs_root", "fail_on_init_error", "quiet_period", "mps_root"):
+    for name in ("sysfs_root", "fail_on_init_error", "quiet_period"):
         if flags[name] is not None:
             overrides[f"dp_{name}"] = flags[name]
+    if flags["mps_root"] is not None:  # containers mount from it: never relative
+        overrides["dp_mps_root"] = str(flags["mps_root"].absolute())
     if flags["device_list_strategy"]:
         chosen = tuple(s.strip() for s in flags["device_list_strategy"].split(",") if s.strip())
         bad = [s for s in chosen if s not in STRATEGIES]

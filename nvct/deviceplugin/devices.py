@@ -8,7 +8,8 @@ device's ID is its UUID (or its index, ``gpu:mig`` for MIG), its NUMA node the G
 ``numa_node``.
 
 Shared GPUs (``nvct.host.sharing``) are advertised as replicas ``<uuid>::<n>``, NVIDIA's IDs, so
-tools that strip ``::n`` keep working; renamed ones as ``<resource>.shared``.
+tools that strip ``::n`` keep working; renamed ones as ``<resource>.shared`` or the resource
+their rule names.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from nvct.base.errors import NvctError
 from nvct.host.inventory import Gpu, Inventory, MigDevice
-from nvct.host.sharing import SHARED_SUFFIX, SharingPlan
+from nvct.host.sharing import SharingPlan
 
 VENDOR = "nvidia.com"
 MIG_STRATEGIES = ("none", "single", "mixed")
@@ -140,7 +141,7 @@ def _shared(
             if share is None:
                 out.setdefault(name, []).append(device)
                 continue
-            target = out.setdefault(name + SHARED_SUFFIX if share.renamed else name, [])
+            target = out.setdefault(f"{VENDOR}/{share.resource}", [])
             target.extend(
                 replace(device, id=replica_id(device.uuid, n), replica=n, sharing=share.strategy)
                 for n in range(share.replicas)

@@ -76,6 +76,6 @@ def _summary(plan: SharingPlan, gpus: int) -> str:
                 f" ({share.pinned_memory_mib} MiB pinned, "
                 f"{share.active_thread_percentage}% threads per client)"
             )
-        parts.append(part + (" as .shared" if share.renamed else ""))
+        parts.append(part + (f" as nvidia.com/{share.resource}" if share.renamed else ""))
     whole = gpus - len({s.device.gpu for s in plan.shares.values()})
     return f"shared: {'; '.join(parts)}; {whole} GPU(s) whole"

@@ -12,9 +12,9 @@ own label) says how many models there are, so a selector can avoid mixed nodes.
 Sharing comes from the device plugin's plan (``nvct.host.sharing``), which is per GPU:
 ``<resource>.replicas`` is the most replicas any GPU shared inside that resource has,
 ``<resource>.sharing-strategy`` their strategy (``mixed`` where time-slicing and MPS GPUs share
-one resource: nvct's value). GPUs renamed to ``<resource>.shared`` get a label group of their own
-(``.count`` = how many GPUs; product without ``-SHARED``, as GFD writes a renamed resource);
-``nvidia.com/gpu.count`` stays the count of physical GPUs, as in GFD.
+one resource: nvct's value). GPUs renamed (``<resource>.shared``, or a rule's ``resource``) get
+a label group of their own (``.count`` = how many GPUs; product without ``-SHARED``, as GFD
+writes a renamed resource); ``nvidia.com/gpu.count`` stays the count of physical GPUs, as GFD's.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Mapping
 
 from nvct.host.inventory import Gpu, Inventory
-from nvct.host.sharing import SHARED_SUFFIX, SharingPlan
+from nvct.host.sharing import SharingPlan
 
 PREFIX = "nvidia.com/"
 MIG_STRATEGIES = ("none", "single", "mixed")
@@ -94,9 +94,9 @@ def node_labels(
     if not gpus:
         return labels
     replicas = dict(replicas or {})
-    counts: dict[str, int] = {}
+    renamed: dict[str, tuple[str, int]] = {}
     if plan is not None:
-        replicas, sharing, counts = _from_plan(plan, mig_strategy)
+        replicas, sharing, renamed = _from_plan(plan)
     model = _majority(gpus)
     capable = any(g.mig_enabled or _MIG_CAPABLE.search(g.name) for g in gpus)
     labels[f"{PREFIX}mig.capable"] = _bool(capable)
@@ -107,6 +107,7 @@ def node_labels(
     migs = [m for g in gpus if g.mig_enabled for m in g.migs]
     if capable and mig_strategy != "none":
         labels[f"{PREFIX}mig.strategy"] = mig_strategy
+    described: dict[str, tuple[str, int]] = {}  # resource -> (product, memory)
     if mig_strategy == "single" and migs:
         # single: every GPU in MIG mode with one profile, advertised as nvidia.com/gpu. Any
         # other layout cannot be served so: NVIDIA's "-MIG-INVALID" with no devices.
@@ -115,38 +116,13 @@ def node_labels(
         product = f"{sanitise(model.name)}-MIG-{profiles[0] if valid else 'INVALID'}"
         count, memory = (len(migs), migs[0].memory_mib) if valid else (0, 0)
         labels.update(_resource("gpu", product, count, memory, model, replicas, sharing))
-        if "gpu" + SHARED_SUFFIX in counts:
-            shared = "gpu" + SHARED_SUFFIX
-            labels.update(
-                _resource(shared, product, counts[shared], memory, model, replicas, sharing, False)
-            )
-        return labels
-    whole = [g for g in gpus if not (mig_strategy == "mixed" and g.mig_enabled)]
-    labels.update(
-        _resource(
-            "gpu",
-            sanitise(model.name),
-            len(whole) if mig_strategy == "mixed" else len(gpus),
-            model.memory_mib,
-            model,
-            replicas,
-            sharing,
-        )
-    )
-    shared = "gpu" + SHARED_SUFFIX
-    if shared in counts:
-        labels.update(
-            _resource(
-                shared,
-                sanitise(model.name),
-                counts[shared],
-                model.memory_mib,
-                model,
-                replicas,
-                sharing,
-                False,
-            )
-        )
+        described["gpu"] = (product, memory)
+    else:
+        whole = [g for g in gpus if not (mig_strategy == "mixed" and g.mig_enabled)]
+        count = len(whole) if mig_strategy == "mixed" else len(gpus)
+        product, memory = sanitise(model.name), model.memory_mib
+        labels.update(_resource("gpu", product, count, memory, model, replicas, sharing))
+        described["gpu"] = (product, memory)
     if mig_strategy == "mixed":
         for profile in sorted({m.profile for m in migs}):
             of = [m for m in migs if m.profile == profile]
@@ -155,38 +131,29 @@ def node_labels(
             labels.update(
                 _resource(name, product, len(of), of[0].memory_mib, model, replicas, sharing)
             )
-            if name + SHARED_SUFFIX in counts:
-                labels.update(
-                    _resource(
-                        name + SHARED_SUFFIX,
-                        product,
-                        counts[name + SHARED_SUFFIX],
-                        of[0].memory_mib,
-                        model,
-                        replicas,
-                        sharing,
-                        False,
-                    )
-                )
+            described[name] = (product, of[0].memory_mib)
+    for name, (base, count) in sorted(renamed.items()):
+        if base in described:
+            product, memory = described[base]
+            labels.update(_resource(name, product, count, memory, model, replicas, sharing, False))
     return labels
 
 
 def _from_plan(
-    plan: SharingPlan, mig_strategy: str
-) -> tuple[dict[str, int], dict[str, str], dict[str, int]]:
-    """Replicas, strategy and (renamed resources only) device count per label resource."""
+    plan: SharingPlan,
+) -> tuple[dict[str, int], dict[str, str], dict[str, tuple[str, int]]]:
+    """Replicas and strategy per resource; the renamed resources' base and device count."""
     groups: dict[str, list[tuple[int, str]]] = {}
+    bases: dict[str, str] = {}
     for share in plan.shares.values():
-        mig = share.device.is_mig and mig_strategy == "mixed"
-        name = f"mig-{share.device.profile}" if mig else "gpu"
-        name += SHARED_SUFFIX if share.renamed else ""
-        groups.setdefault(name, []).append((share.replicas, share.strategy))
+        groups.setdefault(share.resource, []).append((share.replicas, share.strategy))
+        bases[share.resource] = share.base
     replicas = {n: max(r for r, _ in g) for n, g in groups.items()}
     strategies = {
         n: s.pop() if len(s := {st for _, st in g}) == 1 else "mixed" for n, g in groups.items()
     }
-    counts = {n: len(g) for n, g in groups.items() if n.endswith(SHARED_SUFFIX)}
-    return replicas, strategies, counts
+    renamed = {n: (bases[n], len(g)) for n, g in groups.items() if n != bases[n]}
+    return replicas, strategies, renamed
 
 
 def _driver_labels(inventory: Inventory) -> dict[str, str]:

@@ -15,6 +15,7 @@ not an error: one config is shipped to every node of a cluster, and nodes differ
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from nvct.host.inventory import Inventory
 TIME_SLICING = "time-slicing"
 MPS = "mps"
 SHARED_SUFFIX = ".shared"
+VENDOR = "nvidia.com"
 # MPS clients per GPU (CUDA MPS documentation): 48 from Volta's successor Turing (7.5) on.
 MPS_MAX_CLIENTS = 48
 MPS_MAX_CLIENTS_OLD = 16
@@ -66,10 +68,16 @@ class Share:
     device: Shareable
     strategy: str  # time-slicing | mps
     replicas: int
-    renamed: bool  # advertised as <resource>.shared
+    resource: str  # where it is advertised, after "nvidia.com/": gpu, gpu.shared, gpu.mps...
+    base: str  # where it would be advertised whole: gpu, mig-1g.10gb
     rule: int  # 1-based, as messages name rules
     pinned_memory_mib: int = 0  # mps only
     active_thread_percentage: int = 0  # mps only
+
+    @property
+    def renamed(self) -> bool:
+        """Advertised apart from the whole devices of its kind."""
+        return self.resource != self.base
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,18 +158,38 @@ def plan_sharing(config: Config, inventory: Inventory) -> SharingPlan:
                     hint="make the rules' devices disjoint (one rule per GPU)",
                 )
             shares[device.uuid] = _share(rule, device, number, where, config)
-    sliced = {s.device.gpu for s in shares.values() if not s.renamed and not s.device.is_mig}
+    sliced = {s.device.gpu for s in shares.values() if s.resource == "gpu" and not s.device.is_mig}
     whole = [d for d in devices if not d.is_mig and d.uuid not in shares]
     if sliced and whole:
         warnings.append(
             f"GPU(s) {', '.join(map(str, sorted(sliced)))} are shared inside nvidia.com/gpu "
             "beside whole GPUs: a pod asking for nvidia.com/gpu may get either (set "
-            "rename-by-default = true to advertise the shared ones as nvidia.com/gpu.shared)"
+            "rename-by-default = true to advertise the shared ones as nvidia.com/gpu.shared, "
+            "or give their rule a resource of its own)"
         )
+    warnings += _mixed_strategies(shares.values())
     return SharingPlan(shares, tuple(warnings))
 
 
+def _mixed_strategies(shares: Iterable[Share]) -> list[str]:
+    """Time-slicing and MPS GPUs in one resource: a pod cannot choose which it gets."""
+    by_resource: dict[str, set[str]] = {}
+    for s in shares:
+        by_resource.setdefault(s.resource, set()).add(s.strategy)
+    return [
+        f"time-slicing and MPS GPUs share the resource {VENDOR}/{name}: a pod cannot choose "
+        f'which it gets (give one rule a resource of its own, e.g. resource = "{VENDOR}/gpu.mps")'
+        for name, kinds in sorted(by_resource.items())
+        if len(kinds) > 1
+    ]
+
+
 def _check_rule(rule: SharingRule, where: str, mig_strategy: str) -> None:
+    if rule.resource is not None and rule.resource.startswith(f"{VENDOR}/mig-"):
+        raise SharingConfigError(
+            f"{where}: resource {rule.resource} looks like a MIG profile's resource",
+            hint=f"choose another name, e.g. {VENDOR}/gpu.mps",
+        )
     if rule.strategy == MPS and mig_strategy == "mixed":
         raise SharingConfigError(
             f"{where}: strategy mps with mig-strategy mixed",
@@ -175,10 +203,30 @@ def _check_rule(rule: SharingRule, where: str, mig_strategy: str) -> None:
         )
 
 
-def _share(rule: SharingRule, device: Shareable, number: int, where: str, config: Config) -> Share:
+def _resource(rule: SharingRule, device: Shareable, where: str, config: Config) -> str:
+    """Where ``device``'s replicas are advertised (after "nvidia.com/")."""
+    base = base_resource(device, config.dp_mig_strategy)
+    if rule.resource is not None:
+        if device.is_mig:
+            raise SharingConfigError(
+                f"{where}: resource {rule.resource} for {device.describe()}",
+                hint="MIG devices keep their profile's resource: use rename = true instead",
+            )
+        return rule.resource.partition("/")[2]
     renamed = config.dp_sharing_rename if rule.rename is None else rule.rename
+    return base + SHARED_SUFFIX if renamed else base
+
+
+def base_resource(device: Shareable, mig_strategy: str) -> str:
+    """Where ``device`` is advertised whole (after "nvidia.com/")."""
+    return f"mig-{device.profile}" if device.is_mig and mig_strategy == "mixed" else "gpu"
+
+
+def _share(rule: SharingRule, device: Shareable, number: int, where: str, config: Config) -> Share:
+    resource = _resource(rule, device, where, config)
+    base = base_resource(device, config.dp_mig_strategy)
     if rule.strategy != MPS:
-        return Share(device, TIME_SLICING, rule.replicas, renamed, number)
+        return Share(device, TIME_SLICING, rule.replicas, resource, base, number)
     if device.is_mig:
         raise SharingConfigError(
             f"{where}: strategy mps on {device.describe()}",
@@ -199,7 +247,7 @@ def _share(rule: SharingRule, device: Shareable, number: int, where: str, config
             hint=f"use at most {device.memory_mib}, or leave it out (memory / replicas)",
         )
     threads = rule.active_thread_percentage or max(1, 100 // rule.replicas)
-    return Share(device, MPS, rule.replicas, renamed, number, memory, threads)
+    return Share(device, MPS, rule.replicas, resource, base, number, memory, threads)
 
 
 def mps_max_replicas(compute_capability: str) -> int:

@@ -98,6 +98,11 @@ def test_gpus_are_selected_per_gpu_by_index_uuid_or_product_name() -> None:
     assert (mps.pinned_memory_mib, mps.active_thread_percentage) == (81559 // 2, 50)
     assert plan.strategy_of(UUIDS[2]) == "none"
     assert any("beside whole GPUs" in w for w in plan.warnings)  # not renamed: said so
+    assert any("MPS GPUs share the resource nvidia.com/gpu:" in w for w in plan.warnings)
+    apart = rule('["0"]', 4, "rename = true") + rule(
+        '["1"]', 2, 'strategy = "mps"\nresource = "nvidia.com/gpu.mps"'
+    )
+    assert plan_sharing(config(apart + rule('["2", "3"]', 2)), H100).warnings == ()
 
 
 def test_all_and_names_match_every_gpu_and_a_selector_matching_nothing_warns() -> None:
@@ -164,6 +169,27 @@ def test_gpu_0_sliced_others_whole_and_the_renamed_variant() -> None:
     renamed = config("[device-plugin.sharing]\nrename-by-default = true\n" + rule('["0"]'))
     assert advertised(renamed) == {"nvidia.com/gpu": UUIDS[1:], "nvidia.com/gpu.shared": sliced}
     assert replica_id(UUIDS[0], 3) == f"{UUIDS[0]}::3"
+
+
+def test_a_rule_can_name_its_own_resource_for_whole_gpus_only() -> None:
+    mps = 'strategy = "mps"\nresource = "nvidia.com/gpu.mps"'
+    c = config(
+        "[device-plugin.sharing]\nrename-by-default = true\n"
+        + rule('["0"]')
+        + rule('["1"]', 2, mps)
+    )
+    assert advertised(c) == {
+        "nvidia.com/gpu": UUIDS[2:],
+        "nvidia.com/gpu.shared": [f"{UUIDS[0]}::{n}" for n in range(4)],
+        "nvidia.com/gpu.mps": [f"{UUIDS[1]}::0", f"{UUIDS[1]}::1"],
+    }
+    with pytest.raises(ConfigError, match=r"gpus.0.resource.*a resource name such as"):
+        config(rule('["0"]', 2, 'resource = "example.com/gpu"'))
+    with pytest.raises(SharingConfigError, match=r"looks like a MIG profile's resource"):
+        plan_sharing(config(rule('["0"]', 2, 'resource = "nvidia.com/mig-x"')), H100)
+    mixed = config(rule('["0:1"]', 2, 'resource = "nvidia.com/gpu.x"'), 'mig-strategy = "mixed"')
+    with pytest.raises(SharingConfigError, match=r"MIG devices keep their profile's resource"):
+        plan_sharing(mixed, A100)
 
 
 def test_a_rule_can_rename_alone_and_mig_replicas_keep_their_profile() -> None:

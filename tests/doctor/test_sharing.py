@@ -50,13 +50,14 @@ def test_no_rules_pass_and_no_nvml_skips(tmp_path) -> None:
 
 def test_valid_rules_pass_with_what_is_shared(tmp_path) -> None:
     executable(tmp_path / "driver/usr/bin/nvidia-cuda-mps-control")
-    toml = rule('["0"]', 4, "rename = true") + rule('["1"]', 2, 'strategy = "mps"\nrename = true')
+    mps = 'strategy = "mps"\nresource = "nvidia.com/gpu.mps"'
+    toml = rule('["0"]', 4, "rename = true") + rule('["1"]', 2, mps)
     ctx = context(tmp_path, config(tmp_path, toml), which=lambda name: f"/usr/bin/{name}")
     result = check_sharing(ctx, facts("h100x4-550"))
     assert result.status == PASS, result
     assert result.message == (
-        "shared: 0 time-slicing x4 as .shared; 1 mps x2 (40779 MiB pinned, 50% threads per "
-        "client) as .shared; 2 GPU(s) whole"
+        "shared: 0 time-slicing x4 as nvidia.com/gpu.shared; 1 mps x2 (40779 MiB pinned, 50% "
+        "threads per client) as nvidia.com/gpu.mps; 2 GPU(s) whole"
     )
 
 
