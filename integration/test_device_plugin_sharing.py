@@ -313,3 +313,31 @@ def test_two_containers_share_one_gpu_at_once(
             assert "control" in result.stdout.split(f"pipe=/mps/{uuid}/pipe", 1)[1].split()
     if strategy == "mps":  # their /dev/shm is the daemon's
         assert (plugin.work / "mps" / uuid / "shm" / "from-a-client").exists()
+
+
+def test_mig_slices(tmp_path, kubelet) -> None:
+    """MIG devices time-sliced under mixed (8 x A100, GPU 0 in MIG mode): its 1g.10gb device
+    sliced x3 as its profile's .shared resource, the other devices as they were. (A short
+    name: the socket's path must fit a sockaddr_un.)"""
+    from integration.harness.deviceplugin import PluginProcess
+    from integration.simdriver import cached_driver, preset
+
+    sim = cached_driver(preset("a100x8-570-mig"), Path("/tmp/nvct-test-simdrivers"))
+    rule = '{devices = ["0:2"], replicas = 3, rename = true}'
+    plugin = PluginProcess(
+        tmp_path, sim, kubelet.plugin_dir, "--mig-strategy", "mixed", **sharing(rule)
+    )
+    plugin.start()
+    mig = sim.spec.gpus[0].migs[2]
+    resource = f"nvidia.com/mig-{mig.profile}.shared"
+    try:
+        assert kubelet.wait(
+            lambda: resource in kubelet.plugins and kubelet.plugins[resource].updates, timeout=15
+        ), plugin.output()
+        assert kubelet.devices(resource) == dict.fromkeys(replicas(mig.uuid, 3), "Healthy")
+        assert kubelet.plugins[resource].endpoint == f"nvidia-mig-{mig.profile}.shared.sock"
+        assert mig.uuid not in kubelet.devices(f"nvidia.com/mig-{mig.profile}")
+        answer = kubelet.allocate(resource, [f"{mig.uuid}::1"])
+        assert [d.name for d in answer.cdi_devices] == [f"nvidia.com/gpu={mig.uuid}"]
+    finally:
+        plugin.stop()
