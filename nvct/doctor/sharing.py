@@ -43,11 +43,13 @@ def check_sharing(ctx: DoctorContext, facts: DriverFacts) -> CheckResult:
             )
     if plan.warnings:
         more = f" (and {len(plan.warnings) - 1} more)" if len(plan.warnings) > 1 else ""
-        return warned(
-            NAME,
-            plan.warnings[0] + more,
-            f"make the rules match this node's GPUs (nvidia-smi -L) in {config.source}",
+        first = plan.warnings[0]
+        fix = (
+            "make the rules match this node's GPUs (nvidia-smi -L)"
+            if "matches no GPU" in first
+            else "change the rules as the message says"
         )
+        return warned(NAME, first + more, f"{fix}, in {config.source}")
     return passed(NAME, _summary(plan, len(facts.gpus)))
 
 

@@ -85,3 +85,11 @@ def test_a_selector_matching_no_gpu_warns(tmp_path) -> None:
     assert result.status == WARN
     assert "'Tesla T4' matches no GPU on this node" in result.message
     assert result.message.endswith("(and 1 more)") and "nvidia-smi -L" in result.fix
+
+
+def test_shared_gpus_beside_whole_ones_warn_with_the_way_out(tmp_path) -> None:
+    result = check_sharing(
+        context(tmp_path, config(tmp_path, rule('["0"]', 2))), facts("h100x4-550")
+    )
+    assert result.status == WARN and "beside whole GPUs" in result.message
+    assert "rename-by-default = true" in result.message and "as the message says" in result.fix
