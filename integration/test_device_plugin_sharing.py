@@ -225,6 +225,17 @@ def test_mps_on_a_mig_strategy_mixed_node_is_a_one_line_error(
     assert GPU not in kubelet.plugins
 
 
+def test_a_socket_path_too_long_for_unix_sockets_is_a_one_line_error(
+    kubelet, plugin_factory
+) -> None:
+    name = "nvidia.com/gpu.shared-by-the-team-that-needs-a-long-name"
+    plugin = plugin_factory(**sharing(f'{{devices = ["0"], replicas = 2, resource = "{name}"}}'))
+    assert plugin.proc is not None and plugin.proc.wait(timeout=60) == 2
+    errors = [ln for ln in plugin.output().splitlines() if ln.startswith("nvct-device-plugin:")]
+    assert len(errors) == 1 and name in errors[0] and "shorter plugin-dir" in errors[0]
+    assert "Traceback" not in plugin.output()
+
+
 # --- two containers sharing one GPU, at once, through nvct-runtime ------------------------
 
 

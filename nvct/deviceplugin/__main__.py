@@ -24,7 +24,13 @@ from nvct.base.atomic import write_atomic
 from nvct.base.errors import NvctError
 from nvct.config import Config, load_config
 from nvct.deviceplugin.allocate import STRATEGIES, SharingPolicy
-from nvct.deviceplugin.devices import ID_STRATEGIES, MIG_STRATEGIES, PluginDevice, resources
+from nvct.deviceplugin.devices import (
+    ID_STRATEGIES,
+    MIG_STRATEGIES,
+    DeviceConfigError,
+    PluginDevice,
+    resources,
+)
 from nvct.deviceplugin.health import Health
 from nvct.deviceplugin.mps_watch import MpsWatch
 from nvct.deviceplugin.server import KUBELET_SOCKET, Endpoint, ResourceService
@@ -37,6 +43,7 @@ WATCH_S = 0.05
 MPS_WATCH_S = 0.1
 RETRY_MAX_S = 5.0
 INIT_RETRY_S = 5.0
+SUN_PATH_MAX = 107  # sockaddr_un's sun_path, less its NUL
 
 log = structlog.get_logger("nvct-device-plugin")
 
@@ -74,6 +81,7 @@ class Plugin:
 
         Raises:
             SharingConfigError: the sharing rules do not fit this host's GPUs.
+            DeviceConfigError: the GPUs cannot be advertised as configured.
         """
         from nvct.deviceplugin.nvml_watch import NvmlWatch
         from nvct.host.arch import host_arch
@@ -128,7 +136,14 @@ class Plugin:
                 sharing=policy,
                 hidden=self.mps.hidden if self.mps else frozenset(),
             )
-            self.endpoints.append(Endpoint(service, self.plugin_dir))
+            endpoint = Endpoint(service, self.plugin_dir)
+            if len(os.fsencode(endpoint.path)) > SUN_PATH_MAX:
+                raise DeviceConfigError(
+                    f"the socket of {resource.name}, {endpoint.path}, is longer than a Unix "
+                    f"socket path may be ({SUN_PATH_MAX} bytes)",
+                    hint="use a shorter plugin-dir or resource name",
+                )
+            self.endpoints.append(endpoint)
         self.watch.watch(devices)
         log.info(
             "devices",
@@ -332,7 +347,7 @@ def run(config: Config) -> int:
             if stop.wait(INIT_RETRY_S):
                 return 0
             plugin = Plugin(config, stop)
-    except SharingConfigError as err:
+    except (SharingConfigError, DeviceConfigError) as err:  # the config, not the host
         _error(err.one_line())
         plugin.close()
         return 2
