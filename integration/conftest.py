@@ -22,7 +22,6 @@ import pytest
 
 from integration.harness import HarnessError
 from integration.harness.bundles import BundleFactory, make_bundle
-from integration.harness.deviceplugin import kubelet, plugin_factory  # noqa: F401 - fixtures
 from integration.harness.dockerd import Dockerd, DockerdFactory
 from integration.harness.images import GLIBC_TAG, ImageImporter, docker_import, glibc_rootfs
 from integration.harness.skips import (
@@ -171,3 +170,7 @@ def nvidia_dockerd(
     )
     import_glibc_image(dockerd)
     return dockerd
+
+
+# The device plugin's fixtures; last, as that module reads write_nvct_config from this one.
+from integration.harness.deviceplugin import kubelet, plugin_factory  # noqa: E402, F401

@@ -130,11 +130,13 @@ def test_two_replicas_of_one_gpu_with_warn_are_told_to_the_container(
 
 
 def test_mps_limits_applied_before_advertising_daemon_restarted_and_quit(
-    kubelet, plugin_factory, sim_driver
+    kubelet, plugin_factory, sim_driver, tmp_path
 ) -> None:
     ids = uuids(sim_driver)
     uuid = ids[1]
     plugin = plugin_factory(
+        "--mps-root",
+        str(tmp_path / "mps"),
         start=False,
         **sharing(
             '{devices = ["1"], strategy = "mps", replicas = 2, rename = true}',
@@ -300,6 +302,8 @@ def test_two_containers_share_one_gpu_at_once(
     plugin = plugin_factory(
         "--device-list-strategy",
         "cdi-annotations",
+        "--mps-root",
+        str(tmp_path / "mps"),
         **sharing(f'{{devices = ["2"], strategy = "{strategy}", replicas = 2, rename = true}}'),
     )
     assert kubelet.wait(lambda: len(kubelet.devices(SHARED)) == 2), plugin.output()

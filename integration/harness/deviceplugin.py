@@ -1,5 +1,5 @@
-"""The real nvct-device-plugin process and the kubelet stand-in, for the device plugin's
-integration tests: the plugin on the simulated driver, the fixtures that start both, and an
+"""nvct-device-plugin as a real process on the simulated driver, for the tests that run it
+against the kubelet stand-in (integration/kubelet); the fixtures that start both, and an
 Allocate answer applied to an OCI spec as containerd's CRI plugin applies it."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from integration.conftest import write_nvct_config
 from integration.harness.bundles import runc_spec
 from integration.kubelet.standin import Kubelet
 
@@ -23,8 +24,6 @@ class PluginProcess:
 
     def __init__(self, work: Path, sim: Any, plugin_dir: Path, *args: str, **toml: str) -> None:
         self.work = work
-        from integration.conftest import write_nvct_config  # conftest imports this module
-
         self.dev_root = work / "devroot"  # the plugin's own device nodes: tests remove some
         if not (self.dev_root / "dev").exists():
             from integration.simdriver import make_dev_nodes
@@ -35,7 +34,7 @@ class PluginProcess:
             sys.executable, "-m", "nvct.deviceplugin", "--config", str(self.config),
             "--dev-root", str(self.dev_root), "--plugin-dir", str(plugin_dir),
             "--cdi-spec-dir", str(work / "cdi"), "--sysfs-root", str(work / "sys"),
-            "--quiet-period", "1", "--mps-root", str(work / "mps"), *args,
+            "--quiet-period", "1", *args,
         ]  # fmt: skip
         self.log = work / "plugin.log"
         self.control = work / "nvml-control"
