@@ -190,12 +190,18 @@ def test_mps_limits_applied_before_advertising_daemon_restarted_and_quit(
     assert (
         "set_default_active_thread_percentage 50" in (pipe.parent / "log/control.log").read_text()
     )
+    history = kubelet.plugins[SHARED].history
+    seen_lists = len(history)
     os.kill(first, signal.SIGKILL)
     killed = time.monotonic()
     gone = dict.fromkeys(replicas(uuid, 2), "Unhealthy")
-    assert kubelet.wait(lambda: gone.items() <= kubelet.devices(SHARED).items(), timeout=5)
+
+    def told() -> list[dict[str, str]]:  # the lists since the kill that said so
+        return [h for h in history[seen_lists:] if gone.items() <= h.items()]
+
+    assert kubelet.wait(lambda: bool(told()), timeout=5), plugin.output()
     assert time.monotonic() - killed < 1.0
-    assert kubelet.devices(SHARED)[f"{ids[2]}::0"] == "Healthy"  # the other GPU's daemon
+    assert told()[0][f"{ids[2]}::0"] == "Healthy"  # the other GPU's daemon
     assert kubelet.wait(lambda: kubelet.devices(SHARED) == dict.fromkeys(expected, "Healthy"))
     second = int((pipe / PID_FILE).read_text())
     assert second != first and running(second)

@@ -15,6 +15,7 @@ from nvct.deviceplugin.health import Health, Transition
 from nvct.deviceplugin.mps import MpsDaemon, MpsError
 
 RETRY_MAX_S = 10.0
+RESTART_AFTER_S = 0.3  # a dead daemon's replicas are Unhealthy at least this long
 
 log = structlog.get_logger("nvct-device-plugin")
 
@@ -53,8 +54,8 @@ class MpsWatch:
                         f"MPS control daemon (pid {s.daemon.pid}) of {s.daemon.paths.uuid} died"
                     )
                     log.warning("mps_daemon_died", gpu=s.daemon.paths.uuid, pid=s.daemon.pid)
-                    s.ready, s.retry_at, s.pause = False, 0.0, 0.5
-                    # reported before the restart (next step), so that kubelet hears of it
+                    s.ready, s.retry_at, s.pause = False, now() + RESTART_AFTER_S, 0.5
+                    # reported before the restart, which waits so that kubelet hears of it
                     out += [t for r in s.replicas if (t := self.health.block(r, reason))]
                 elif not s.ready and now() >= s.retry_at:
                     out += self._start(s, now)
