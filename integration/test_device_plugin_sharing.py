@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -217,6 +218,27 @@ def test_mps_limits_applied_before_advertising_daemon_restarted_and_quit(
     quits = [p for p, c in inject.mps_commands(plugin.control) if c == "quit"]
     assert sorted(quits) == sorted([str(pipe), str(plugin.work / "mps" / ids[2] / "pipe")])
     assert not running(second) and not (pipe / PID_FILE).exists()
+
+
+def test_a_stale_pid_file_never_kills_another_process(
+    kubelet, plugin_factory, sim_driver, tmp_path
+) -> None:
+    uuid = uuids(sim_driver)[0]
+    pipe = tmp_path / "mps" / uuid / "pipe"
+    pipe.mkdir(parents=True)
+    other = subprocess.Popen(["sleep", "60"])  # the pid a reboot's leftover file names now
+    try:
+        (pipe / PID_FILE).write_text(f"{other.pid}\n")
+        rule = '{devices = ["0"], strategy = "mps", replicas = 2, rename = true}'
+        plugin = plugin_factory("--mps-root", str(tmp_path / "mps"), **sharing(rule))
+        healthy = dict.fromkeys(replicas(uuid, 2), "Healthy")
+        assert kubelet.wait(lambda: kubelet.devices(SHARED) == healthy), plugin.output()
+        assert other.poll() is None and int((pipe / PID_FILE).read_text()) != other.pid
+        assert plugin.stop() == 0
+        assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
 
 
 def test_mps_on_a_mig_strategy_mixed_node_is_a_one_line_error(

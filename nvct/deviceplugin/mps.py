@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nvct.base.errors import NvctError
+from nvct.host.sharing import MPS_CONTROL
 
 PID_FILE = "nvidia-cuda-mps-control.pid"
 CONTAINER_ROOT = "/mps"  # where a container finds its GPU's pipe directory
@@ -104,8 +105,8 @@ class MpsDaemon:
         for directory in (self.paths.pipe, self.paths.log, self.paths.shm):
             os.makedirs(directory, mode=0o755, exist_ok=True)
         stale = self._pid_file()
-        if stale is not None and alive(stale):
-            self.pid = stale
+        if stale is not None and alive(stale) and is_control(stale):
+            self.pid = stale  # a plugin before this one started it
             self.stop()
         argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c", _LAUNCH]
         argv += ["nvct-mps", self.paths.shm, str(self.binary), "-d"]
@@ -122,11 +123,21 @@ class MpsDaemon:
             raise MpsError(f"{self.binary} -d for {self.paths.uuid}: {err}") from err
         if done.returncode != 0:
             said = " ".join((done.stderr or done.stdout).split()) or f"exit {done.returncode}"
+            root = "unshare" in said or "mount" in said
             raise MpsError(
                 f"{self.binary} -d for {self.paths.uuid} failed: {said}",
-                hint="the plugin needs root (a mount namespace for the daemon's /dev/shm)",
+                hint="run the plugin as root: each daemon gets a mount namespace for its /dev/shm"
+                if root
+                else f"check the driver's MPS (its log in {self.paths.log})",
             )
         self.pid = self._wait_pid()
+        try:
+            self._limits()
+        except MpsError:
+            self.stop()  # a daemon without its limits must not serve
+            raise
+
+    def _limits(self) -> None:
         memory = f"{self.pinned_memory_mib}M"
         self._first_command(f"set_default_device_pinned_mem_limit 0 {memory}")
         self.command(f"set_default_active_thread_percentage {self.threads}")
@@ -188,7 +199,7 @@ class MpsDaemon:
         deadline = time.monotonic() + timeout
         while alive(self.pid) and time.monotonic() < deadline:
             time.sleep(0.02)
-        if alive(self.pid):
+        if alive(self.pid) and is_control(self.pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGKILL)
             while alive(self.pid) and time.monotonic() < deadline + 1:
@@ -223,6 +234,16 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+
+
+def is_control(pid: int) -> bool:
+    """Whether ``pid`` runs nvidia-cuda-mps-control (a pid file can outlive its process, and
+    the pid be reused by another one)."""
+    try:
+        argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+    except OSError:
+        return False
+    return os.path.basename(argv0) == MPS_CONTROL.encode()
 
 
 def _mib(answer: str) -> int | None:
