@@ -179,3 +179,7 @@ def nvidia_dockerd(
     )
     import_glibc_image(dockerd)
     return dockerd
+
+
+# The device plugin's fixtures; last, as that module reads write_nvct_config from this one.
+from integration.harness.deviceplugin import kubelet, plugin_factory  # noqa: E402, F401

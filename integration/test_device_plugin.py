@@ -8,7 +8,6 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +15,8 @@ import grpc
 import pytest
 
 from integration.conftest import NVCT_BIN, write_nvct_config
-from integration.harness.bundles import BundleFactory, run_runc, runc_spec
-from integration.harness.deviceplugin import PluginProcess, numa_sysfs
+from integration.harness.bundles import BundleFactory, run_runc
+from integration.harness.deviceplugin import PluginProcess, apply, uuids
 from integration.harness.podman import podman_run, spec_in_cdi_dir
 from integration.kubelet.standin import Kubelet, sockets
 from integration.simdriver import inject
@@ -25,33 +24,6 @@ from nvct.base.plugin_files import CDI_SPEC_NAME
 
 pytestmark = [pytest.mark.root]
 GPU = "nvidia.com/gpu"
-
-
-@pytest.fixture
-def kubelet(tmp_path: Path) -> Iterator[Kubelet]:
-    standin = Kubelet(tmp_path / "device-plugins").start()
-    yield standin
-    standin.stop()
-
-
-@pytest.fixture
-def plugin_factory(tmp_path: Path, sim_driver: Any, kubelet: Kubelet) -> Iterator[Any]:
-    numa_sysfs(tmp_path, sim_driver)
-    started: list[PluginProcess] = []
-
-    def make(*args: str, start: bool = True, **toml: str) -> PluginProcess:
-        plugin = PluginProcess(tmp_path, sim_driver, kubelet.plugin_dir, *args, **toml)
-        started.append(plugin)
-        return plugin.start() if start else plugin
-
-    yield make
-    for plugin in started:
-        if plugin.proc is not None:
-            plugin.stop()
-
-
-def uuids(sim: Any) -> list[str]:
-    return [g.uuid for g in sim.spec.gpus]
 
 
 def test_registers_and_advertises_what_nvml_sees(kubelet, plugin_factory, sim_driver) -> None:
@@ -231,26 +203,6 @@ def test_nvml_failing_at_start(tmp_path, sim_driver, kubelet) -> None:
 
 
 # --- the answers applied to real containers, as containerd's CRI plugin applies them ---------
-
-
-def apply(response: Any, env: list[str]) -> dict[str, Any]:
-    """What the CRI plugin puts in the OCI spec: envs, mounts, annotations."""
-    mounts = [
-        {
-            "destination": m.container_path,
-            "source": m.host_path,
-            "type": "bind",
-            "options": ["rbind", "ro" if m.read_only else "rw"],
-        }
-        for m in response.mounts
-    ]
-    return {
-        "env": [*env, *(f"{k}={v}" for k, v in response.envs.items())],
-        "extra": {
-            "mounts": [*runc_spec()["mounts"], *mounts],
-            "annotations": dict(response.annotations),
-        },
-    }
 
 
 @pytest.mark.runc

@@ -28,6 +28,8 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 LIBRARY_MOUNTS = ("directory", "files")
 PROC_DRIVER_MODES = ("hook", "always", "off")
 CUDA_COMPAT = ("ldconfig", "off")
+SHARING_STRATEGIES = ("time-slicing", "mps")
+REPLICAS_OF_ONE_GPU = ("error", "warn")
 
 
 def _schema() -> dict[str, Any]:
@@ -100,6 +102,15 @@ def _schema() -> dict[str, Any]:
                     "fail-on-init-error": boolean,
                     "quiet-period": {"type": "number", "minimum": 0},
                     "ignored-xids": {"type": "array", "items": {"type": "integer"}},
+                    "sharing": section(
+                        {
+                            "rename-by-default": boolean,
+                            "fail-requests-greater-than-one": boolean,
+                            "replicas-of-one-gpu": {"enum": list(REPLICAS_OF_ONE_GPU)},
+                            "mps-root": abspath,
+                            "gpus": {"type": "array", "items": _sharing_rule()},
+                        }
+                    ),
                 }
             ),
             "exporter": section(
@@ -126,7 +137,59 @@ def _schema() -> dict[str, Any]:
     }
 
 
+def _sharing_rule() -> dict[str, Any]:
+    """One ``[[device-plugin.sharing.gpus]]`` rule; what needs the GPUs is checked by
+    ``nvct.host.sharing.plan_sharing``."""
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["devices", "replicas"],
+        "properties": {
+            "devices": {
+                "type": "array",
+                "minItems": 1,
+                "items": {"type": "string", "minLength": 1},
+            },
+            "strategy": {"enum": list(SHARING_STRATEGIES)},
+            "replicas": {"type": "integer", "minimum": 2},
+            "rename": {"type": "boolean"},
+            "resource": {
+                "type": "string",
+                "pattern": "^nvidia\\.com/[a-z0-9]([-a-z0-9_.]{0,50}[a-z0-9])?$",
+            },
+            "pinned-memory-mib": {"type": "integer", "minimum": 1},
+            "active-thread-percentage": {"type": "integer", "minimum": 1, "maximum": 100},
+        },
+    }
+
+
 SCHEMA: dict[str, Any] = _schema()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SharingRule:
+    """One ``[[device-plugin.sharing.gpus]]`` entry: which GPUs, how they are shared."""
+
+    devices: tuple[str, ...]  # "all", indices ("0", "1:0"), UUIDs or product names
+    replicas: int
+    strategy: str = "time-slicing"
+    rename: bool | None = None  # None: rename-by-default
+    resource: str | None = None  # a resource name of this rule's own (whole GPUs)
+    pinned_memory_mib: int | None = None  # mps; None: the GPU's memory / replicas
+    active_thread_percentage: int | None = None  # mps; None: 100 / replicas
+
+    @classmethod
+    def from_toml(cls, table: dict[str, Any]) -> SharingRule:
+        """A validated TOML table as a rule."""
+        return cls(
+            devices=tuple(table["devices"]),
+            replicas=table["replicas"],
+            strategy=table.get("strategy", "time-slicing"),
+            rename=table.get("rename"),
+            resource=table.get("resource"),
+            pinned_memory_mib=table.get("pinned-memory-mib"),
+            active_thread_percentage=table.get("active-thread-percentage"),
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -171,6 +234,11 @@ class Config:
     ex_pod_resources_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
     ex_extra_resources: tuple[str, ...] = ()
     ex_hostname: str = ""
+    dp_sharing_rename: bool = False
+    dp_sharing_fail_greater_than_one: bool = False
+    dp_sharing_replicas_of_one_gpu: str = "error"
+    dp_mps_root: str = "/run/nvct/mps"
+    dp_sharing_gpus: tuple[SharingRule, ...] = ()
     log_file: str = "/var/log/nvct.log"
     log_level: str = "info"
     source: str = field(default="(defaults)", compare=False)
@@ -215,6 +283,13 @@ _KEYMAP: dict[tuple[str, ...], str] = {
     ("exporter", "pod-resources-socket"): "ex_pod_resources_socket",
     ("exporter", "extra-resources"): "ex_extra_resources",
     ("exporter", "hostname"): "ex_hostname",
+    ("device-plugin", "sharing", "rename-by-default"): "dp_sharing_rename",
+    ("device-plugin", "sharing", "fail-requests-greater-than-one"): (
+        "dp_sharing_fail_greater_than_one"
+    ),
+    ("device-plugin", "sharing", "replicas-of-one-gpu"): "dp_sharing_replicas_of_one_gpu",
+    ("device-plugin", "sharing", "mps-root"): "dp_mps_root",
+    ("device-plugin", "sharing", "gpus"): "dp_sharing_gpus",
     ("log", "file"): "log_file",
     ("log", "level"): "log_level",
 }
@@ -278,6 +353,8 @@ def parse_config(raw: bytes, *, source: str, use_cache: bool = False) -> Config:
         else:
             if attr in _PATH_FIELDS:
                 node = Path(node)
+            elif attr == "dp_sharing_gpus":
+                node = tuple(SharingRule.from_toml(rule) for rule in node)
             elif isinstance(node, list):
                 node = tuple(node)
             values[attr] = node
@@ -304,6 +381,12 @@ def validate_config_data(data: dict[str, Any], *, source: str) -> None:
             f"{source}: unknown key {where}{', '.join(map(repr, unknown))}",
             hint=f"allowed keys here: {', '.join(allowed)}",
         )
+    if err.validator == "required":
+        missing = [k for k in err.validator_value if k not in err.instance]
+        raise ConfigError(
+            f"{source}: [{key}] misses {', '.join(map(repr, missing))}",
+            hint=f"add {' and '.join(missing)} to that table",
+        )
     allowed_desc = _describe(err.schema)
     raise ConfigError(
         f"{source}: key {key!r}: {err.message}",
@@ -316,6 +399,11 @@ def _describe(schema: dict[str, Any]) -> str:
         return "one of " + ", ".join(map(str, schema["enum"]))
     if schema.get("pattern") == "^/":
         return "an absolute path"
+    if str(schema.get("pattern", "")).startswith("^nvidia"):
+        return "a resource name such as nvidia.com/gpu.mps (lower case)"
+    if schema.get("type") == "integer" and "minimum" in schema:
+        top = f" and <= {schema['maximum']}" if "maximum" in schema else ""
+        return f"an integer >= {schema['minimum']}{top}"
     if "type" in schema:
         kind = str(schema["type"])
         if kind == "array" and "items" in schema:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -28,13 +29,21 @@ def test_every_schema_key_is_documented() -> None:
     from nvct.config import SCHEMA
 
     text = SHIPPED.read_text()
-    for key, schema in SCHEMA["properties"].items():
-        if schema.get("type") == "object":
-            assert f"[{key}]" in text
-            for sub in schema["properties"]:
-                assert re.search(rf"(?m)^#{re.escape(sub)} = ", text), sub
-        else:
-            assert re.search(rf"(?m)^#{re.escape(key)} = ", text), key
+
+    def documented(table: str, properties: dict[str, Any]) -> None:
+        for key, schema in properties.items():
+            name = f"{table}.{key}".lstrip(".")
+            if schema.get("type") == "object":
+                assert f"[{name}]" in text, name
+                documented(name, schema["properties"])
+            elif schema.get("type") == "array" and schema["items"].get("type") == "object":
+                assert f"[[{name}]]" in text, name  # an example, commented out
+                for sub in schema["items"]["properties"]:
+                    assert re.search(rf"(?m)^# {re.escape(sub)} = ", text), f"{name}.{sub}"
+            else:
+                assert re.search(rf"(?m)^#{re.escape(key)} = ", text), name
+
+    documented("", SCHEMA["properties"])
 
 
 @pytest.mark.parametrize(

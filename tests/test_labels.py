@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from nvct.config import parse_config
 from nvct.host.inventory import Inventory
 from nvct.host.labels import family, node_labels, sanitise
+from nvct.host.sharing import SharingPlan, plan_sharing
 from tests.test_cli import cli, roots
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -152,3 +154,74 @@ def test_the_cli_writes_an_nfd_feature_file(recorded_h100x4, tmp_path: Path) -> 
     assert not [ln for ln in lines if "gfd.timestamp" in ln]
     stamped = cli(*roots(recorded_h100x4, tmp_path), "labels").stdout.splitlines()
     assert [ln for ln in stamped if ln.startswith(f"{N}gfd.timestamp=")]
+
+
+def _plan(toml: str, inv: Inventory, mig: str = "none") -> SharingPlan:
+    text = f'[device-plugin]\nmig-strategy = "{mig}"\n{toml}'
+    return plan_sharing(parse_config(text.encode(), source="t"), inv)
+
+
+def _rule(devices: str, replicas: int, extra: str = "") -> str:
+    return f"[[device-plugin.sharing.gpus]]\ndevices = {devices}\nreplicas = {replicas}\n{extra}\n"
+
+
+def test_sharing_labels_follow_the_plugins_plan() -> None:
+    inv = inventory("h100x4-550")
+    none = node_labels(inv, plan=_plan("", inv))
+    assert (none[f"{N}gpu.replicas"], none[f"{N}gpu.sharing-strategy"]) == ("1", "none")
+    sliced = node_labels(inv, plan=_plan(_rule('["0"]', 4) + _rule('["1"]', 2), inv))
+    assert sliced[f"{N}gpu.replicas"] == "4"
+    assert sliced[f"{N}gpu.sharing-strategy"] == "time-slicing"
+    assert sliced[f"{N}gpu.product"] == "NVIDIA-H100-80GB-HBM3-SHARED"
+    assert not [k for k in sliced if k.startswith(f"{N}gpu.shared.")]
+    both = _rule('["0"]', 4) + _rule('["1"]', 2, 'strategy = "mps"')
+    assert node_labels(inv, plan=_plan(both, inv))[f"{N}gpu.sharing-strategy"] == "mixed"
+
+
+def test_renamed_gpus_get_their_own_label_group() -> None:
+    inv = inventory("h100x4-550")
+    toml = _rule('["0", "1"]', 3, 'strategy = "mps"\nrename = true')
+    labels = node_labels(inv, plan=_plan(toml, inv))
+    assert {k: v for k, v in labels.items() if k.startswith(f"{N}gpu.shared.")} == {
+        f"{N}gpu.shared.{k}": v
+        for k, v in {
+            "product": "NVIDIA-H100-80GB-HBM3",
+            "count": "2",
+            "replicas": "3",
+            "sharing-strategy": "mps",
+            "memory": "81559",
+            "family": "hopper",
+            "compute.major": "9",
+            "compute.minor": "0",
+            "mode": "compute",
+        }.items()
+    }
+    assert labels[f"{N}gpu.replicas"] == "1" and labels[f"{N}gpu.count"] == "4"
+    own = _rule('["2"]', 2, 'strategy = "mps"\nresource = "nvidia.com/gpu.mps"')
+    labels = node_labels(inv, plan=_plan(toml + own, inv))
+    assert labels[f"{N}gpu.mps.sharing-strategy"] == "mps" and labels[f"{N}gpu.mps.count"] == "1"
+    assert labels[f"{N}gpu.shared.count"] == "2"
+    mig = inventory("a100x8-570-mig")
+    plan = _plan(_rule('["0:2"]', 2, "rename = true"), mig, "mixed")
+    labels = node_labels(mig, mig_strategy="mixed", plan=plan)
+    assert labels[f"{N}mig-1g.10gb.shared.replicas"] == "2"
+    assert labels[f"{N}mig-1g.10gb.shared.count"] == "1"
+    assert labels[f"{N}mig-1g.10gb.replicas"] == "1"
+
+
+def test_the_cli_labels_with_the_device_plugins_config(recorded_a100mig, tmp_path: Path) -> None:
+    options = roots(recorded_a100mig, tmp_path)
+    config = Path(options[options.index("--config") + 1])
+    config.write_text(
+        config.read_text()
+        + '[device-plugin]\nmig-strategy = "mixed"\n'
+        + _rule('["2"]', 4, "rename = true")
+    )
+    lines = cli(*options, "labels", "--no-timestamp").stdout.splitlines()
+    assert f"{N}mig.strategy=mixed" in lines  # the plugin's strategy, not "none"
+    assert f"{N}gpu.shared.replicas=4" in lines and f"{N}gpu.shared.count=1" in lines
+    assert f"{N}gpu.sharing-strategy=none" in lines
+    config.write_text(config.read_text() + _rule('["2"]', 2))
+    done = cli(*options, "labels", check=False)
+    assert done.returncode == 1
+    assert done.stderr.startswith("nvct-cli: error: ") and "matched by rule 1" in done.stderr

@@ -1,16 +1,22 @@
 """nvct-device-plugin as a real process on the simulated driver, for the tests that run it
-against the kubelet stand-in (integration/kubelet)."""
+against the kubelet stand-in (integration/kubelet); the fixtures that start both, and an
+Allocate answer applied to an OCI spec as containerd's CRI plugin applies it."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from integration.conftest import write_nvct_config
+from integration.harness.bundles import runc_spec
 from integration.harness.processes import terminate
+from integration.kubelet.standin import Kubelet
 
 
 class PluginProcess:
@@ -59,3 +65,50 @@ def numa_sysfs(work: Path, sim: Any) -> None:
         node = work / "sys/bus/pci/devices" / f"{domain[-4:]}:{rest}"
         node.mkdir(parents=True, exist_ok=True)
         (node / "numa_node").write_text(f"{i // 2}\n")
+
+
+@pytest.fixture
+def kubelet(tmp_path: Path) -> Iterator[Kubelet]:
+    standin = Kubelet(tmp_path / "device-plugins").start()
+    yield standin
+    standin.stop()
+
+
+@pytest.fixture
+def plugin_factory(tmp_path: Path, sim_driver: Any, kubelet: Kubelet) -> Iterator[Any]:
+    numa_sysfs(tmp_path, sim_driver)
+    started: list[PluginProcess] = []
+
+    def make(*args: str, start: bool = True, **toml: str) -> PluginProcess:
+        plugin = PluginProcess(tmp_path, sim_driver, kubelet.plugin_dir, *args, **toml)
+        started.append(plugin)
+        return plugin.start() if start else plugin
+
+    yield make
+    for plugin in started:
+        if plugin.proc is not None:
+            plugin.stop()
+
+
+def uuids(sim: Any) -> list[str]:
+    return [g.uuid for g in sim.spec.gpus]
+
+
+def apply(response: Any, env: list[str]) -> dict[str, Any]:
+    """What the CRI plugin puts in the OCI spec: envs, mounts, annotations."""
+    mounts = [
+        {
+            "destination": m.container_path,
+            "source": m.host_path,
+            "type": "bind",
+            "options": ["rbind", "ro" if m.read_only else "rw"],
+        }
+        for m in response.mounts
+    ]
+    return {
+        "env": [*env, *(f"{k}={v}" for k, v in response.envs.items())],
+        "extra": {
+            "mounts": [*runc_spec()["mounts"], *mounts],
+            "annotations": dict(response.annotations),
+        },
+    }

@@ -48,6 +48,7 @@ class Registered:
     channel: Any
     stub: Any
     devices: list[Any] = field(default_factory=list)  # the latest ListAndWatch list
+    history: list[dict[str, str]] = field(default_factory=list)  # every list: ID -> health
     updates: int = 0
     stream_ended: bool = False
 
@@ -139,6 +140,7 @@ class Kubelet(rpc.RegistrationServicer):  # type: ignore[misc]
             for response in plugin.stub.ListAndWatch(api.Empty()):
                 with self.changed:
                     plugin.devices = list(response.devices)
+                    plugin.history.append({d.ID: d.health for d in response.devices})
                     plugin.updates += 1
                     self.changed.notify_all()
         except (grpc.RpcError, ValueError):  # ValueError: the channel was closed (replaced)

@@ -1,7 +1,12 @@
-"""``nvct-cli labels``: the node's GPU labels (NVIDIA's GFD names) as an NFD feature file."""
+"""``nvct-cli labels``: the node's GPU labels (NVIDIA's GFD names) as an NFD feature file.
+
+The MIG strategy and the sharing (replicas, strategy, ``.shared`` resources) are the device
+plugin's, from ``[device-plugin]`` of the same config, so the labels say what it advertises.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -11,6 +16,7 @@ from nvct.base.atomic import write_atomic
 from nvct.cli.main import CliContext
 from nvct.host.labels import MIG_STRATEGIES, feature_file, node_labels
 from nvct.host.load import load_inventory
+from nvct.host.sharing import plan_sharing
 
 DEFAULT_OUTPUT = "/etc/kubernetes/node-feature-discovery/features.d/nvct"
 DMI_PRODUCT = "class/dmi/id/product_name"
@@ -31,7 +37,9 @@ def _machine(sysfs_root: Path) -> str:
     help=f"Write an NFD feature file here (atomically), e.g. {DEFAULT_OUTPUT}; default stdout.",
 )
 @click.option(
-    "--mig-strategy", type=click.Choice(MIG_STRATEGIES), default="none", show_default=True
+    "--mig-strategy",
+    type=click.Choice(MIG_STRATEGIES),
+    help="Default: [device-plugin] mig-strategy of the config (none).",
 )
 @click.option("--no-timestamp", is_flag=True, help="Leave out nvidia.com/gfd.timestamp.")
 @click.option(
@@ -50,18 +58,23 @@ def _machine(sysfs_root: Path) -> str:
 def labels(
     obj: CliContext,
     output: Path | None,
-    mig_strategy: str,
+    mig_strategy: str | None,
     no_timestamp: bool,
     interval: float | None,
     sysfs_root: Path,
 ) -> None:
     """GPU product, memory, family, compute capability, driver and CUDA versions, MIG."""
+    config = obj.config
+    if mig_strategy is not None:
+        config = dataclasses.replace(config, dp_mig_strategy=mig_strategy)
     while True:
-        inventory = load_inventory(obj.config, use_cache=obj.use_cache)
+        inventory = load_inventory(config, use_cache=obj.use_cache)
+        plan = plan_sharing(config, inventory)  # a bad rule: one line, exit 1
         text = feature_file(
             node_labels(
                 inventory,
-                mig_strategy=mig_strategy,
+                mig_strategy=config.dp_mig_strategy,
+                plan=plan,
                 machine=_machine(sysfs_root),
                 timestamp=None if no_timestamp else int(time.time()),
             )

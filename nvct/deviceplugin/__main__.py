@@ -25,14 +25,24 @@ from nvct.base.errors import NvctError
 from nvct.base.log import configure_stdout_structlog
 from nvct.base.plugin_files import CDI_SPEC_NAME, KUBELET_SOCKET, STATUS_FILE
 from nvct.config import Config, load_config
-from nvct.deviceplugin.allocate import STRATEGIES
-from nvct.deviceplugin.devices import ID_STRATEGIES, MIG_STRATEGIES, PluginDevice, resources
+from nvct.deviceplugin.allocate import STRATEGIES, SharingPolicy
+from nvct.deviceplugin.devices import (
+    ID_STRATEGIES,
+    MIG_STRATEGIES,
+    DeviceConfigError,
+    PluginDevice,
+    resources,
+)
 from nvct.deviceplugin.health import Health
+from nvct.deviceplugin.mps_watch import MpsWatch
 from nvct.deviceplugin.server import Endpoint, ResourceService
+from nvct.host.sharing import SharingConfigError, mps_control_binary, plan_sharing
 
 WATCH_S = 0.05
+MPS_WATCH_S = 0.1
 RETRY_MAX_S = 5.0
 INIT_RETRY_S = 5.0
+SUN_PATH_MAX = 107  # sockaddr_un's sun_path, less its NUL
 
 log = structlog.get_logger("nvct-device-plugin")
 
@@ -55,9 +65,16 @@ class Plugin:
         self.plugin_dir = Path(config.dp_plugin_dir)
         self.endpoints: list[Endpoint] = []
         self.watch: Any = None
+        self.mps: MpsWatch | None = None
 
     def start(self) -> bool:
-        """Discover, write the CDI spec, build the services; False when NVML failed."""
+        """Discover, start the MPS daemons, write the CDI spec, build the services; False when
+        NVML failed.
+
+        Raises:
+            SharingConfigError: the sharing rules do not fit this host's GPUs.
+            DeviceConfigError: the GPUs cannot be advertised as configured.
+        """
         from nvct.deviceplugin.nvml_watch import NvmlWatch
         from nvct.host.arch import host_arch
         from nvct.host.discover.libraries import nvml_library
@@ -76,11 +93,15 @@ class Plugin:
         except NvctError as err:
             _error(f"{err.one_line()} (driver-root {config.driver_root})")
             return False
+        plan = plan_sharing(config, inventory)
+        for warning in plan.warnings:
+            log.warning("sharing_config", warning=warning)
         found = resources(
             inventory,
             mig_strategy=config.dp_mig_strategy,
             id_strategy=config.dp_device_id_strategy,
             sysfs_root=Path(config.dp_sysfs_root),
+            plan=plan,
         )
         devices = [d for r in found for d in r.devices]
         self.health = Health(
@@ -88,8 +109,14 @@ class Plugin:
             quiet=config.dp_quiet_period,
             ignored_xids=config.dp_ignored_xids,
         )
+        self.mps = self._mps(plan, devices)
         names = self._cdi_spec(inventory)
         links = self._links(devices)
+        policy = SharingPolicy(
+            fail_greater_than_one=config.dp_sharing_fail_greater_than_one,
+            replicas_of_one_gpu=config.dp_sharing_replicas_of_one_gpu,
+            mps_root=config.dp_mps_root,
+        )
         for resource in found:
             service = ResourceService(
                 resource,
@@ -98,8 +125,17 @@ class Plugin:
                 id_strategy=config.dp_device_id_strategy,
                 cdi_names=names,
                 links=links,
+                sharing=policy,
+                hidden=self.mps.hidden if self.mps else frozenset(),
             )
-            self.endpoints.append(Endpoint(service, self.plugin_dir))
+            endpoint = Endpoint(service, self.plugin_dir)
+            if len(os.fsencode(endpoint.path)) > SUN_PATH_MAX:
+                raise DeviceConfigError(
+                    f"the socket of {resource.name}, {endpoint.path}, is longer than a Unix "
+                    f"socket path may be ({SUN_PATH_MAX} bytes)",
+                    hint="use a shorter plugin-dir or resource name",
+                )
+            self.endpoints.append(endpoint)
         self.watch.watch(devices)
         log.info(
             "devices",
@@ -109,6 +145,49 @@ class Plugin:
         if not found:
             log.warning("no_devices", detail="no GPU to advertise; waiting")
         return True
+
+    def _mps(self, plan: Any, devices: list[PluginDevice]) -> MpsWatch | None:
+        """The MPS GPUs' daemons, started before anything is advertised."""
+        from nvct.deviceplugin.mps import MpsDaemon, MpsPaths
+        from nvct.deviceplugin.mps_watch import Supervised
+
+        shares = [s for s in plan.shares.values() if s.strategy == "mps"]
+        if not shares:
+            return None
+        binary = mps_control_binary(Path(self.config.driver_root))
+        if binary is None:
+            raise SharingConfigError(
+                f"no nvidia-cuda-mps-control under {self.config.driver_root}",
+                hint="install the driver's MPS control program, or use time-slicing",
+            )
+        supervised = [
+            Supervised(
+                MpsDaemon(
+                    binary,
+                    MpsPaths(self.config.dp_mps_root, s.device.uuid),
+                    pinned_memory_mib=s.pinned_memory_mib,
+                    threads=s.active_thread_percentage,
+                ),
+                [d.id for d in devices if d.uuid == s.device.uuid],
+            )
+            for s in shares
+        ]
+        watch = MpsWatch(supervised, self.health)
+        watch.step()
+        return watch
+
+    def check_mps(self) -> None:
+        """Watch the MPS daemons until stopped: restart the dead, report the transitions."""
+        while self.mps is not None and not self.stop.wait(MPS_WATCH_S):
+            self._report(self.mps.step())
+
+    def _report(self, transitions: list[Any]) -> None:
+        for t in transitions:
+            log.warning("health", device=t.device, health=t.health, reason=t.reason)
+        if transitions:
+            self.write_status()
+            for endpoint in self.endpoints:
+                endpoint.service.notify()
 
     def _cdi_spec(self, inventory: Any) -> frozenset[str]:
         """Write the CDI spec the answers name (before registering); its device names."""
@@ -156,12 +235,7 @@ class Plugin:
         while not self.stop.is_set():
             transitions = self.watch.step(self.health)
             transitions += self.health.tick(time.monotonic())
-            for t in transitions:
-                log.warning("health", device=t.device, health=t.health, reason=t.reason)
-            if transitions:
-                self.write_status()
-                for endpoint in self.endpoints:
-                    endpoint.service.notify()
+            self._report(transitions)
 
     def write_status(self) -> None:
         """What ``nvct-cli device-plugin-status`` shows: each advertised device, its health
@@ -171,6 +245,7 @@ class Plugin:
                 {
                     "id": d.id,
                     "uuid": d.uuid,
+                    "sharing": d.sharing,
                     "health": self.health.state.get(d.id, "Healthy"),
                     "reason": self.health.reason.get(d.id, ""),
                 }
@@ -222,9 +297,11 @@ class Plugin:
             )
 
     def close(self) -> None:
-        """Stop serving, remove the sockets, release NVML."""
+        """Stop serving, remove the sockets, quit the MPS daemons, release NVML."""
         for endpoint in self.endpoints:
             endpoint.stop(grace=0.5)
+        if self.mps is not None:
+            self.mps.stop()
         if self.watch is not None:
             self.watch.close()
 
@@ -254,16 +331,22 @@ def run(config: Config) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     plugin = Plugin(config, stop)
-    while not plugin.start():
-        if config.dp_fail_on_init_error:
-            return 1
-        log.info("init_retry", retry_in_s=INIT_RETRY_S)
-        if stop.wait(INIT_RETRY_S):
-            return 0
-        plugin = Plugin(config, stop)
+    try:
+        while not plugin.start():
+            if config.dp_fail_on_init_error:
+                return 1
+            log.info("init_retry", retry_in_s=INIT_RETRY_S)
+            if stop.wait(INIT_RETRY_S):
+                return 0
+            plugin = Plugin(config, stop)
+    except (SharingConfigError, DeviceConfigError) as err:  # the config, not the host
+        _error(err.one_line())
+        plugin.close()
+        return 2
     plugin.write_status()
     health = threading.Thread(target=plugin.check_health, name="health", daemon=True)
     health.start()
+    threading.Thread(target=plugin.check_mps, name="mps", daemon=True).start()
     try:
         plugin.serve()
     finally:
@@ -288,6 +371,11 @@ def run(config: Config) -> int:
 @click.option("--sysfs-root", type=click.Path(file_okay=False))
 @click.option("--fail-on-init-error/--no-fail-on-init-error", default=None)
 @click.option("--quiet-period", type=click.FloatRange(min=0))
+@click.option(
+    "--mps-root",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where each MPS daemon's pipe, log and shm directories go.",
+)
 def cli(config_file: str | None, **flags: Any) -> int:
     """Advertise the node's GPUs to the kubelet and answer its allocations."""
     _logging()
@@ -306,6 +394,8 @@ def cli(config_file: str | None, **flags: Any) -> int:
     for name in ("sysfs_root", "fail_on_init_error", "quiet_period"):
         if flags[name] is not None:
             overrides[f"dp_{name}"] = flags[name]
+    if flags["mps_root"] is not None:  # containers mount from it: never relative
+        overrides["dp_mps_root"] = str(flags["mps_root"].absolute())
     if flags["device_list_strategy"]:
         chosen = tuple(s.strip() for s in flags["device_list_strategy"].split(",") if s.strip())
         bad = [s for s in chosen if s not in STRATEGIES]

@@ -10,28 +10,39 @@ CDI names are the devices of the spec the plugin wrote (``nvidia.com/gpu=<uuid>`
 index name where the spec has no UUID name). nvct-runtime resolves every form itself, so
 engines without CDI support get the same devices. A device never advertised, or unhealthy, is
 refused; a container never gets more than kubelet asked for.
+
+Replicas (``<uuid>::<n>``) are stripped to their GPU and de-duplicated. A container given two
+replicas of one GPU is told, never silently: refused (``replicas-of-one-gpu = "error"``), or
+given ``NVCT_SHARED_GPU_REPLICAS=<uuid>=<n>`` and a warning logged (``"warn"``). A request of
+more than one shared device is refused with ``fail-requests-greater-than-one``, and always on
+MPS GPUs. An MPS GPU's container gets its daemon's pipe directory (read-write) and
+``CUDA_MPS_PIPE_DIRECTORY`` pointing at it, and the daemon's shared memory as ``/dev/shm``.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from nvct.base.errors import NvctError
 from nvct.deviceplugin.devices import PluginDevice
 from nvct.deviceplugin.health import HEALTHY
+from nvct.deviceplugin.mps import CONTAINER_SHM, MpsPaths
 
 STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
 DEVICE_MOUNT_DIR = "/var/run/nvidia-container-devices"
 CDI_KIND = "nvidia.com/gpu"
 ANNOTATION_PREFIX = "cdi.k8s.io/"
+REPLICAS_ENV = "NVCT_SHARED_GPU_REPLICAS"
+MPS_PIPE_ENV = "CUDA_MPS_PIPE_DIRECTORY"
 
 
 class AllocationError(NvctError):
     """kubelet asked for devices this plugin cannot give."""
 
-    def __init__(self, message: str, *, unhealthy: bool = False) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, *, unhealthy: bool = False, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
         self.unhealthy = unhealthy
 
 
@@ -41,8 +52,19 @@ class Answer:
 
     envs: dict[str, str] = field(default_factory=dict)
     mounts: list[tuple[str, str]] = field(default_factory=list)  # (host, container), read-only
+    writable: list[tuple[str, str]] = field(default_factory=list)  # (host, container)
     annotations: dict[str, str] = field(default_factory=dict)
     cdi_devices: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # logged by the server
+
+
+@dataclass(frozen=True, slots=True)
+class SharingPolicy:
+    """``[device-plugin.sharing]``'s say in Allocate."""
+
+    fail_greater_than_one: bool = False
+    replicas_of_one_gpu: str = "error"  # or "warn"
+    mps_root: str = "/run/nvct/mps"
 
 
 def allocate(
@@ -54,11 +76,13 @@ def allocate(
     strategies: Sequence[str],
     id_strategy: str,
     cdi_names: Collection[str],
+    sharing: SharingPolicy | None = None,
 ) -> Answer:
     """The answer for one container request.
 
     Raises:
-        AllocationError: an unknown or unhealthy device, or none asked.
+        AllocationError: an unknown or unhealthy device, none asked, more than one shared
+            device where that is refused, or two replicas of one GPU with ``"error"``.
     """
     if not ids:
         raise AllocationError(f"no {resource} device asked for")
@@ -71,9 +95,12 @@ def allocate(
     sick = [i for i in ids if health.get(i, HEALTHY) != HEALTHY]
     if sick:
         raise AllocationError(f"{resource} device {sick[0]} is unhealthy", unhealthy=True)
-    chosen = [devices[i] for i in dict.fromkeys(ids)]
-    visible = [d.uuid if id_strategy == "uuid" else d.index for d in chosen]
+    policy = sharing or SharingPolicy()
+    asked = [devices[i] for i in dict.fromkeys(ids)]
     answer = Answer()
+    _shared(asked, resource, policy, answer)
+    chosen = list({d.uuid: d for d in asked}.values())
+    visible = [d.uuid if id_strategy == "uuid" else d.index for d in chosen]
     if "envvar" in strategies:
         answer.envs["NVIDIA_VISIBLE_DEVICES"] = ",".join(visible)
     if "volume-mounts" in strategies:
@@ -88,6 +115,44 @@ def allocate(
     if "cdi-cri" in strategies:
         answer.cdi_devices.extend(names)
     return answer
+
+
+def _shared(
+    asked: Sequence[PluginDevice], resource: str, policy: SharingPolicy, answer: Answer
+) -> None:
+    """Refuse or annotate what sharing asks for; the MPS pipe and shared memory."""
+    replicas = [d for d in asked if d.replica >= 0]
+    if not replicas:
+        return
+    mps = any(d.sharing == "mps" for d in replicas)
+    if len(asked) > 1 and (mps or policy.fail_greater_than_one):
+        why = "MPS GPUs" if mps else "fail-requests-greater-than-one is set"
+        raise AllocationError(
+            f"{len(asked)} {resource} devices asked for one container: a shared GPU is given "
+            f"one per container ({why})",
+            hint=f"ask for 1 {resource} per container",
+        )
+    twice = {u: n for u, n in Counter(d.uuid for d in replicas).items() if n > 1}
+    if twice and policy.replicas_of_one_gpu != "warn":
+        uuid, n = next(iter(twice.items()))
+        raise AllocationError(
+            f"{n} replicas of one GPU ({uuid}) asked for one container: it would get 1 GPU "
+            f"counted as {n}",
+            hint="ask for 1 replica per container, or set [device-plugin.sharing] "
+            'replicas-of-one-gpu = "warn" to allow it',
+        )
+    if twice:
+        answer.envs[REPLICAS_ENV] = ",".join(f"{u}={n}" for u, n in twice.items())
+        answer.warnings.extend(
+            f"{n} replicas of {u} given to one container: it gets that GPU once"
+            for u, n in twice.items()
+        )
+    for device in replicas:
+        if device.sharing == "mps":
+            paths = MpsPaths(policy.mps_root, device.uuid)
+            answer.envs[MPS_PIPE_ENV] = paths.container_pipe
+            answer.writable.extend([(paths.pipe, paths.container_pipe), (paths.shm, CONTAINER_SHM)])
+            return  # one device: refused above otherwise
 
 
 def _cdi_name(device: PluginDevice, names: Collection[str]) -> str:

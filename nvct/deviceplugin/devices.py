@@ -6,16 +6,21 @@ as ``nvidia.com/gpu``, when every GPU is in MIG mode with one profile; ``mixed``
 ``nvidia.com/mig-<profile>`` per profile, the other GPUs staying ``nvidia.com/gpu``). A
 device's ID is its UUID (or its index, ``gpu:mig`` for MIG), its NUMA node the GPU's sysfs
 ``numa_node``.
+
+Shared GPUs (``nvct.host.sharing``) are advertised as replicas ``<uuid>::<n>``, NVIDIA's IDs, so
+tools that strip ``::n`` keep working; renamed ones as ``<resource>.shared`` or the resource
+their rule names.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from nvct.base.errors import NvctError
 from nvct.base.plugin_files import socket_name
 from nvct.host.inventory import Gpu, Inventory, MigDevice
+from nvct.host.sharing import SharingPlan
 
 VENDOR = "nvidia.com"
 MIG_STRATEGIES = ("none", "single", "mixed")
@@ -37,6 +42,8 @@ class PluginDevice:
     bus_id: str
     numa_node: int | None
     minor: int
+    replica: int = -1  # n of <uuid>::<n>; -1: not shared
+    sharing: str = "none"  # time-slicing | mps
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,10 +70,21 @@ def numa_node(sysfs_root: Path, bus_id: str) -> int | None:
     return node if node >= 0 else None
 
 
+def replica_id(uuid: str, n: int) -> str:
+    """NVIDIA's ID of a GPU's ``n``-th replica."""
+    return f"{uuid}::{n}"
+
+
 def resources(
-    inventory: Inventory, *, mig_strategy: str, id_strategy: str, sysfs_root: Path
+    inventory: Inventory,
+    *,
+    mig_strategy: str,
+    id_strategy: str,
+    sysfs_root: Path,
+    plan: SharingPlan | None = None,
 ) -> tuple[Resource, ...]:
-    """The resources to serve, each with at least one device.
+    """The resources to serve, each with at least one device; the devices ``plan`` shares as
+    their replicas.
 
     Raises:
         DeviceConfigError: ``single`` on GPUs that are not all in MIG mode with one profile.
@@ -109,7 +127,27 @@ def resources(
                 gpu.minor,
             )
             by_name.setdefault(f"{VENDOR}/gpu", []).append(device)
+    if plan is not None and plan.shares:
+        by_name = _shared(by_name, plan)
     return tuple(Resource(name, tuple(devices)) for name, devices in sorted(by_name.items()))
+
+
+def _shared(
+    by_name: dict[str, list[PluginDevice]], plan: SharingPlan
+) -> dict[str, list[PluginDevice]]:
+    out: dict[str, list[PluginDevice]] = {}
+    for name, devices in by_name.items():
+        for device in devices:
+            share = plan.shares.get(device.uuid)
+            if share is None:
+                out.setdefault(name, []).append(device)
+                continue
+            target = out.setdefault(f"{VENDOR}/{share.resource}", [])
+            target.extend(
+                replace(device, id=replica_id(device.uuid, n), replica=n, sharing=share.strategy)
+                for n in range(share.replicas)
+            )
+    return out
 
 
 def _mig_device(gpu: Gpu, mig: MigDevice, numa: int | None, id_strategy: str) -> PluginDevice:

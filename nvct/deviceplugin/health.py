@@ -4,10 +4,14 @@ A device goes ``Unhealthy`` with a reason on an event (an XID that is not ignore
 ECC error, NVML answering GPU_IS_LOST); it returns to ``Healthy`` once NVML answers for it again
 and no event came for ``quiet`` seconds. NVIDIA's plugin keeps a GPU unhealthy until it is
 restarted; kubelet itself has no latch (a device sent Healthy again counts again).
+
+A device can also be ``block``ed (its MPS control daemon died): Unhealthy until ``unblock``ed,
+whatever NVML says; then Healthy at once unless NVML's own reasons still hold.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -40,6 +44,8 @@ class Health:
         self.reason: dict[str, str] = {}
         self._last_event: dict[str, float] = {}
         self._answers: dict[str, bool] = {}
+        self._blocked: dict[str, str] = {}
+        self._lock = threading.RLock()  # the NVML and the MPS watchers both report
 
     def xid(self, device: str, xid: int, now: float) -> Transition | None:
         """An XID error on ``device``."""
@@ -64,21 +70,43 @@ class Health:
 
     def tick_one(self, device: str, now: float) -> Transition | None:
         """``device`` recovers when it is unhealthy, answers, and the quiet period passed."""
-        if self.state.get(device) != UNHEALTHY or not self._answers.get(device, True):
-            return None
-        if now - self._last_event.get(device, now) < self.quiet:
-            return None
-        self.state[device] = HEALTHY
         reason = f"recovered: NVML answers and no error for {self.quiet:g} s"
-        self.reason[device] = reason
-        return Transition(device, HEALTHY, reason)
+        return self._recover(device, now, reason)
+
+    def block(self, device: str, reason: str) -> Transition | None:
+        """``device`` is Unhealthy for ``reason`` until ``unblock``."""
+        with self._lock:
+            if device not in self.state:
+                return None
+            self._blocked[device] = reason
+            return self._set(device, UNHEALTHY, reason)
+
+    def unblock(self, device: str, reason: str, now: float) -> Transition | None:
+        """What blocked ``device`` is over (``reason`` says how)."""
+        with self._lock:
+            self._blocked.pop(device, None)
+            return self._recover(device, now, reason)
+
+    def _recover(self, device: str, now: float, reason: str) -> Transition | None:
+        with self._lock:
+            if self.state.get(device) != UNHEALTHY or not self._answers.get(device, True):
+                return None
+            if device in self._blocked:
+                return None
+            if now - self._last_event.get(device, -float("inf")) < self.quiet:
+                return None
+            return self._set(device, HEALTHY, reason)
 
     def _fail(self, device: str, reason: str, now: float) -> Transition | None:
-        if device not in self.state:
+        with self._lock:
+            if device not in self.state:
+                return None
+            self._last_event[device] = now
+            return self._set(device, UNHEALTHY, reason)
+
+    def _set(self, device: str, health: str, reason: str) -> Transition | None:
+        if self.state[device] == health and self.reason.get(device) == reason:
             return None
-        self._last_event[device] = now
-        if self.state[device] == UNHEALTHY and self.reason.get(device) == reason:
-            return None
-        self.state[device] = UNHEALTHY
+        self.state[device] = health
         self.reason[device] = reason
-        return Transition(device, UNHEALTHY, reason)
+        return Transition(device, health, reason)

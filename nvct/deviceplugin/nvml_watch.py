@@ -4,7 +4,8 @@ still answers (a GPU that fell off the bus answers GPU_IS_LOST).
 NVML is loaded by absolute path from the driver root (as discovery does), never through the
 caller's LD_LIBRARY_PATH. Events are waited for in short slices, and each slice also asks every
 device a cheap question, so a lost GPU is noticed within one slice even where the driver (or
-the simulated one) delivers no event for it.
+the simulated one) delivers no event for it. A shared GPU is asked once, and its answer and
+events go to every replica.
 """
 
 from __future__ import annotations
@@ -28,13 +29,16 @@ class NvmlWatch:
     def __init__(self, library: Path) -> None:
         self.nvml: Any = open_nvml(library)
         self.events: Any = None
-        self.handles: dict[str, Any] = {}
+        self.handles: dict[str, Any] = {}  # by UUID
+        self.ids: dict[str, list[str]] = {}  # UUID -> the advertised IDs (replicas)
 
     def watch(self, devices: Sequence[PluginDevice]) -> None:
         """Register the devices for XID and double-bit ECC events (where supported)."""
         nvml = self.nvml
         for device in devices:
-            self.handles[device.id] = nvml.nvmlDeviceGetHandleByUUID(device.uuid)
+            if device.uuid not in self.handles:
+                self.handles[device.uuid] = nvml.nvmlDeviceGetHandleByUUID(device.uuid)
+            self.ids.setdefault(device.uuid, []).append(device.id)
         try:
             self.events = nvml.nvmlEventSetCreate()
             mask = nvml.nvmlEventTypeXidCriticalError | nvml.nvmlEventTypeDoubleBitEccError
@@ -56,19 +60,22 @@ class NvmlWatch:
                 out += self._event(health, event, now())
         else:
             time.sleep(SLICE_MS / 1000)
-        for device_id, handle in self.handles.items():
+        for uuid, handle in self.handles.items():
             try:
                 nvml.nvmlDeviceGetMemoryInfo(handle)
                 ok, detail = True, ""
             except nvml.NVMLError as err:
                 ok, detail = False, str(err)
-            if (t := health.answered(device_id, ok, detail, now())) is not None:
-                out.append(t)
+            for device_id in self.ids[uuid]:
+                if (t := health.answered(device_id, ok, detail, now())) is not None:
+                    out.append(t)
         return out
 
     def _event(self, health: Health, event: Any, at: float) -> list[Transition]:
         nvml = self.nvml
-        matching = [i for i, h in self.handles.items() if _same(h, event.device)]
+        matching = [
+            i for u, h in self.handles.items() if _same(h, event.device) for i in self.ids[u]
+        ]
         found: list[Transition] = []
         for device_id in matching:
             if event.eventType & nvml.nvmlEventTypeXidCriticalError:

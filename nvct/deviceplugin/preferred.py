@@ -5,6 +5,9 @@ The policy, by case (``size``: devices asked for; candidates: kubelet's availabl
 - ``must_include`` already holds ``size`` devices: exactly those (kubelet chose already);
 - fewer candidates than ``size``: all of them (kubelet falls back to its own choice);
 - MIG devices: the fewest devices per physical GPU, then the lowest index;
+- replicas (``<uuid>::<n>``): spread over the shared devices: the fewest replicas of it in this
+  request, then the fewest already allocated (advertised minus available), then the lowest
+  index and replica (NVIDIA's ``distributed`` policy, without its rotation);
 - full GPUs: the set with the best closeness, summed over its pairs: NVLink
   links (100 each), else PCIe proximity (same switch 50, same host bridge and NUMA node 30,
   same NUMA node 20, else 10); ties: the set that leaves the most NVLink pairs whole for later
@@ -16,6 +19,7 @@ searched exhaustively up to 8 candidates (C(8,4) = 70 sets), greedily beyond.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import combinations
 
@@ -46,14 +50,19 @@ def preferred(
     must_include: Sequence[str],
     size: int,
     links: Callable[[PluginDevice, PluginDevice], int] = lambda _a, _b: 0,
+    replicas: Mapping[str, int] | None = None,
 ) -> list[str]:
-    """The IDs to allocate (see the module doc); ``links`` counts NVLinks between two GPUs."""
+    """The IDs to allocate (see the module doc); ``links`` counts NVLinks between two GPUs,
+    ``replicas`` the replicas advertised per shared device (UUID)."""
     by_id = {d.id: d for d in candidates}
     chosen = [i for i in dict.fromkeys(must_include) if i in by_id]
     if len(chosen) >= size or len(by_id) <= size:
         return sorted(chosen)[:size] if len(chosen) >= size else _ordered(by_id.values())
     rest = sorted((d for i, d in by_id.items() if i not in chosen), key=_key)
     need = size - len(chosen)
+    if any(d.replica >= 0 for d in by_id.values()):
+        picked = _spread_replicas(rest, by_id, chosen, need, replicas or {})
+        return [*chosen, *(d.id for d in picked)]
     if any(":" in d.index for d in by_id.values()):
         return [*chosen, *(d.id for d in _spread(rest, by_id, chosen, need))]
     score = _scorer(links)
@@ -122,4 +131,25 @@ def _spread(
         d = min((d for d in rest if d not in out), key=lambda d: (used.get(d.gpu, 0), _key(d)))
         out.append(d)
         used[d.gpu] = used.get(d.gpu, 0) + 1
+    return out
+
+
+def _spread_replicas(
+    rest: Sequence[PluginDevice],
+    by_id: Mapping[str, PluginDevice],
+    chosen: Sequence[str],
+    need: int,
+    advertised: Mapping[str, int],
+) -> list[PluginDevice]:
+    available = Counter(d.uuid for d in by_id.values())
+    allocated = {u: max(0, advertised.get(u, n) - n) for u, n in available.items()}
+    in_request = Counter(by_id[i].uuid for i in chosen)
+    out: list[PluginDevice] = []
+    for _ in range(need):
+        d = min(
+            (d for d in rest if d not in out),
+            key=lambda d: (in_request[d.uuid], allocated[d.uuid], _key(d), d.replica),
+        )
+        out.append(d)
+        in_request[d.uuid] += 1
     return out

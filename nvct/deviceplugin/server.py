@@ -11,7 +11,8 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent import futures
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ import grpc
 import structlog
 
 from nvct.base.plugin_files import KUBELET_SOCKET
-from nvct.deviceplugin.allocate import AllocationError, allocate
+from nvct.deviceplugin.allocate import AllocationError, SharingPolicy, allocate
 from nvct.deviceplugin.api import v1beta1_pb2 as api
 from nvct.deviceplugin.api import v1beta1_pb2_grpc as rpc
 from nvct.deviceplugin.devices import PluginDevice, Resource
@@ -45,9 +46,14 @@ class ResourceService(rpc.DevicePluginServicer):  # type: ignore[misc,unused-ign
         id_strategy: str,
         cdi_names: frozenset[str],
         links: Callable[[PluginDevice, PluginDevice], int],
+        sharing: SharingPolicy | None = None,
+        hidden: Collection[str] = frozenset(),
     ) -> None:
         self.resource = resource
         self.devices = {d.id: d for d in resource.devices}
+        self.sharing = sharing or SharingPolicy()
+        self.hidden = hidden  # MPS replicas whose daemon never answered yet: not advertised
+        self.replicas = Counter(d.uuid for d in resource.devices if d.replica >= 0)
         self.health = health
         self.strategies = tuple(strategies)
         self.id_strategy = id_strategy
@@ -73,6 +79,8 @@ class ResourceService(rpc.DevicePluginServicer):  # type: ignore[misc,unused-ign
         """The full device list, as ListAndWatch sends it each time."""
         out = []
         for d in self.resource.devices:
+            if d.id in self.hidden:
+                continue
             topology = (
                 api.TopologyInfo(nodes=[api.NUMANode(ID=d.numa_node)])
                 if d.numa_node is not None
@@ -110,7 +118,11 @@ class ResourceService(rpc.DevicePluginServicer):  # type: ignore[misc,unused-ign
                 if i in self.devices and self.health.get(i, HEALTHY) == HEALTHY
             ]
             ids = preferred(
-                candidates, list(req.must_include_deviceIDs), req.allocation_size, self.links
+                candidates,
+                list(req.must_include_deviceIDs),
+                req.allocation_size,
+                self.links,
+                self.replicas,
             )
             answers.append(api.ContainerPreferredAllocationResponse(deviceIDs=ids))
         return api.PreferredAllocationResponse(container_responses=answers)
@@ -127,6 +139,7 @@ class ResourceService(rpc.DevicePluginServicer):  # type: ignore[misc,unused-ign
                     strategies=self.strategies,
                     id_strategy=self.id_strategy,
                     cdi_names=self.cdi_names,
+                    sharing=self.sharing,
                 )
             except AllocationError as err:
                 log.error("allocate_refused", resource=self.resource.name, error=str(err))
@@ -136,6 +149,8 @@ class ResourceService(rpc.DevicePluginServicer):  # type: ignore[misc,unused-ign
                     else grpc.StatusCode.INVALID_ARGUMENT
                 )
                 context.abort(code, f"nvct-device-plugin: {err.one_line()}")
+            for warning in answer.warnings:
+                log.warning("allocate_warning", resource=self.resource.name, warning=warning)
             log.info(
                 "allocated",
                 resource=self.resource.name,
@@ -146,8 +161,14 @@ class ResourceService(rpc.DevicePluginServicer):  # type: ignore[misc,unused-ign
                 api.ContainerAllocateResponse(
                     envs=answer.envs,
                     mounts=[
-                        api.Mount(container_path=c, host_path=h, read_only=True)
-                        for h, c in answer.mounts
+                        *(
+                            api.Mount(container_path=c, host_path=h, read_only=True)
+                            for h, c in answer.mounts
+                        ),
+                        *(
+                            api.Mount(container_path=c, host_path=h, read_only=False)
+                            for h, c in answer.writable
+                        ),
                     ],
                     annotations=answer.annotations,
                     cdi_devices=[api.CDIDevice(name=n) for n in answer.cdi_devices],

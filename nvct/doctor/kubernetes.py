@@ -21,6 +21,7 @@ from nvct.doctor import k8s_plugin, k8s_runtime
 from nvct.doctor.cdi import drift_of, recorded_version
 from nvct.doctor.context import DoctorContext
 from nvct.doctor.result import CheckResult, failed, passed, skipped, warned
+from nvct.host.sharing import SharingConfigError, plan_sharing
 
 if TYPE_CHECKING:
     from nvct.host.inventory import Inventory
@@ -103,11 +104,16 @@ def advertised(ctx: DoctorContext, inventory: Inventory) -> tuple[Resource, ...]
     Raises:
         DeviceConfigError: the MIG strategy does not fit the GPUs.
     """
+    try:
+        plan = plan_sharing(ctx.config, inventory)
+    except SharingConfigError:
+        plan = None  # the sharing check says why; the plugin's whole devices still count
     return resources(
         inventory,
         mig_strategy=ctx.config.dp_mig_strategy,
         id_strategy=ctx.config.dp_device_id_strategy,
         sysfs_root=ctx.sysfs_root,
+        plan=plan,
     )
 
 

@@ -17,6 +17,7 @@ from nvct.doctor import (
     kubernetes,
     launch,
     libdir,
+    sharing,
 )
 from nvct.doctor.context import DoctorContext
 from nvct.doctor.result import FAIL, CheckResult, passed
@@ -99,4 +100,5 @@ def run_doctor(
     results.append(cgroup.check_cgroup(ctx, docker_state.info if docker_state else None))
     results += cdi.check_cdi(ctx, facts.version)
     results += kubernetes.check_kubernetes(ctx)
+    results.append(sharing.check_sharing(ctx, facts))
     return DoctorReport(tuple(results))

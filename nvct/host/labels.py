@@ -8,6 +8,13 @@ A node with two GPU models gets a documented, deterministic answer instead of wh
 enumeration returns first: the model the node has most of describes the node (ties: the model
 of the lowest-index GPU), ``gpu.count`` counts every GPU, and ``nvidia.com/gpu.models`` (nvct's
 own label) says how many models there are, so a selector can avoid mixed nodes.
+
+Sharing comes from the device plugin's plan (``nvct.host.sharing``), which is per GPU:
+``<resource>.replicas`` is the most replicas any GPU shared inside that resource has,
+``<resource>.sharing-strategy`` their strategy (``mixed`` where time-slicing and MPS GPUs share
+one resource: nvct's value). GPUs renamed (``<resource>.shared``, or a rule's ``resource``) get
+a label group of their own (``.count`` = how many GPUs; product without ``-SHARED``, as GFD
+writes a renamed resource); ``nvidia.com/gpu.count`` stays the count of physical GPUs, as GFD's.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from collections import Counter
 from collections.abc import Mapping
 
 from nvct.host.inventory import Gpu, Inventory
+from nvct.host.sharing import SharingPlan
 
 PREFIX = "nvidia.com/"
 MIG_STRATEGIES = ("none", "single", "mixed")
@@ -66,14 +74,16 @@ def node_labels(
     *,
     mig_strategy: str = "none",
     replicas: Mapping[str, int] | None = None,
-    sharing: str = "none",
+    sharing: str | Mapping[str, str] = "none",
+    plan: SharingPlan | None = None,
     machine: str = "",
     timestamp: int | None = None,
 ) -> dict[str, str]:
     """The label set of a node (keys without values are never emitted).
 
     ``replicas`` maps a resource (``gpu``, ``mig-1g.10gb``) to its replicas per device
-    (time-slicing or MPS, ``sharing``); ``machine`` is the DMI product name.
+    (time-slicing or MPS, ``sharing``: one strategy, or one per resource); ``plan`` (the device
+    plugin's sharing plan) replaces both; ``machine`` is the DMI product name.
     """
     if mig_strategy not in MIG_STRATEGIES:
         raise ValueError(f"MIG strategy {mig_strategy!r}: use one of {', '.join(MIG_STRATEGIES)}")
@@ -86,6 +96,9 @@ def node_labels(
     replicas = dict(replicas or {})
     # The GPU operator's label, which the RuntimeClass and the DaemonSets select nodes by.
     labels[f"{PREFIX}gpu.present"] = "true"
+    renamed: dict[str, tuple[str, int]] = {}
+    if plan is not None:
+        replicas, sharing, renamed = _from_plan(plan)
     model = _majority(gpus)
     capable = any(g.mig_enabled or _MIG_CAPABLE.search(g.name) for g in gpus)
     labels[f"{PREFIX}mig.capable"] = _bool(capable)
@@ -96,6 +109,7 @@ def node_labels(
     migs = [m for g in gpus if g.mig_enabled for m in g.migs]
     if capable and mig_strategy != "none":
         labels[f"{PREFIX}mig.strategy"] = mig_strategy
+    described: dict[str, tuple[str, int]] = {}  # resource -> (product, memory)
     if mig_strategy == "single" and migs:
         # single: every GPU in MIG mode with one profile, advertised as nvidia.com/gpu. Any
         # other layout cannot be served so: NVIDIA's "-MIG-INVALID" with no devices.
@@ -104,34 +118,44 @@ def node_labels(
         product = f"{sanitise(model.name)}-MIG-{profiles[0] if valid else 'INVALID'}"
         count, memory = (len(migs), migs[0].memory_mib) if valid else (0, 0)
         labels.update(_resource("gpu", product, count, memory, model, replicas, sharing))
-        return labels
-    whole = [g for g in gpus if not (mig_strategy == "mixed" and g.mig_enabled)]
-    labels.update(
-        _resource(
-            "gpu",
-            sanitise(model.name),
-            len(whole) if mig_strategy == "mixed" else len(gpus),
-            model.memory_mib,
-            model,
-            replicas,
-            sharing,
-        )
-    )
+        described["gpu"] = (product, memory)
+    else:
+        whole = [g for g in gpus if not (mig_strategy == "mixed" and g.mig_enabled)]
+        count = len(whole) if mig_strategy == "mixed" else len(gpus)
+        product, memory = sanitise(model.name), model.memory_mib
+        labels.update(_resource("gpu", product, count, memory, model, replicas, sharing))
+        described["gpu"] = (product, memory)
     if mig_strategy == "mixed":
         for profile in sorted({m.profile for m in migs}):
             of = [m for m in migs if m.profile == profile]
+            product = f"{sanitise(model.name)}-MIG-{profile}"
+            name = f"mig-{profile}"
             labels.update(
-                _resource(
-                    f"mig-{profile}",
-                    f"{sanitise(model.name)}-MIG-{profile}",
-                    len(of),
-                    of[0].memory_mib,
-                    model,
-                    replicas,
-                    sharing,
-                )
+                _resource(name, product, len(of), of[0].memory_mib, model, replicas, sharing)
             )
+            described[name] = (product, of[0].memory_mib)
+    for name, (base, count) in sorted(renamed.items()):
+        if base in described:
+            product, memory = described[base]
+            labels.update(_resource(name, product, count, memory, model, replicas, sharing, False))
     return labels
+
+
+def _from_plan(
+    plan: SharingPlan,
+) -> tuple[dict[str, int], dict[str, str], dict[str, tuple[str, int]]]:
+    """Replicas and strategy per resource; the renamed resources' base and device count."""
+    groups: dict[str, list[tuple[int, str]]] = {}
+    bases: dict[str, str] = {}
+    for share in plan.shares.values():
+        groups.setdefault(share.resource, []).append((share.replicas, share.strategy))
+        bases[share.resource] = share.base
+    replicas = {n: max(r for r, _ in g) for n, g in groups.items()}
+    strategies = {
+        n: s.pop() if len(s := {st for _, st in g}) == 1 else "mixed" for n, g in groups.items()
+    }
+    renamed = {n: (bases[n], len(g)) for n, g in groups.items() if n != bases[n]}
+    return replicas, strategies, renamed
 
 
 def _driver_labels(inventory: Inventory) -> dict[str, str]:
@@ -171,16 +195,18 @@ def _resource(
     memory: int,
     model: Gpu,
     replicas: Mapping[str, int],
-    sharing: str,
+    sharing: str | Mapping[str, str],
+    suffix: bool = True,
 ) -> dict[str, str]:
     key = f"{PREFIX}{name}."
     shared = replicas.get(name, 1)
+    strategy = sharing if isinstance(sharing, str) else sharing.get(name, "none")
     major, _, minor = model.compute_capability.partition(".")
     return {
-        f"{key}product": product + ("-SHARED" if shared > 1 else ""),
+        f"{key}product": product + ("-SHARED" if shared > 1 and suffix else ""),
         f"{key}count": str(count),
         f"{key}replicas": str(shared),
-        f"{key}sharing-strategy": sharing if shared > 1 else "none",
+        f"{key}sharing-strategy": strategy if shared > 1 else "none",
         f"{key}memory": str(memory),
         f"{key}family": family(model.compute_capability),
         f"{key}compute.major": major,

@@ -1,0 +1,386 @@
+"""GPU sharing in the real nvct-device-plugin process, against the kubelet stand-in, on the
+simulated driver (4 x H100): time-slicing per GPU, the renamed resource on its own socket, the
+refusals, MPS daemons (limits recorded by the simulated nvidia-cuda-mps-control, killed and
+restarted, quit on SIGTERM), and two containers sharing one GPU at once through nvct-runtime."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from integration.conftest import NVCT_BIN, write_nvct_config
+from integration.harness.bundles import BundleFactory, run_runc
+from integration.harness.deviceplugin import apply, uuids
+from integration.kubelet.standin import Kubelet, sockets
+from integration.simdriver import inject
+
+pytestmark = [pytest.mark.root]
+GPU = "nvidia.com/gpu"
+SHARED = "nvidia.com/gpu.shared"
+PID_FILE = "nvidia-cuda-mps-control.pid"
+
+
+def sharing(*rules: str, **options: str) -> dict[str, str]:
+    """write_nvct_config's keys for ``[device-plugin.sharing]`` (dotted keys, inline tables)."""
+    out = {f"device-plugin.sharing.{k.replace('_', '-')}": v for k, v in options.items()}
+    out["device-plugin.sharing.gpus"] = f"[{', '.join(rules)}]"
+    return out
+
+
+def replicas(uuid: str, n: int) -> list[str]:
+    return [f"{uuid}::{i}" for i in range(n)]
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie (the daemon is orphaned: its reaper may be slow)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+
+
+def test_gpu_0_sliced_by_four_the_others_whole(kubelet, plugin_factory, sim_driver) -> None:
+    ids = uuids(sim_driver)
+    plugin = plugin_factory(**sharing('{devices = ["0"], replicas = 4}'))
+    assert kubelet.wait(lambda: GPU in kubelet.plugins and kubelet.plugins[GPU].updates), (
+        plugin.output()
+    )
+    assert kubelet.devices(GPU) == dict.fromkeys([*replicas(ids[0], 4), *ids[1:]], "Healthy")
+    assert sockets(kubelet.plugin_dir) == ["kubelet.sock", "nvidia-gpu.sock"]
+    answer = kubelet.allocate(GPU, [f"{ids[0]}::2"])
+    assert [d.name for d in answer.cdi_devices] == [f"nvidia.com/gpu={ids[0]}"]  # ::n stripped
+    # a replica and a whole GPU: no fail-requests-greater-than-one here
+    both = kubelet.allocate(GPU, [f"{ids[0]}::1", ids[2]])
+    assert [d.name for d in both.cdi_devices] == [f"nvidia.com/gpu={u}" for u in (ids[0], ids[2])]
+    with pytest.raises(grpc.RpcError) as refused:
+        kubelet.allocate(GPU, [f"{ids[0]}::0", f"{ids[0]}::3"])
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert f"2 replicas of one GPU ({ids[0]})" in refused.value.details()
+    assert "beside whole GPUs" in plugin.output()  # the config's pitfall, logged
+    # every replica follows its GPU's health
+    inject.xid(plugin.control, sim_driver.spec.gpus[0].minor, 48)
+    began = time.monotonic()
+    sick = dict.fromkeys(replicas(ids[0], 4), "Unhealthy")
+    assert kubelet.wait(lambda: sick.items() <= kubelet.devices(GPU).items(), timeout=5)
+    assert time.monotonic() - began < 1.0
+    assert [kubelet.devices(GPU)[u] for u in ids[1:]] == ["Healthy"] * 3
+    assert kubelet.wait(lambda: set(kubelet.devices(GPU).values()) == {"Healthy"}, timeout=10)
+
+
+def test_renamed_shared_gpus_are_their_own_resource_and_socket(
+    kubelet, plugin_factory, sim_driver
+) -> None:
+    ids = uuids(sim_driver)
+    plugin_factory(
+        **sharing(
+            '{devices = ["0", "' + ids[1] + '"], replicas = 4}',
+            rename_by_default="true",
+            fail_requests_greater_than_one="true",
+        )
+    )
+    both = (GPU, SHARED)
+    assert kubelet.wait(
+        lambda: all(r in kubelet.plugins and kubelet.plugins[r].updates for r in both)
+    )
+    assert kubelet.devices(GPU) == dict.fromkeys(ids[2:], "Healthy")
+    shared = [*replicas(ids[0], 4), *replicas(ids[1], 4)]
+    assert kubelet.devices(SHARED) == dict.fromkeys(shared, "Healthy")
+    assert kubelet.plugins[SHARED].endpoint == "nvidia-gpu.shared.sock"
+    assert {"nvidia-gpu.sock", "nvidia-gpu.shared.sock"} <= set(sockets(kubelet.plugin_dir))
+    one = kubelet.allocate(SHARED, [f"{ids[1]}::3"])
+    assert [d.name for d in one.cdi_devices] == [f"nvidia.com/gpu={ids[1]}"]
+    with pytest.raises(grpc.RpcError) as refused:
+        kubelet.allocate(SHARED, [f"{ids[0]}::0", f"{ids[1]}::0"])
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "fail-requests-greater-than-one" in refused.value.details()
+    # GPU 0 has one replica taken (not available): the next one comes from GPU 1
+    available = [i for i in shared if i != f"{ids[0]}::0"]
+    assert kubelet.preferred(SHARED, available, [], 1) == [f"{ids[1]}::0"]
+    assert kubelet.preferred(SHARED, available, [], 2) == [f"{ids[1]}::0", f"{ids[0]}::1"]
+
+
+def test_two_replicas_of_one_gpu_with_warn_are_told_to_the_container(
+    kubelet, plugin_factory, sim_driver
+) -> None:
+    ids = uuids(sim_driver)
+    plugin = plugin_factory(
+        "--device-list-strategy",
+        "envvar",
+        **sharing('{devices = ["all"], replicas = 2}', replicas_of_one_gpu='"warn"'),
+    )
+    assert kubelet.wait(lambda: GPU in kubelet.plugins and kubelet.plugins[GPU].updates)
+    answer = kubelet.allocate(GPU, replicas(ids[3], 2))
+    assert dict(answer.envs) == {
+        "NVIDIA_VISIBLE_DEVICES": ids[3],
+        "NVCT_SHARED_GPU_REPLICAS": f"{ids[3]}=2",
+    }
+    warning = [ln for ln in plugin.output().splitlines() if '"allocate_warning"' in ln]
+    assert len(warning) == 1 and ids[3] in warning[0], plugin.output()
+
+
+# --- MPS -----------------------------------------------------------------------------------
+
+
+def test_mps_limits_applied_before_advertising_daemon_restarted_and_quit(
+    kubelet, plugin_factory, sim_driver, tmp_path
+) -> None:
+    ids = uuids(sim_driver)
+    uuid = ids[1]
+    plugin = plugin_factory(
+        "--mps-root",
+        str(tmp_path / "mps"),
+        start=False,
+        **sharing(
+            '{devices = ["1"], strategy = "mps", replicas = 2, rename = true}',
+            '{devices = ["2"], strategy = "mps", replicas = 4, pinned-memory-mib = 1000,'
+            " active-thread-percentage = 30, rename = true}",
+        ),
+    )
+    pipe = plugin.work / "mps" / uuid / "pipe"
+    plugin.start()
+    seen: dict[str, list[tuple[str, str]]] = {}  # per GPU: the commands when first advertised
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and len(seen) < 2:
+        advertised = {i.partition("::")[0] for i in kubelet.devices(SHARED)}
+        for gpu in advertised - set(seen):
+            seen[gpu] = inject.mps_commands(plugin.control)
+        time.sleep(0.002)
+    assert sorted(seen) == sorted(ids[1:3]), plugin.output()
+    mine = [c for p, c in seen[uuid] if p == str(pipe)]
+    memory = sim_driver.spec.gpus[1].memory_mib // 2
+    assert mine == [
+        f"set_default_device_pinned_mem_limit 0 {memory}M",
+        "set_default_active_thread_percentage 50",
+        "get_default_device_pinned_mem_limit 0",
+        "get_default_active_thread_percentage",
+    ], plugin.output()
+    other = [c for p, c in seen[ids[2]] if p == str(plugin.work / "mps" / ids[2] / "pipe")]
+    assert other[:2] == [
+        "set_default_device_pinned_mem_limit 0 1000M",
+        "set_default_active_thread_percentage 30",
+    ], plugin.output()
+    expected = [*replicas(uuid, 2), *replicas(ids[2], 4)]
+    assert kubelet.wait(lambda: kubelet.devices(SHARED) == dict.fromkeys(expected, "Healthy"))
+
+    answer = kubelet.allocate(SHARED, [f"{uuid}::1"])
+    assert answer.envs["CUDA_MPS_PIPE_DIRECTORY"] == f"/mps/{uuid}/pipe"
+    assert [(m.host_path, m.container_path, m.read_only) for m in answer.mounts] == [
+        (str(pipe), f"/mps/{uuid}/pipe", False),
+        (str(plugin.work / "mps" / uuid / "shm"), "/dev/shm", False),
+    ]
+    with pytest.raises(grpc.RpcError) as refused:
+        kubelet.allocate(SHARED, [f"{uuid}::0", f"{ids[2]}::0"])
+    assert "(MPS GPUs)" in refused.value.details()
+
+    first = int((pipe / PID_FILE).read_text())
+    environ = dict(
+        e.split("=", 1) for e in Path(f"/proc/{first}/environ").read_text().split("\0") if e
+    )
+    assert environ["CUDA_VISIBLE_DEVICES"] == uuid
+    assert environ["CUDA_MPS_PIPE_DIRECTORY"] == str(pipe)
+    assert environ["CUDA_MPS_LOG_DIRECTORY"] == str(plugin.work / "mps" / uuid / "log")
+    assert (
+        "set_default_active_thread_percentage 50" in (pipe.parent / "log/control.log").read_text()
+    )
+    history = kubelet.plugins[SHARED].history
+    seen_lists = len(history)
+    os.kill(first, signal.SIGKILL)
+    killed = time.monotonic()
+    gone = dict.fromkeys(replicas(uuid, 2), "Unhealthy")
+
+    def told() -> list[dict[str, str]]:  # the lists since the kill that said so
+        return [h for h in history[seen_lists:] if gone.items() <= h.items()]
+
+    assert kubelet.wait(lambda: bool(told()), timeout=5), plugin.output()
+    assert time.monotonic() - killed < 1.0
+    assert told()[0][f"{ids[2]}::0"] == "Healthy"  # the other GPU's daemon
+    assert kubelet.wait(lambda: kubelet.devices(SHARED) == dict.fromkeys(expected, "Healthy"))
+    second = int((pipe / PID_FILE).read_text())
+    assert second != first and running(second)
+    # the daemon's /dev/shm is the GPU's shm directory, which its containers get too
+    mountinfo = Path(f"/proc/{second}/mountinfo").read_text().splitlines()
+    shm = [ln.split()[3] for ln in mountinfo if ln.split()[4] == "/dev/shm"]
+    assert shm and shm[-1].endswith(f"/mps/{uuid}/shm"), shm  # the last mounted covers the rest
+    again = [c for p, c in inject.mps_commands(plugin.control) if p == str(pipe)]
+    assert again[4:] == mine  # limits re-applied and read back
+    assert '"mps_daemon_died"' in plugin.output()
+
+    assert plugin.stop() == 0
+    quits = [p for p, c in inject.mps_commands(plugin.control) if c == "quit"]
+    assert sorted(quits) == sorted([str(pipe), str(plugin.work / "mps" / ids[2] / "pipe")])
+    assert not running(second) and not (pipe / PID_FILE).exists()
+
+
+def test_a_stale_pid_file_never_kills_another_process(
+    kubelet, plugin_factory, sim_driver, tmp_path
+) -> None:
+    uuid = uuids(sim_driver)[0]
+    pipe = tmp_path / "mps" / uuid / "pipe"
+    pipe.mkdir(parents=True)
+    other = subprocess.Popen(["sleep", "60"])  # the pid a reboot's leftover file names now
+    try:
+        (pipe / PID_FILE).write_text(f"{other.pid}\n")
+        rule = '{devices = ["0"], strategy = "mps", replicas = 2, rename = true}'
+        plugin = plugin_factory("--mps-root", str(tmp_path / "mps"), **sharing(rule))
+        healthy = dict.fromkeys(replicas(uuid, 2), "Healthy")
+        assert kubelet.wait(lambda: kubelet.devices(SHARED) == healthy), plugin.output()
+        assert other.poll() is None and int((pipe / PID_FILE).read_text()) != other.pid
+        assert plugin.stop() == 0
+        assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_mps_on_a_mig_strategy_mixed_node_is_a_one_line_error(
+    kubelet, plugin_factory, sim_driver
+) -> None:
+    plugin = plugin_factory(
+        "--mig-strategy",
+        "mixed",
+        **sharing('{devices = ["0"], strategy = "mps", replicas = 2}'),
+    )
+    assert plugin.proc is not None and plugin.proc.wait(timeout=60) == 2
+    errors = [ln for ln in plugin.output().splitlines() if ln.startswith("nvct-device-plugin:")]
+    assert len(errors) == 1 and "mig-strategy mixed" in errors[0] and "fix:" in errors[0]
+    assert GPU not in kubelet.plugins
+
+
+def test_a_socket_path_too_long_for_unix_sockets_is_a_one_line_error(
+    kubelet, plugin_factory
+) -> None:
+    name = "nvidia.com/gpu.shared-by-the-team-that-needs-a-long-name"
+    plugin = plugin_factory(**sharing(f'{{devices = ["0"], replicas = 2, resource = "{name}"}}'))
+    assert plugin.proc is not None and plugin.proc.wait(timeout=60) == 2
+    errors = [ln for ln in plugin.output().splitlines() if ln.startswith("nvct-device-plugin:")]
+    assert len(errors) == 1 and name in errors[0] and "shorter plugin-dir" in errors[0]
+    assert "Traceback" not in plugin.output()
+
+
+# --- two containers sharing one GPU, at once, through nvct-runtime ------------------------
+
+
+def _run_two_at_once(
+    kubelet: Kubelet,
+    resource: str,
+    ids: list[str],
+    runc_bundle_factory: BundleFactory,
+    runtime_config: Path,
+    tmp_path: Path,
+    script: str,
+) -> list[Any]:
+    """Two containers, each given one replica; each waits until both run before it looks."""
+    meet = tmp_path / "meet"
+    meet.mkdir()
+    results: list[Any] = [None, None]
+
+    def one(n: int) -> None:
+        response = kubelet.allocate(resource, [ids[n]])
+        applied = apply(response, [])
+        applied["extra"]["mounts"].append(
+            {"destination": "/meet", "source": str(meet), "type": "bind", "options": ["rbind"]}
+        )
+        both = (
+            f"touch /meet/{n}; i=0; while [ ! -e /meet/{1 - n} ] && [ $i -lt 300 ]; do "
+            "sleep 0.1; i=$((i+1)); done; [ -e /meet/{1 - n} ] && echo together; " + script
+        ).replace("{1 - n}", str(1 - n))
+        bundle = runc_bundle_factory(
+            ["/bin/sh", "-c", both], applied["env"], extra=applied["extra"]
+        )
+        results[n] = run_runc(
+            bundle,
+            f"nvct-share-{os.getpid()}-{n}-{time.monotonic_ns()}",
+            runtime=NVCT_BIN / "nvct-runtime",
+            env={**os.environ, "NVCT_CONFIG": str(runtime_config)},
+            timeout=90,
+        )
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+def _smi_uuids(stdout: str) -> list[str]:
+    return [ln.split("UUID: ")[1].rstrip(")") for ln in stdout.splitlines() if "UUID:" in ln]
+
+
+@pytest.mark.runc
+@pytest.mark.parametrize("strategy", ["time-slicing", "mps"])
+def test_two_containers_share_one_gpu_at_once(
+    kubelet,
+    plugin_factory,
+    sim_driver,
+    runc_bundle_factory: BundleFactory,
+    tmp_path: Path,
+    strategy: str,
+) -> None:
+    uuid = uuids(sim_driver)[2]
+    plugin = plugin_factory(
+        "--device-list-strategy",
+        "cdi-annotations",
+        "--mps-root",
+        str(tmp_path / "mps"),
+        **sharing(f'{{devices = ["2"], strategy = "{strategy}", replicas = 2, rename = true}}'),
+    )
+    assert kubelet.wait(lambda: len(kubelet.devices(SHARED)) == 2), plugin.output()
+    runtime_config = write_nvct_config(
+        tmp_path / "runtime" / "config.toml",
+        sim_driver,
+        **{"request.only-allocated-gpus": "true", "cdi.spec-dirs": f'["{plugin.work / "cdi"}"]'},
+    )
+    script = "nvidia-smi -L"
+    if strategy == "mps":
+        script += '; echo "pipe=$CUDA_MPS_PIPE_DIRECTORY"; ls "$CUDA_MPS_PIPE_DIRECTORY"'
+        script += "; touch /dev/shm/from-a-client"
+    results = _run_two_at_once(
+        kubelet, SHARED, replicas(uuid, 2), runc_bundle_factory, runtime_config, tmp_path, script
+    )
+    for result in results:
+        assert result.returncode == 0, (result.stdout, result.stderr)
+        assert result.stdout.startswith("together\n"), (result.stdout, result.stderr)
+        assert _smi_uuids(result.stdout) == [uuid], result.stdout
+        if strategy == "mps":  # the daemon's pipe directory, with its control FIFO
+            assert f"pipe=/mps/{uuid}/pipe" in result.stdout
+            assert "control" in result.stdout.split(f"pipe=/mps/{uuid}/pipe", 1)[1].split()
+    if strategy == "mps":  # their /dev/shm is the daemon's
+        assert (plugin.work / "mps" / uuid / "shm" / "from-a-client").exists()
+
+
+def test_mig_slices(tmp_path, kubelet) -> None:
+    """MIG devices time-sliced under mixed (8 x A100, GPU 0 in MIG mode): its 1g.10gb device
+    sliced x3 as its profile's .shared resource, the other devices as they were. (A short
+    name: the socket's path must fit a sockaddr_un.)"""
+    from integration.harness.deviceplugin import PluginProcess
+    from integration.simdriver import cached_driver, preset
+
+    sim = cached_driver(preset("a100x8-570-mig"), Path("/tmp/nvct-test-simdrivers"))
+    rule = '{devices = ["0:2"], replicas = 3, rename = true}'
+    plugin = PluginProcess(
+        tmp_path, sim, kubelet.plugin_dir, "--mig-strategy", "mixed", **sharing(rule)
+    )
+    plugin.start()
+    mig = sim.spec.gpus[0].migs[2]
+    resource = f"nvidia.com/mig-{mig.profile}.shared"
+    try:
+        assert kubelet.wait(
+            lambda: resource in kubelet.plugins and kubelet.plugins[resource].updates, timeout=15
+        ), plugin.output()
+        assert kubelet.devices(resource) == dict.fromkeys(replicas(mig.uuid, 3), "Healthy")
+        assert kubelet.plugins[resource].endpoint == f"nvidia-mig-{mig.profile}.shared.sock"
+        assert mig.uuid not in kubelet.devices(f"nvidia.com/mig-{mig.profile}")
+        answer = kubelet.allocate(resource, [f"{mig.uuid}::1"])
+        assert [d.name for d in answer.cdi_devices] == [f"nvidia.com/gpu={mig.uuid}"]
+    finally:
+        plugin.stop()
