@@ -188,6 +188,8 @@ def test_mps_limits_applied_before_advertising_daemon_restarted_and_quit(
     assert environ["CUDA_VISIBLE_DEVICES"] == uuid
     assert environ["CUDA_MPS_PIPE_DIRECTORY"] == str(pipe)
     assert environ["CUDA_MPS_LOG_DIRECTORY"] == str(plugin.work / "mps" / uuid / "log")
+    # the driver is under a driver root (as from a pod): its servers must find libcuda there
+    assert str(sim_driver.lib_dir) in environ["LD_LIBRARY_PATH"].split(":")
     assert (
         "set_default_active_thread_percentage 50" in (pipe.parent / "log/control.log").read_text()
     )

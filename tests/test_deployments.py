@@ -103,6 +103,18 @@ def test_the_device_plugins_config_and_command_are_valid(tmp_path: Path) -> None
         v["mountPath"] for v in plugin["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
     }
     assert {"/var/lib/kubelet/device-plugins", "/var/run/cdi"} <= mounts
+    # The commented sharing example is valid once uncommented, and its mps-root is mounted.
+    text = config_map["data"]["config.toml"]
+    example = "\n".join(
+        line[1:] if line.startswith(("#[", "#devices", "#strategy", "#replicas", "#mps-root"))
+        else line
+        for line in text.splitlines()
+    )  # fmt: skip
+    shared = parse_config(example.encode(), source="configmap, sharing example")
+    assert [(r.devices, r.strategy, r.replicas) for r in shared.dp_sharing_gpus] == [
+        (("0",), "time-slicing", 4)
+    ]
+    assert shared.dp_mps_root in mounts
 
 
 def test_the_labeller_command_is_one_nvct_cli_accepts() -> None:

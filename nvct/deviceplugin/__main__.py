@@ -109,7 +109,7 @@ class Plugin:
             quiet=config.dp_quiet_period,
             ignored_xids=config.dp_ignored_xids,
         )
-        self.mps = self._mps(plan, devices)
+        self.mps = self._mps(plan, devices, inventory)
         names = self._cdi_spec(inventory)
         links = self._links(devices)
         policy = SharingPolicy(
@@ -146,7 +146,7 @@ class Plugin:
             log.warning("no_devices", detail="no GPU to advertise; waiting")
         return True
 
-    def _mps(self, plan: Any, devices: list[PluginDevice]) -> MpsWatch | None:
+    def _mps(self, plan: Any, devices: list[PluginDevice], inventory: Any) -> MpsWatch | None:
         """The MPS GPUs' daemons, started before anything is advertised."""
         from nvct.deviceplugin.mps import MpsDaemon, MpsPaths
         from nvct.deviceplugin.mps_watch import Supervised
@@ -160,6 +160,12 @@ class Plugin:
                 f"no nvidia-cuda-mps-control under {self.config.driver_root}",
                 hint="install the driver's MPS control program, or use time-slicing",
             )
+        # The daemon starts MPS servers that load libcuda: from a pod, the node's driver is
+        # under the driver root, not where the image's loader looks.
+        library_path = ""
+        if Path(self.config.driver_root) != Path("/"):
+            dirs = dict.fromkeys(os.path.dirname(f.host_path) for f in inventory.files_of("lib"))
+            library_path = ":".join(dirs)
         supervised = [
             Supervised(
                 MpsDaemon(
@@ -167,6 +173,7 @@ class Plugin:
                     MpsPaths(self.config.dp_mps_root, s.device.uuid),
                     pinned_memory_mib=s.pinned_memory_mib,
                     threads=s.active_thread_percentage,
+                    library_path=library_path,
                 ),
                 [d.id for d in devices if d.uuid == s.device.uuid],
             )

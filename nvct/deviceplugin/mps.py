@@ -81,7 +81,13 @@ class MpsDaemon:
     """The control daemon of one GPU."""
 
     def __init__(
-        self, binary: Path, paths: MpsPaths, *, pinned_memory_mib: int, threads: int
+        self,
+        binary: Path,
+        paths: MpsPaths,
+        *,
+        pinned_memory_mib: int,
+        threads: int,
+        library_path: str = "",
     ) -> None:
         self.binary = binary
         self.paths = paths
@@ -94,6 +100,8 @@ class MpsDaemon:
             "CUDA_MPS_PIPE_DIRECTORY": paths.pipe,
             "CUDA_MPS_LOG_DIRECTORY": paths.log,
         }
+        if library_path:  # the driver's libraries where the plugin sees them (a pod)
+            self.env["LD_LIBRARY_PATH"] = library_path
 
     def start(self) -> None:
         """Start the daemon (a stale one of this pipe directory is stopped first), apply the
