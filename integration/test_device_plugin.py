@@ -343,6 +343,42 @@ def test_preferred_allocation_follows_nvlink_on_a_real_topology(tmp_path, kubele
         plugin.stop()
 
 
+# (preset, available GPU indices or None for all, must include, size, expected indices)
+TOPOLOGY_CASES = [
+    # 8 L40S, no NVLink: one PCIe switch per NUMA node (0-3, 4-7)
+    ("l40sx8-pcie", None, [], 2, [0, 1]),
+    ("l40sx8-pcie", None, [5], 2, [4, 5]),
+    ("l40sx8-pcie", None, [], 4, [0, 1, 2, 3]),
+    ("l40sx8-pcie", [0, 4, 5], [], 2, [4, 5]),  # one switch before across CPUs
+    ("l40sx8-pcie", [3, 4, 5, 6], [3], 2, [3, 4]),  # all across: the lowest index
+    # HGX H100: NVLink only to the NVSwitches (all GPUs alike), a PCIe switch per pair (0-1,
+    # 2-3, ...) whose bus numbers do not show it: only NVML's common ancestor does
+    ("h100x8-nvswitch", [1, 2, 3], [], 2, [2, 3]),
+    ("h100x8-nvswitch", None, [6], 2, [6, 7]),
+    # pairs' scores summed: three on one host bridge (40 + 40 + 50) beat two switch pairs
+    ("h100x8-nvswitch", [0, 2, 3, 5, 6, 7], [], 4, [0, 2, 3, 5]),
+]
+
+
+@pytest.mark.parametrize(("preset_name", "available", "must", "size", "expected"), TOPOLOGY_CASES)
+def test_preferred_allocation_follows_nvmls_pcie_topology(
+    tmp_path, kubelet, preset_name, available, must, size, expected
+) -> None:
+    from integration.simdriver import cached_driver, preset
+
+    sim = cached_driver(preset(preset_name), Path("/tmp/nvct-test-simdrivers"))
+    plugin = PluginProcess(tmp_path, sim, kubelet.plugin_dir, "--sysfs-root", str(sim.sys_root))
+    plugin.start()
+    try:
+        assert kubelet.wait(lambda: GPU in kubelet.plugins and kubelet.plugins[GPU].updates)
+        ids = [g.uuid for g in sim.spec.gpus]
+        offered = [ids[i] for i in (available if available is not None else range(len(ids)))]
+        answer = kubelet.preferred(GPU, offered, [ids[i] for i in must], size)
+        assert sorted(ids.index(u) for u in answer) == expected
+    finally:
+        plugin.stop()
+
+
 def test_mig_mixed_gives_one_resource_and_socket_per_profile(tmp_path, kubelet) -> None:
     """The 8 x A100 preset with two GPUs in MIG mode (3g+2g+1g and 4g+3g): full GPUs stay
     nvidia.com/gpu, each MIG profile is its own resource on its own socket, IDs are MIG UUIDs."""

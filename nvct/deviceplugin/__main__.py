@@ -35,7 +35,9 @@ from nvct.deviceplugin.devices import (
 )
 from nvct.deviceplugin.health import Health
 from nvct.deviceplugin.mps_watch import MpsWatch
+from nvct.deviceplugin.preferred import pcie_score
 from nvct.deviceplugin.server import Endpoint, ResourceService
+from nvct.deviceplugin.topology import read_topology
 from nvct.host.sharing import SharingConfigError, mps_control_binary, plan_sharing
 
 WATCH_S = 0.05
@@ -111,7 +113,7 @@ class Plugin:
         )
         self.mps = self._mps(plan, devices, inventory)
         names = self._cdi_spec(inventory)
-        links = self._links(devices)
+        topology = read_topology(self.watch.nvml, devices)
         policy = SharingPolicy(
             fail_greater_than_one=config.dp_sharing_fail_greater_than_one,
             replicas_of_one_gpu=config.dp_sharing_replicas_of_one_gpu,
@@ -124,7 +126,8 @@ class Plugin:
                 strategies=config.dp_device_list_strategy,
                 id_strategy=config.dp_device_id_strategy,
                 cdi_names=names,
-                links=links,
+                links=topology.links,
+                pcie=topology.pcie_closeness(pcie_score),
                 sharing=policy,
                 hidden=self.mps.hidden if self.mps else frozenset(),
             )
@@ -211,31 +214,6 @@ class Plugin:
         write_atomic(str(path), to_json(spec).encode(), 0o644)
         log.info("cdi_spec_written", file=str(path))
         return frozenset(device_names(spec))
-
-    def _links(self, devices: list[PluginDevice]) -> Any:
-        """NVLink links between two GPUs, counted once through NVML (0 where none answer)."""
-        nvml = self.watch.nvml
-        counts: dict[tuple[int, int], int] = {}
-        gpus = {d.gpu: d for d in devices}
-        for d in gpus.values():
-            try:
-                handle = nvml.nvmlDeviceGetHandleByUUID(d.uuid)
-            except nvml.NVMLError:
-                continue
-            for link in range(18):
-                try:
-                    if not nvml.nvmlDeviceGetNvLinkState(handle, link):
-                        continue
-                    remote = nvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link)  # the _v2 call
-                except (nvml.NVMLError, AttributeError):
-                    break
-                bus = remote.busId.decode() if isinstance(remote.busId, bytes) else remote.busId
-                for other in gpus.values():
-                    if other.bus_id.lower() == bus.lower():
-                        key = (min(d.gpu, other.gpu), max(d.gpu, other.gpu))
-                        counts[key] = counts.get(key, 0) + 1
-        # Each link is seen from both of its GPUs.
-        return lambda a, b: (counts.get((min(a.gpu, b.gpu), max(a.gpu, b.gpu)), 0) + 1) // 2
 
     def check_health(self) -> None:
         """Feed NVML's answers and events to the health state machine until stopped."""

@@ -8,9 +8,10 @@ The policy, by case (``size``: devices asked for; candidates: kubelet's availabl
 - replicas (``<uuid>::<n>``): spread over the shared devices: the fewest replicas of it in this
   request, then the fewest already allocated (advertised minus available), then the lowest
   index and replica (NVIDIA's ``distributed`` policy, without its rotation);
-- full GPUs: the set with the best closeness, summed over its pairs: NVLink
-  links (100 each), else PCIe proximity (same switch 50, same host bridge and NUMA node 30,
-  same NUMA node 20, else 10); ties: the set that leaves the most NVLink pairs whole for later
+- full GPUs: the set with the best closeness, summed over its pairs: NVLink links (100 each),
+  else PCIe proximity by NVML's common ancestor (one switch 50, several switches 40, one host
+  bridge 30, one NUMA node 20, across CPUs 10; where NVML does not answer, guessed from the
+  PCI addresses and NUMA nodes); ties: the set that leaves the most NVLink pairs whole for later
   even requests, then the lowest indices.
 
 Deterministic for the same input (the candidates' order does not matter), and bounded: sets are
@@ -30,9 +31,9 @@ NVLINK_SCORE = 100
 
 
 def pcie_score(a: PluginDevice, b: PluginDevice) -> int:
-    """Closeness of two GPUs without NVLink, from their PCI addresses and NUMA nodes: the same
-    bus segment under one switch (bus numbers in one 0x10 block), the same host bridge
-    (domain), the same NUMA node, else across CPUs."""
+    """Closeness of two GPUs guessed from their PCI addresses and NUMA nodes, where NVML gives
+    no common ancestor: the same bus segment under one switch (bus numbers in one 0x10 block),
+    the same host bridge (domain), the same NUMA node, else across CPUs."""
     da, _, ra = a.bus_id.lower().partition(":")
     db, _, rb = b.bus_id.lower().partition(":")
     bus_a, bus_b = int(ra.split(":")[0], 16), int(rb.split(":")[0], 16)
@@ -51,9 +52,12 @@ def preferred(
     size: int,
     links: Callable[[PluginDevice, PluginDevice], int] = lambda _a, _b: 0,
     replicas: Mapping[str, int] | None = None,
+    *,
+    pcie: Callable[[PluginDevice, PluginDevice], int] | None = None,
 ) -> list[str]:
     """The IDs to allocate (see the module doc); ``links`` counts NVLinks between two GPUs,
-    ``replicas`` the replicas advertised per shared device (UUID)."""
+    ``replicas`` the replicas advertised per shared device (UUID), ``pcie`` is the PCIe
+    closeness of two GPUs (default: guessed from their addresses, ``pcie_score``)."""
     by_id = {d.id: d for d in candidates}
     chosen = [i for i in dict.fromkeys(must_include) if i in by_id]
     if len(chosen) >= size or len(by_id) <= size:
@@ -65,8 +69,8 @@ def preferred(
         return [*chosen, *(d.id for d in picked)]
     if any(":" in d.index for d in by_id.values()):
         return [*chosen, *(d.id for d in _spread(rest, by_id, chosen, need))]
-    score = _scorer(links)
     fixed = [by_id[i] for i in chosen]
+    score = _scorer([*fixed, *rest], links, pcie or pcie_score)
     if len(rest) <= EXHAUSTIVE_UP_TO:
         pick = max(
             combinations(rest, need),
@@ -94,10 +98,19 @@ def _ordered(devices: Iterable[PluginDevice]) -> list[str]:
     return [d.id for d in sorted(devices, key=_key)]
 
 
-def _scorer(links: Callable[[PluginDevice, PluginDevice], int]) -> Callable[..., int]:
-    def score(a: PluginDevice, b: PluginDevice) -> int:
+def _scorer(
+    devices: Sequence[PluginDevice],
+    links: Callable[[PluginDevice, PluginDevice], int],
+    pcie: Callable[[PluginDevice, PluginDevice], int],
+) -> Callable[..., int]:
+    """Pair scores, computed once per request: the search asks for each pair many times."""
+    table: dict[tuple[str, str], int] = {}
+    for a, b in combinations(devices, 2):
         n = links(a, b)
-        return n * NVLINK_SCORE if n else pcie_score(a, b)
+        table[(a.id, b.id)] = table[(b.id, a.id)] = n * NVLINK_SCORE if n else pcie(a, b)
+
+    def score(a: PluginDevice, b: PluginDevice) -> int:
+        return table[(a.id, b.id)]
 
     return score
 

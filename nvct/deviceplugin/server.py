@@ -46,6 +46,7 @@ class ResourceService(rpc.DevicePluginServicer):  # type: ignore[misc,unused-ign
         id_strategy: str,
         cdi_names: frozenset[str],
         links: Callable[[PluginDevice, PluginDevice], int],
+        pcie: Callable[[PluginDevice, PluginDevice], int] | None = None,
         sharing: SharingPolicy | None = None,
         hidden: Collection[str] = frozenset(),
     ) -> None:
@@ -59,6 +60,7 @@ class ResourceService(rpc.DevicePluginServicer):  # type: ignore[misc,unused-ign
         self.id_strategy = id_strategy
         self.cdi_names = cdi_names
         self.links = links
+        self.pcie = pcie
         self.changed = threading.Condition()
         self.generation = 0
         self.stopping = False
@@ -123,6 +125,7 @@ class ResourceService(rpc.DevicePluginServicer):  # type: ignore[misc,unused-ign
                 req.allocation_size,
                 self.links,
                 self.replicas,
+                pcie=self.pcie,
             )
             answers.append(api.ContainerPreferredAllocationResponse(deviceIDs=ids))
         return api.PreferredAllocationResponse(container_responses=answers)
