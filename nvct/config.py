@@ -296,6 +296,15 @@ _KEYMAP: dict[tuple[str, ...], str] = {
 _PATH_FIELDS = {"driver_root", "dev_root", "proc_root", "ldconfig"}
 
 
+def setting_field(*key: str) -> str:
+    """The ``Config`` field a config.toml key sets (``"device-plugin", "mig-strategy"``).
+
+    Raises:
+        KeyError: no such key.
+    """
+    return _KEYMAP[key]
+
+
 def load_config(explicit: str | None = None, *, use_cache: bool = True) -> Config:
     """Load the effective config.
 

@@ -10,6 +10,7 @@ import click
 
 from nvct.base.errors import NvctError
 from nvct.base.plugin_files import DEFAULT_PLUGIN_DIR, STATUS_FILE
+from nvct.base.plugin_status import read_status
 
 
 @click.command("device-plugin-status")
@@ -25,17 +26,17 @@ def device_plugin_status(plugin_dir: Path, as_json: bool) -> None:
     """Advertised devices with their health and the reason (Unhealthy: why; Healthy again:
     after which quiet period)."""
     path = plugin_dir / STATUS_FILE
-    try:
-        status = json.loads(path.read_text())
-    except FileNotFoundError:
+    found, problem = read_status(plugin_dir)
+    if problem:
+        raise NvctError(problem)
+    if found is None:
         raise NvctError(
             f"{path} does not exist: nvct-device-plugin has not run here",
             hint="start it (deployments/device-plugin.yaml), or pass --plugin-dir",
-        ) from None
-    except (OSError, ValueError) as err:
-        raise NvctError(f"cannot read {path}: {err}") from err
+        )
+    status = found.resources
     if as_json:
-        click.echo(json.dumps(status, indent=2))
+        click.echo(json.dumps({"settings": found.settings, "resources": status}, indent=2))
         return
     for resource, devices in sorted(status.items()):
         click.echo(f"{resource}: {len(devices)} device(s)")

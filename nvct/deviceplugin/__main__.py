@@ -24,7 +24,8 @@ from nvct.base.atomic import write_atomic
 from nvct.base.errors import NvctError
 from nvct.base.log import configure_stdout_structlog
 from nvct.base.plugin_files import CDI_SPEC_NAME, KUBELET_SOCKET, STATUS_FILE
-from nvct.config import Config, load_config
+from nvct.base.plugin_status import SETTINGS, status_bytes
+from nvct.config import Config, load_config, setting_field
 from nvct.deviceplugin.allocate import STRATEGIES, SharingPolicy
 from nvct.deviceplugin.devices import (
     ID_STRATEGIES,
@@ -240,9 +241,13 @@ class Plugin:
         }
         path = Path(self.config.dp_plugin_dir) / STATUS_FILE
         try:
-            write_atomic(str(path), json.dumps(status, indent=2).encode(), 0o644)
+            write_atomic(str(path), status_bytes(status, self._settings()), 0o644)
         except OSError as err:
             log.warning("status_not_written", file=str(path), error=err.strerror)
+
+    def _settings(self) -> dict[str, Any]:
+        """The settings the status file records (doctor judges the node by them)."""
+        return {key: getattr(self.config, setting_field("device-plugin", key)) for key in SETTINGS}
 
     def serve(self) -> None:
         """Serve and register every endpoint; again whenever the kubelet restarts."""

@@ -11,12 +11,12 @@ gRPC is imported only when there is a socket to ask (the other checks do not pay
 from __future__ import annotations
 
 import datetime as dt
-import json
 import stat
 from pathlib import Path
 from typing import Any
 
 from nvct.base.plugin_files import SOCKET_PREFIX, SOCKET_SUFFIX, STATUS_FILE, socket_name
+from nvct.base.plugin_status import read_status
 from nvct.doctor.context import DoctorContext
 from nvct.doctor.result import CheckResult, failed, passed, skipped, warned
 
@@ -65,21 +65,6 @@ def probe(path: Path, timeout: float) -> str | None:
     return None
 
 
-def read_status(directory: Path) -> tuple[dict[str, list[dict[str, Any]]] | None, str]:
-    """The plugin's status file (resource -> devices), or None and why it cannot be read
-    (empty reason: there is none)."""
-    path = directory / STATUS_FILE
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None, ""
-    except (OSError, ValueError) as err:
-        return None, f"cannot read {path}: {err}"
-    if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
-        return None, f"{path} is not a resource -> devices map"
-    return data, ""
-
-
 def _when(mtime: float) -> str:
     return f"{dt.datetime.fromtimestamp(mtime, dt.timezone.utc):%Y-%m-%d %H:%M:%S} UTC"
 
@@ -117,7 +102,8 @@ def check_plugin(
     """One result per plugin socket (and per resource whose socket is missing), then the
     devices the plugin reports."""
     sockets = plugin_sockets(directory)
-    status, problem = read_status(directory)
+    found, problem = read_status(directory)
+    status = found.resources if found is not None else None
     resources = {socket_name(r): r for r in status or {}}
     results = [
         _socket_result(

@@ -9,13 +9,16 @@ is worked out by the plugin's own rule (``nvct.deviceplugin.devices.resources``)
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import socket
 import stat
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from nvct.base.plugin_files import CDI_SPEC_NAME, KUBELET_SOCKET
+from nvct.base.plugin_status import SETTINGS, read_status
+from nvct.config import setting_field
 from nvct.deviceplugin.devices import DeviceConfigError, Resource, resources
 from nvct.doctor import k8s_plugin, k8s_runtime
 from nvct.doctor.cdi import drift_of, recorded_version
@@ -57,13 +60,31 @@ def check_kubernetes(ctx: DoctorContext) -> list[CheckResult]:
         kubelet_mtime = (directory / KUBELET_SOCKET).stat().st_mtime
     except OSError:
         kubelet_mtime = None
+    plugin = as_the_plugin_runs(ctx, directory)
     return [
         kubelet,
         *k8s_plugin.check_plugin(ctx, directory, kubelet_mtime),
         k8s_runtime.check_runtime_class(ctx),
-        check_cdi_spec(ctx, inventory),
-        check_mig_strategy(ctx, inventory),
+        check_cdi_spec(plugin, inventory),
+        check_mig_strategy(plugin, inventory),
     ]
+
+
+def as_the_plugin_runs(ctx: DoctorContext, directory: Path) -> DoctorContext:
+    """``ctx`` with the ``[device-plugin]`` settings the running plugin recorded in its status
+    file (from a pod, its ConfigMap's, not the node's config.toml); ``ctx`` where none are."""
+    status, _ = read_status(directory)
+    settings = status.settings if status is not None else {}
+    recorded: dict[str, Any] = {
+        setting_field("device-plugin", key): tuple(map(str, value))
+        if isinstance(value, list)
+        else value
+        for key, value in settings.items()
+        if key in SETTINGS and isinstance(value, (str, list))
+    }
+    if not recorded:
+        return ctx
+    return dataclasses.replace(ctx, config=dataclasses.replace(ctx.config, **recorded))
 
 
 def check_kubelet_socket(directory: Path) -> CheckResult:

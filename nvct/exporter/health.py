@@ -7,28 +7,22 @@ what the kubelet is told.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection
 from pathlib import Path
 
+from nvct.base.plugin_status import read_status
 from nvct.exporter.sample import Reading, XidSeen
 from nvct.podresources.ids import DeviceMap
-
-# nvct-device-plugin rewrites it beside its sockets (nvct/deviceplugin/__main__.py write_status).
-PLUGIN_STATUS_FILE = "nvct-device-plugin.status.json"
 
 
 def plugin_verdicts(plugin_dir: Path, devices: DeviceMap) -> dict[str, str]:
     """GPU UUID → the plugin's reason for each GPU it marks Unhealthy (any device on it);
     empty when the file is absent or unreadable (no plugin on this node)."""
-    try:
-        status = json.loads((plugin_dir / PLUGIN_STATUS_FILE).read_text())
-    except (OSError, ValueError):
+    status, _ = read_status(plugin_dir)
+    if status is None:
         return {}
     out: dict[str, str] = {}
-    if not isinstance(status, dict):
-        return out
-    for entries in status.values():
+    for entries in status.resources.values():
         for entry in entries if isinstance(entries, list) else []:
             if not isinstance(entry, dict) or entry.get("health") != "Unhealthy":
                 continue

@@ -20,6 +20,7 @@ import grpc
 import pytest
 
 from nvct.base.plugin_files import STATUS_FILE
+from nvct.base.plugin_status import status_bytes
 from nvct.cdi.spec import build_spec
 from nvct.deviceplugin.api import v1beta1_pb2 as api
 from nvct.deviceplugin.api import v1beta1_pb2_grpc as rpc
@@ -479,6 +480,25 @@ def test_mig_single_on_alike_partitions_and_a_gpu_without_mig_devices(
     empty = mig(sim, tmp_path, "mixed", bare)
     assert empty.status == WARN
     assert f"GPU(s) {parent.index} are in MIG mode with no MIG device" in empty.message
+
+
+def test_the_plugins_recorded_settings_win_over_the_nodes_config(
+    recorded_a100mig, tmp_path, plugin_dir
+) -> None:
+    """From a pod the plugin runs with its ConfigMap: doctor judges it by what it recorded."""
+    sim = recorded_a100mig
+    node = context(tmp_path, sim_config(sim, tmp_path, dp_mig_strategy="none"))
+    assert kubernetes.check_mig_strategy(node, sim.inventory).status == WARN
+    settings = {"mig-strategy": "mixed", "device-list-strategy": ["envvar"], "bogus": 1}
+    (plugin_dir / STATUS_FILE).write_bytes(status_bytes({"nvidia.com/gpu": []}, settings))
+    plugin = kubernetes.as_the_plugin_runs(node, plugin_dir)
+    assert plugin.config.dp_mig_strategy == "mixed"
+    assert plugin.config.dp_device_list_strategy == ("envvar",)
+    mixed = kubernetes.check_mig_strategy(plugin, sim.inventory)
+    assert mixed.status == PASS and "nvidia.com/mig-3g.40gb x2" in mixed.message
+    assert kubernetes.check_cdi_spec(plugin, sim.inventory).status == SKIP  # no CDI strategy
+    write_status(plugin_dir, {"nvidia.com/gpu": []})  # an older plugin recorded none
+    assert kubernetes.as_the_plugin_runs(node, plugin_dir) is node
 
 
 def test_mig_without_a_driver_skips(tmp_path) -> None:

@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from nvct.exporter.health import PLUGIN_STATUS_FILE, plugin_verdicts, verdict
+from nvct.base.plugin_files import STATUS_FILE
+from nvct.base.plugin_status import status_bytes
+from nvct.exporter.health import plugin_verdicts, verdict
 from nvct.exporter.sample import Reading, XidSeen
 from nvct.podresources.ids import DeviceMap, GpuIds
 
@@ -28,20 +30,21 @@ def test_verdict_order_and_quiet_period() -> None:
     assert judge(ok, XidSeen(), "device plugin: XID 79") == (False, "device plugin: XID 79")
 
 
+RESOURCES = {
+    "nvidia.com/gpu": [
+        {"id": "GPU-a", "uuid": "GPU-a", "health": "Healthy", "reason": ""},
+    ],
+    "nvidia.com/mig-1g.10gb": [
+        {"id": "MIG-b1", "uuid": "MIG-b1", "health": "Unhealthy", "reason": "XID 79"}
+    ],
+}
+
+
 def test_plugin_status_file(tmp_path: Path) -> None:
     assert plugin_verdicts(tmp_path, DEVICES) == {}  # no plugin on this node
-    (tmp_path / PLUGIN_STATUS_FILE).write_text(
-        json.dumps(
-            {
-                "nvidia.com/gpu": [
-                    {"id": "GPU-a", "uuid": "GPU-a", "health": "Healthy", "reason": ""},
-                ],
-                "nvidia.com/mig-1g.10gb": [
-                    {"id": "MIG-b1", "uuid": "MIG-b1", "health": "Unhealthy", "reason": "XID 79"}
-                ],
-            }
-        )
-    )
+    (tmp_path / STATUS_FILE).write_bytes(status_bytes(RESOURCES, {"mig-strategy": "mixed"}))
     assert plugin_verdicts(tmp_path, DEVICES) == {"GPU-b": "device plugin: XID 79"}
-    (tmp_path / PLUGIN_STATUS_FILE).write_text("{not json")
+    (tmp_path / STATUS_FILE).write_text(json.dumps(RESOURCES))  # an older plugin's file
+    assert plugin_verdicts(tmp_path, DEVICES) == {"GPU-b": "device plugin: XID 79"}
+    (tmp_path / STATUS_FILE).write_text("{not json")
     assert plugin_verdicts(tmp_path, DEVICES) == {}
