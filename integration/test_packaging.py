@@ -587,6 +587,20 @@ def test_installed_device_plugin_registers_and_answers_allocate(
         assert plugin.proc is not None
         maps = Path(f"/proc/{plugin.proc.pid}/maps").read_text()
         assert f"/{GRPC}/grpc/_cython/cygrpc{target_ext_suffix()}" in maps
+        # the installed nvct-cli asks it over gRPC too (its launcher appends GRPC)
+        doctor = sh(
+            "/usr/bin/nvct-cli", "doctor", "--json", "--kubernetes",
+            "--plugin-dir", kubelet.plugin_dir,
+            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "NVCT_CONFIG": str(plugin.config)},
+            check=False, timeout=300,
+        )  # fmt: skip
+        checks = json.loads(doctor.stdout)["checks"]
+        serving = [c for c in checks if c["name"] == "device-plugin"]
+        assert [c["status"] for c in serving] == ["PASS"], serving
+        assert (
+            "nvidia-gpu.sock (nvidia.com/gpu) answers GetDevicePluginOptions"
+            in (serving[0]["message"])
+        )
     finally:
         code = plugin.stop()
         kubelet.stop()
