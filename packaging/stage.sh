@@ -13,8 +13,8 @@
 # %{build_cflags} and %{build_ldflags}). The systemd units go to $SYSTEMD_UNITDIR (default
 # /usr/lib/systemd/system; Debian 12's debhelper and lintian want /lib/systemd/system).
 # grpcio is compiled per CPython: WHEELHOUSE/grpc holds the wheels of packaging/vendor-grpc.txt
-# for PYTHON's version, which is $PYTHON_VERSION (X.Y) when set, else PYTHON's own answer, else
-# read from a name like python3.11; the platform is $GRPC_PLATFORM (default
+# for PYTHON's version, which is $NVCT_PYTHON_VERSION (X.Y) when set, else PYTHON's own answer,
+# else read from a name like python3.11; the platform is $GRPC_PLATFORM (default
 # manylinux2014_<this machine's architecture>).
 #
 # Layout:
@@ -67,7 +67,7 @@ set -- hooks/*.json
 [ -f "$1" ] || fail "hooks/ holds no *.json OCI hook (it becomes /usr/share/containers/oci/hooks.d/)"
 ls "$wheelhouse"/*.whl >/dev/null 2>&1 ||
     fail "no wheels in $wheelhouse: run 'make -C packaging wheelhouse' (downloads packaging/vendor.txt from PyPI)"
-pyver=${PYTHON_VERSION:-}
+pyver=${NVCT_PYTHON_VERSION:-}
 if [ -z "$pyver" ] && [ -x "$python" ]; then
     pyver=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])') || pyver=
 fi
@@ -78,13 +78,13 @@ if [ -z "$pyver" ]; then
 fi
 case $pyver in
 [0-9].[0-9] | [0-9].[0-9][0-9]) ;;
-*) fail "cannot tell the version of $python (not runnable here): set PYTHON_VERSION=X.Y" ;;
+*) fail "cannot tell the version of $python (not runnable here): set NVCT_PYTHON_VERSION=X.Y" ;;
 esac
 abi=cp$(echo "$pyver" | tr -d .)
 grpc_platform=${GRPC_PLATFORM:-manylinux2014_$(uname -m)}
 set -- "$wheelhouse"/grpc/grpcio-*-"$abi"-"$abi"-*.whl
 [ -f "$1" ] ||
-    fail "no grpcio wheel for Python $pyver ($abi) in $wheelhouse/grpc: run 'make -C packaging wheelhouse' (packaging/vendor-grpc.txt; RPM_PYTHON_VERSION=$pyver for the rpm)"
+    fail "no grpcio wheel for Python $pyver ($abi) in $wheelhouse/grpc: run 'make -C packaging wheelhouse RPM_PYTHON=$python RPM_PYTHON_VERSION=$pyver' (packaging/vendor-grpc.txt)"
 
 umask 022
 work=$(mktemp -d)
