@@ -38,14 +38,19 @@ from typing import Any
 import pytest
 
 from integration.conftest import NVCT_BIN, write_nvct_config
+from integration.harness.deviceplugin import PluginProcess, numa_sysfs
 from integration.harness.dockerd import DockerdFactory
 from integration.harness.images import ImageImporter
 from integration.harness.packages import (
     DAEMON_SOCKET,
     DEB_UNIT,
     EXPECTED,
+    GRPC,
     HOOK_JSONS,
+    HOT_PATH,
     PACKAGING,
+    PLUGIN_UNIT,
+    PLUGIN_UNIT_SOURCE,
     PRIVATE,
     PYTHON_LAUNCHERS,
     REFRESH_PATH,
@@ -75,11 +80,13 @@ from integration.harness.packages import (
     rpm_paths,
     sections,
     sh,
+    target_ext_suffix,
     tree_code_id,
     unit_settings,
 )
 from integration.harness.shimd import ShimDaemon
 from integration.harness.skips import need_binary, need_docker, need_root, require
+from integration.kubelet.standin import Kubelet, sockets
 
 pytestmark = [pytest.mark.slow]
 
@@ -136,10 +143,46 @@ def test_deb_payload(packages: Packages) -> None:
     assert b"/usr/libexec/nvct/nvct-runtime\0" in runtime
     assert bytes(DAEMON_SOCKET) + b"\0" in runtime
     assert DEB_UNIT in paths
+    assert f"lib/systemd/system/{PLUGIN_UNIT}" in paths
     # Man pages exist and come from the CLI's help.
     cli_page = gzip.decompress(deb_member(packages.deb, "usr/share/man/man1/nvct-cli.1.gz"))
     assert b".SH OPTIONS" in cli_page and b"\\-\\-driver\\-root" in cli_page
     assert b"nvct\\-cli info" in cli_page
+    plugin_page = gzip.decompress(
+        deb_member(packages.deb, "usr/share/man/man1/nvct-device-plugin.1.gz")
+    )
+    assert rb"systemctl enable \-\-now nvct\-device\-plugin" in plugin_page
+
+
+def test_deb_carries_grpc_for_its_python_where_only_two_launchers_look(
+    packages: Packages,
+) -> None:
+    """grpcio's compiled module is the one for the target's /usr/bin/python3 (its ABI suffix),
+    with protobuf and typing_extensions beside it in GRPC; nvct-device-plugin and nvct-cli
+    append GRPC to sys.path after the private tree; nothing on the hot path names it."""
+    paths = deb_paths(packages.deb)
+    grpc = sorted(p.removeprefix(GRPC + "/") for p in paths if p.startswith(GRPC + "/"))
+    assert f"grpc/_cython/cygrpc{target_ext_suffix()}" in grpc, grpc[:20]
+    assert [p for p in grpc if p.endswith(".so")] == [f"grpc/_cython/cygrpc{target_ext_suffix()}"]
+    infos = {p.split("/", 1)[0] for p in grpc if ".dist-info/" in p}
+    assert infos == {
+        "grpcio-1.85.3.dist-info",
+        "protobuf-7.36.2.dist-info",
+        "typing_extensions-4.16.0.dist-info",
+    }
+    # protobuf's pure-Python wheel: no second compiled module (google/_upb)
+    assert not [p for p in grpc if p.startswith("google/_upb")]
+    assert not [p for p in paths if p.startswith(f"{PRIVATE}/grpc/")]
+    for launcher in ("usr/bin/nvct-device-plugin", "usr/bin/nvct-cli"):
+        text = deb_member(packages.deb, launcher).decode()
+        assert f'sys.path.insert(0, "/{PRIVATE}")' in text, text
+        assert text.index(f'sys.path.insert(0, "/{PRIVATE}")') < text.index(
+            f'sys.path.append("/{GRPC}")'
+        ), text
+    plugin = deb_member(packages.deb, "usr/bin/nvct-device-plugin").decode()
+    assert 'require_grpc("nvct-device-plugin")' in plugin, plugin
+    for hot in HOT_PATH:
+        assert f"/{GRPC}".encode() not in deb_member(packages.deb, hot), hot
 
 
 def test_deb_control_fields(packages: Packages) -> None:
@@ -171,10 +214,24 @@ def test_deb_control_fields(packages: Packages) -> None:
     postrm = sh("dpkg-deb", "-I", packages.deb, "postrm").stdout
     assert "/var/cache/nvct" in postrm and "/var/log/nvct.log" in postrm
     assert f"deb-systemd-helper purge {listed}" in postrm
+    # The device plugin's unit: enabled again only where it was enabled before (an upgrade),
+    # never started on installation; restarted on upgrade only if it runs; stopped on removal;
+    # its enablement state purged.
+    plugin = f"'{PLUGIN_UNIT}'"
+    enabled_again = (
+        f"if deb-systemd-helper --quiet was-enabled {plugin}; then\n"
+        f"\t\t\t# Create new symlinks, if any.\n\t\t\tdeb-systemd-helper enable {plugin}"
+    )
+    assert enabled_again in scripts
+    assert scripts.count(f"deb-systemd-helper enable {plugin}") == 1
+    assert f"deb-systemd-invoke try-restart {plugin}" in scripts
+    assert not re.search(rf"deb-systemd-invoke (start|\$_dh_action)[^\n]*{PLUGIN_UNIT}", scripts)
+    assert f"deb-systemd-invoke stop {PLUGIN_UNIT}" in prerm
+    assert f"deb-systemd-helper purge {plugin}" in postrm
     for script in (scripts, prerm, postrm):
         lines = [ln for ln in script.splitlines() if "deb-systemd-" in ln]
         named = {u for ln in lines for u in re.findall(r"'([^'\n]+)'", ln)}
-        assert named <= set(units), named
+        assert named <= {*units, PLUGIN_UNIT}, named
 
 
 def test_daemon_unit(packages: Packages) -> None:
@@ -200,6 +257,38 @@ def test_daemon_unit(packages: Packages) -> None:
     # The page it names documents the daemon.
     page = gzip.decompress(deb_member(packages.deb, "usr/share/man/man1/nvct-runtime.1.gz"))
     assert rb"nvct\-runtime\-daemon.service" in page
+
+
+@pytest.mark.parametrize("fmt", ["deb", "rpm"])
+def test_device_plugin_unit(packages: Packages, fmt: str, tmp_path: Path) -> None:
+    """Both formats ship packaging/nvct-device-plugin.service: it runs the packaged plugin,
+    restarts it after a failure with a pause but not after a bad config (exit 2), orders itself
+    after the kubelet without needing one, and its hardening leaves /dev, /var and /run alone."""
+    if fmt == "deb":
+        root = extract_deb(packages.deb, tmp_path / "root")
+        unit_path = root / "lib/systemd/system" / PLUGIN_UNIT
+    else:
+        root = extract_rpm(packages.rpm, tmp_path / "root")
+        unit_path = root / "usr/lib/systemd/system" / PLUGIN_UNIT
+    assert unit_path.read_bytes() == PLUGIN_UNIT_SOURCE.read_bytes()
+    unit = unit_settings(unit_path.read_text())
+    (command,) = unit["Service.ExecStart"]
+    assert command == "/usr/bin/nvct-device-plugin"
+    program = root / command.lstrip("/")
+    assert program.is_file() and os.access(program, os.X_OK)
+    assert unit["Service.Restart"] == ["on-failure"]
+    assert unit["Service.RestartSec"] == ["10s"]
+    assert unit["Service.RestartPreventExitStatus"] == ["2"]
+    assert unit["Install.WantedBy"] == ["multi-user.target"]
+    assert unit["Unit.Documentation"] == ["man:nvct-device-plugin(1)"]
+    assert "kubelet.service" in unit["Unit.After"][0].split()
+    assert not [k for k in unit if k.split(".", 1)[1] in {"Wants", "Requires", "BindsTo"}]
+    # NVML needs /dev/nvidia*; the plugin writes the device-plugins directory and /var/run/cdi.
+    hiding = {"PrivateDevices", "DevicePolicy", "DeviceAllow", "ReadOnlyPaths", "InaccessiblePaths"}
+    assert not [k for k in unit if k.split(".", 1)[1] in hiding]
+    assert unit["Service.ProtectSystem"] == ["full"]  # /usr, /boot, /etc; not /var or /run
+    assert unit["Service.NoNewPrivileges"] == ["yes"]
+    assert (root / "usr/share/man/man1/nvct-device-plugin.1.gz").is_file()
 
 
 @pytest.mark.parametrize("fmt", ["deb", "rpm"])
@@ -256,6 +345,13 @@ def test_rpm_payload_matches_deb(packages: Packages) -> None:
     scripts = sh("rpm", "-qp", "--scripts", packages.rpm).stdout
     assert UNIT in scripts and "daemon.json" not in scripts
     assert re.search(r"(preset|install-system-units) [^\n]*" + re.escape(UNIT), scripts)
+    # The device plugin: the presets decide on installation (EL and Fedora: disabled), stopped
+    # and disabled on erase, restarted on upgrade if it runs; %post says how to enable it.
+    assert re.search(r"(preset|install-system-units) [^\n]*" + re.escape(PLUGIN_UNIT), scripts)
+    assert re.search(r"disable --now [^\n]*" + re.escape(PLUGIN_UNIT), scripts)
+    assert f"systemctl enable --now {PLUGIN_UNIT}" in scripts
+    # %post compiles the grpc directory too, %preun removes that byte code.
+    assert scripts.count(f"/{GRPC}") >= 2
     assert re.search(r"(try-restart|mark-restart-system-units) [^\n]*" + re.escape(UNIT), scripts)
     assert sh("rpm", "-qp", "--conflicts", packages.rpm).stdout.split() == [
         "nvidia-container-runtime-hook",
@@ -265,6 +361,13 @@ def test_rpm_payload_matches_deb(packages: Packages) -> None:
     assert config == ["/etc/nvct/config.toml"]
     provides = sh("rpm", "-qp", "--provides", packages.rpm).stdout
     assert "bundled(python3dist(click))" in provides
+    for bundled in ("grpcio)) = 1.85.3", "protobuf)) = 7.36.2", "typing-extensions)) = 4.16.0"):
+        assert f"bundled(python3dist({bundled}" in provides, provides
+    assert "bundled(boringssl)" in provides and "bundled(c-ares)" in provides
+    # grpcio's module is private: rpm offers no cygrpc...so() to other packages
+    assert "cygrpc" not in provides
+    grpc_so = f"/{GRPC}/grpc/_cython/cygrpc{target_ext_suffix()}"
+    assert grpc_so.lstrip("/") in rpm_files
 
 
 def test_rpm_installs_into_a_root_and_its_scripts_run(packages: Packages, tmp_path: Path) -> None:
@@ -299,6 +402,9 @@ def test_rpm_installs_into_a_root_and_its_scripts_run(packages: Packages, tmp_pa
     assert f"nvct-{VERSION}-1.{packages.rpm_arch}" in out["query"]
     assert f"nvct-oci-hook-{VERSION}-1.noarch" in out["query"] and "verified" in out["query"]
     assert out["run"] == [f"nvct-cli, version {VERSION}"]
+    # the rpm's nvct-device-plugin imports the rpm's grpc (its launcher checks that first)
+    assert out["plugin"] == ["Usage: nvct-device-plugin [OPTIONS]"], done.stdout + done.stderr
+    assert any(p.startswith(f"{GRPC}/grpc/__pycache__/") for p in installed)
     # rpm -e removed every file, %preun the byte code, %postun the cache.
     assert out["left"] == []
 
@@ -311,6 +417,7 @@ def test_installed_deb_is_complete(installed_deb: Installed) -> None:
     assert {"/" + p for p in EXPECTED} <= listed
     # postinst byte-compiled the private tree for this machine's python3.
     assert list(Path("/usr/share/nvct/lib/nvct/__pycache__").glob("*.pyc"))
+    assert list(Path(f"/{GRPC}/grpc/__pycache__").glob("*.pyc"))  # and the grpc directory
     status = sh("dpkg", "--verify", "nvct", "nvct-oci-hook", check=False)
     assert status.returncode == 0, status.stdout + status.stderr
     # The installed unit is valid as systemd reads it, ExecStart included (its man page is in
@@ -450,6 +557,108 @@ def test_installed_daemon_prepares_a_create_for_the_installed_launcher(
     assert "container_prepared" in {e.get("event") for e in events}
 
 
+GPU = "nvidia.com/gpu"
+
+
+def test_installed_device_plugin_registers_and_answers_allocate(
+    installed_deb: Installed, sim_driver: Any, tmp_path: Path
+) -> None:
+    """The installed /usr/bin/nvct-device-plugin, a real process on the simulated driver with
+    the packaged grpc (its compiled module is mapped from GRPC), serves, registers with the
+    kubelet stand-in, advertises NVML's GPUs and answers Allocate with the CDI device of the
+    spec it wrote; SIGTERM removes its socket and it exits 0."""
+    numa_sysfs(tmp_path, sim_driver)
+    kubelet = Kubelet(tmp_path / "device-plugins").start()
+    plugin = PluginProcess(
+        tmp_path, sim_driver, kubelet.plugin_dir, program=("/usr/bin/nvct-device-plugin",)
+    )
+    try:
+        plugin.start()
+        registered = kubelet.wait(
+            lambda: GPU in kubelet.plugins and kubelet.plugins[GPU].updates > 0, timeout=30
+        )
+        assert registered, plugin.output()
+        ids = [gpu.uuid for gpu in sim_driver.spec.gpus]
+        assert kubelet.devices(GPU) == dict.fromkeys(ids, "Healthy")
+        response = kubelet.allocate(GPU, [ids[1]])
+        assert [d.name for d in response.cdi_devices] == [f"nvidia.com/gpu={ids[1]}"]
+        spec = (tmp_path / "cdi" / "nvct-device-plugin.json").read_text()
+        assert ids[1] in spec
+        assert plugin.proc is not None
+        maps = Path(f"/proc/{plugin.proc.pid}/maps").read_text()
+        assert f"/{GRPC}/grpc/_cython/cygrpc{target_ext_suffix()}" in maps
+        # the installed nvct-cli asks it over gRPC too (its launcher appends GRPC)
+        doctor = sh(
+            "/usr/bin/nvct-cli", "doctor", "--json", "--kubernetes",
+            "--plugin-dir", kubelet.plugin_dir,
+            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "NVCT_CONFIG": str(plugin.config)},
+            check=False, timeout=300,
+        )  # fmt: skip
+        checks = json.loads(doctor.stdout)["checks"]
+        serving = [c for c in checks if c["name"] == "device-plugin"]
+        assert [c["status"] for c in serving] == ["PASS"], serving
+        assert (
+            "nvidia-gpu.sock (nvidia.com/gpu) answers GetDevicePluginOptions"
+            in (serving[0]["message"])
+        )
+    finally:
+        code = plugin.stop()
+        kubelet.stop()
+    assert code == 0, plugin.output()
+    assert "nvidia-gpu.sock" not in sockets(kubelet.plugin_dir)
+
+
+def test_installed_device_plugin_unit_is_valid_and_not_enabled(installed_deb: Installed) -> None:
+    unit = Path("/lib/systemd/system") / PLUGIN_UNIT
+    assert unit.read_bytes() == PLUGIN_UNIT_SOURCE.read_bytes()
+    # postinst enabled the daemon's unit, not the plugin's (no kubelet on most nodes)
+    wants = Path("/etc/systemd/system/multi-user.target.wants")
+    assert os.path.lexists(wants / UNIT)
+    assert not os.path.lexists(wants / PLUGIN_UNIT)
+    state = Path("/var/lib/systemd/deb-systemd-helper-enabled")
+    assert not os.path.lexists(state / f"multi-user.target.wants/{PLUGIN_UNIT}")
+    if shutil.which("systemd-analyze") is not None:
+        verify = sh("systemd-analyze", "verify", "--man=no", unit, check=False)
+        assert verify.returncode == 0, verify.stdout + verify.stderr
+        assert PLUGIN_UNIT not in verify.stderr, verify.stderr
+
+
+def other_python() -> str | None:
+    """A CPython 3.10+ other than the packages' target (/usr/bin/python3), if one is here."""
+    target = sh("/usr/bin/python3", "-c", "import sys; print(sys.version_info[:2])").stdout
+    candidates = [
+        *sorted(Path("/usr/bin").glob("python3.1[0-9]")),
+        *sorted(Path("/usr/local/bin").glob("python3.1[0-9]")),
+        *sorted((Path.home() / ".pyenv/versions").glob("3.1[0-9]*/bin/python3")),
+    ]
+    for python in candidates:
+        probe = [str(python), "-I", "-c", "import sys; print(sys.version_info[:2])"]
+        done = subprocess.run(probe, capture_output=True, text=True, check=False, timeout=30)
+        if done.returncode == 0 and done.stdout != target:
+            return str(python)
+    return None
+
+
+def test_installed_device_plugin_under_another_python_says_which_in_one_line(
+    installed_deb: Installed,
+) -> None:
+    """As after an upgrade of the system Python: the packaged grpcio cannot load, and the plugin
+    names the Python it was built for, the one running it, and the fix."""
+    python = other_python()
+    if python is None:
+        pytest.skip("needs a CPython 3.10+ other than /usr/bin/python3")
+    built = sh("/usr/bin/python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])")
+    running = sh(python, "-I", "-c", "import sys; print('%d.%d' % sys.version_info[:2])")
+    done = sh(python, "-I", "-S", "/usr/bin/nvct-device-plugin", "--help", check=False)
+    assert done.returncode == 1, done.stdout + done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(
+        f"nvct-device-plugin: error: the grpc in /{GRPC} is built for Python "
+        f"{built.stdout.strip()}, but this is Python {running.stdout.strip()}"
+    ), line
+    assert f"reinstall the nvct package built for Python {running.stdout.strip()}" in line
+
+
 def test_conffile_edit_survives_reinstall(installed_deb: Installed) -> None:
     config = Path("/etc/nvct/config.toml")
     config.write_text(config.read_text() + "# edited by the admin\n")
@@ -472,11 +681,18 @@ def test_purge_leaves_nothing_behind(installed_deb: Installed) -> None:
         p for p in installed_deb.paths - installed_deb.existed_before if os.path.lexists("/" + p)
     )
     assert left == []
-    for path in ("/etc/nvct", "/var/cache/nvct", "/usr/share/nvct", "/usr/libexec/nvct"):
+    for path in (
+        "/etc/nvct",
+        "/var/cache/nvct",
+        "/usr/share/nvct",
+        "/usr/libexec/nvct",
+        "/usr/lib/nvct",
+    ):
         assert not os.path.lexists(path), f"{path} survived the purge"
     # deb-systemd-helper's enable symlink and state, and the daemon's empty /run/nvct, go too.
     assert not os.path.lexists(f"/etc/systemd/system/multi-user.target.wants/{UNIT}")
-    assert not os.path.lexists(f"/var/lib/systemd/deb-systemd-helper-enabled/{UNIT}.dsh-also")
+    for unit in (UNIT, PLUGIN_UNIT):
+        assert not os.path.lexists(f"/var/lib/systemd/deb-systemd-helper-enabled/{unit}.dsh-also")
     if not installed_deb.run_dir_existed:
         assert not os.path.lexists(DAEMON_SOCKET.parent)
     if installed_deb.log_created:

@@ -7,6 +7,8 @@
 - nvct-cli.1: every command of ``nvct.cli.main:cli``, walked through click (subcommands are
   lazy: one that fails to import is reported on stderr and left out, not a build failure);
 - nvct-runtime.1 and nvct-hook.1: written here (they are not click programs);
+- nvct-device-plugin.1: written here too (its click command imports grpc, compiled for the
+  target's Python, which the build host's may not be);
 - nvct-config.toml.5: the shipped config.toml, which documents every key and its default.
 
 The date is $SOURCE_DATE_EPOCH's (dpkg-buildpackage sets it from debian/changelog), so the
@@ -25,7 +27,13 @@ from pathlib import Path
 from typing import Any
 
 SUMMARY = "inspect, configure and diagnose GPU injection into containers"
-SEE_ALSO = ("nvct-cli", 1), ("nvct-runtime", 1), ("nvct-hook", 1), ("nvct-config.toml", 5)
+SEE_ALSO = (
+    ("nvct-cli", 1),
+    ("nvct-runtime", 1),
+    ("nvct-hook", 1),
+    ("nvct-device-plugin", 1),
+    ("nvct-config.toml", 5),
+)
 FILES = (
     ("/etc/nvct/config.toml", "nvct's configuration (see nvct-config.toml(5))."),
     ("/var/cache/nvct", "Cached driver inventory, keyed by the driver's identity."),
@@ -234,6 +242,37 @@ container's start.
 """
 
 
+DEVICE_PLUGIN_DESCRIPTION = """
+nvct-device-plugin is a Kubernetes device plugin: it advertises the node's NVIDIA GPUs to the
+kubelet as the extended resource nvidia.com/gpu (and, per mig-strategy, MIG devices as
+nvidia.com/gpu or nvidia.com/mig-<profile>), with each device's health and NUMA node, and answers
+the kubelet's Allocate and GetPreferredAllocation calls. It serves one socket per resource in
+the kubelet's device-plugins directory (default /var/lib/kubelet/device-plugins), then registers
+with the kubelet through kubelet.sock there; it waits for kubelet.sock when there is none yet,
+and serves and registers again whenever the kubelet restarts. Before registering it writes the
+CDI spec its answers name (nvct-device-plugin.json in /var/run/cdi). SIGTERM removes its
+sockets and exits 0.
+
+Settings come from the [device-plugin] table of nvct's config.toml (see nvct-config.toml(5)):
+mig-strategy, device-id-strategy, device-list-strategy (cdi-cri, cdi-annotations, envvar,
+volume-mounts), plugin-dir, cdi-spec-dir, sysfs-root, fail-on-init-error, quiet-period and
+ignored-xids. A flag of the same name overrides each; --config PATH reads another file, and
+--driver-root, --dev-root and --proc-root locate the driver as for nvct-cli. nvct-device-plugin
+--help lists them.
+
+The packages install it with the systemd unit nvct-device-plugin.service, which they do not
+enable: on a node whose kubelet runs on the host, systemctl enable --now nvct-device-plugin.
+In a cluster, nvct's image runs it as a DaemonSet instead. nvct-cli device-plugin-status shows
+each advertised device with its health, and nvct-cli doctor checks the plugin's sockets.
+
+Logs are JSON lines on standard output (the journal, or the pod's log). A bad config or flag
+exits 2 with one line on standard error; NVML failing at start exits 1 (or, with
+fail-on-init-error = false, keeps retrying while advertising nothing). The packages' gRPC
+libraries (/usr/lib/nvct/grpc) are compiled for the Python they were built for: under another
+Python it exits 1 with one line naming both and the fix.
+"""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.partition("\n")[0])
     parser.add_argument("--lib", required=True, type=Path, help="staged private tree")
@@ -269,6 +308,14 @@ def main(argv: list[str] | None = None) -> int:
             "createContainer hook of the CDI specs that nvct-cli cdi generate writes",
             "nvct-cdi-hook [--ldconfig PATH] [--symlink TARGET::LINK]... [--ldconfig-dir DIR]...",
             CDI_HOOK_DESCRIPTION,
+            date,
+            version,
+        ),
+        "man1/nvct-device-plugin.1": program_page(
+            "nvct-device-plugin",
+            "Kubernetes device plugin that advertises NVIDIA GPUs to the kubelet",
+            "nvct-device-plugin [--config PATH] [--plugin-dir DIR] [OPTIONS]",
+            DEVICE_PLUGIN_DESCRIPTION,
             date,
             version,
         ),

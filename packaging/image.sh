@@ -1,7 +1,9 @@
 #!/bin/sh
 # nvct's OCI image, built without a registry: a Debian 12 minbase rootfs (debootstrap, from
 # Debian's mirror) with python3 and nvct's .deb installed, and deployments/node-install.sh as
-# /usr/share/nvct/node-install.sh (the installer DaemonSet's entry point).
+# /usr/share/nvct/node-install.sh (the installer DaemonSet's entry point). The .deb brings
+# everything the DaemonSets run: nvct-device-plugin and nvct-cli with the grpcio (for Debian
+# 12's python3, the .deb's target) and protobuf of /usr/lib/nvct/grpc.
 #
 #   packaging/image.sh OUTPUT.tar [DEB]     (as root; DEB default: packaging/build/nvct_*.deb)
 #
@@ -39,21 +41,5 @@ chmod 755 "$root/usr/sbin/policy-rc.d"
 chroot "$root" dpkg -i /tmp/nvct.deb >&2
 rm -f "$root/tmp/nvct.deb" "$root/usr/sbin/policy-rc.d"
 install -m 0755 deployments/node-install.sh "$root/usr/share/nvct/node-install.sh"
-# nvct-device-plugin's gRPC libraries are binary wheels, which the .deb's private tree (pure
-# Python) does not carry: into that tree here, for the image's python3 (Debian 12: 3.11).
-"${BUILD_PYTHON:-python3}" -m pip install --quiet --no-deps --only-binary=:all: \
-    --platform "manylinux2014_$(uname -m)" --python-version 3.11 --implementation cp \
-    --target "$root/usr/share/nvct/lib" "grpcio>=1.60" "protobuf>=7.35.1" typing_extensions >&2
-cat >"$root/usr/bin/nvct-device-plugin" <<'EOF'
-#!/usr/bin/python3 -IS
-# nvct-device-plugin: nvct launcher (the image's), as the packages' launchers are.
-import sys
-
-sys.path.insert(0, "/usr/share/nvct/lib")
-from nvct.deviceplugin.__main__ import main
-
-sys.exit(main())
-EOF
-chmod 0755 "$root/usr/bin/nvct-device-plugin"
 tar -C "$root" --numeric-owner -cf "$out" .
 echo "$out"

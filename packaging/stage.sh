@@ -10,14 +10,23 @@
 # with --no-index. The build itself runs with $BUILD_PYTHON (default /usr/bin/python3, which
 # needs flit_core: Debian's `flit` package) and compiles the native launcher with $CC (default
 # cc) and $CPPFLAGS $CFLAGS $LDFLAGS (debian/rules exports dpkg-buildflags'; the spec passes
-# %{build_cflags} and %{build_ldflags}). The systemd unit goes to $SYSTEMD_UNITDIR (default
+# %{build_cflags} and %{build_ldflags}). The systemd units go to $SYSTEMD_UNITDIR (default
 # /usr/lib/systemd/system; Debian 12's debhelper and lintian want /lib/systemd/system).
+# grpcio is compiled per CPython: WHEELHOUSE/grpc holds the wheels of packaging/vendor-grpc.txt
+# for PYTHON's version, which is $NVCT_PYTHON_VERSION (X.Y) when set, else PYTHON's own answer,
+# else read from a name like python3.11; the platform is $GRPC_PLATFORM (default
+# manylinux2014_<this machine's architecture>).
 #
 # Layout:
 #   /usr/share/nvct/lib/            nvct and its vendored pure-Python dependencies (no .pyc:
 #                                   the package scripts byte-compile for the target's Python)
+#   /usr/lib/nvct/grpc/             grpcio, protobuf, typing_extensions (vendor-grpc.txt) for
+#                                   PYTHON's version and this architecture
 #   /usr/bin/nvct-hook, nvct-cli, nvct-cdi-hook   launchers: PYTHON -IS with only the private
-#                                   tree added (nvct-cdi-hook: the CDI specs' createContainer hook)
+#                                   tree added (nvct-cdi-hook: the CDI specs' createContainer hook;
+#                                   nvct-cli also appends /usr/lib/nvct/grpc)
+#   /usr/bin/nvct-device-plugin     the Kubernetes device plugin (private tree + grpc), run by
+#   $SYSTEMD_UNITDIR/nvct-device-plugin.service   (packaging/nvct-device-plugin.service)
 #   /usr/bin/nvct-runtime           native launcher (nvct/runtime/launch/launcher.c, an ELF): runc
 #                                   directly, or for a GPU create the shim daemon, else
 #                                   /usr/libexec/nvct/nvct-runtime (Python)
@@ -42,6 +51,7 @@ build_python=${BUILD_PYTHON:-/usr/bin/python3}
 unitdir=${SYSTEMD_UNITDIR:-/usr/lib/systemd/system}
 private=/usr/share/nvct/lib
 lib=$destdir$private
+grpc_dir=/usr/lib/nvct/grpc
 
 fail() {
     echo "stage.sh: $*" >&2
@@ -57,6 +67,24 @@ set -- hooks/*.json
 [ -f "$1" ] || fail "hooks/ holds no *.json OCI hook (it becomes /usr/share/containers/oci/hooks.d/)"
 ls "$wheelhouse"/*.whl >/dev/null 2>&1 ||
     fail "no wheels in $wheelhouse: run 'make -C packaging wheelhouse' (downloads packaging/vendor.txt from PyPI)"
+pyver=${NVCT_PYTHON_VERSION:-}
+if [ -z "$pyver" ] && [ -x "$python" ]; then
+    pyver=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])') || pyver=
+fi
+if [ -z "$pyver" ]; then
+    case ${python##*/} in
+    python[0-9].[0-9]*) pyver=${python##*/python} ;;
+    esac
+fi
+case $pyver in
+[0-9].[0-9] | [0-9].[0-9][0-9]) ;;
+*) fail "cannot tell the version of $python (not runnable here): set NVCT_PYTHON_VERSION=X.Y" ;;
+esac
+abi=cp$(echo "$pyver" | tr -d .)
+grpc_platform=${GRPC_PLATFORM:-manylinux2014_$(uname -m)}
+set -- "$wheelhouse"/grpc/grpcio-*-"$abi"-"$abi"-*.whl
+[ -f "$1" ] ||
+    fail "no grpcio wheel for Python $pyver ($abi) in $wheelhouse/grpc: run 'make -C packaging wheelhouse RPM_PYTHON=$python RPM_PYTHON_VERSION=$pyver' (packaging/vendor-grpc.txt)"
 
 umask 022
 work=$(mktemp -d)
@@ -85,27 +113,59 @@ tar -xzf "$1" -C "$work" --wildcards '*/lib/yaml/*.py' '*/LICENSE'
 mkdir -p "$lib/yaml"
 cp "$work"/pyyaml-*/lib/yaml/*.py "$lib/yaml/"
 cp "$work"/pyyaml-*/LICENSE "$lib/yaml/LICENSE"
+# grpcio, protobuf and typing_extensions for the target's CPython and architecture (not the
+# build host's: --python-version/--abi/--platform), hash-checked again, into a directory of
+# their own that only the launchers needing gRPC append to sys.path.
+rm -rf "$destdir$grpc_dir"
+"$build_python" -m pip --isolated install --quiet --no-index --find-links "$wheelhouse/grpc" \
+    --no-deps --no-compile --require-hashes --only-binary=:all: --implementation cp \
+    --python-version "$pyver" --abi "$abi" --platform "$grpc_platform" \
+    --disable-pip-version-check --root-user-action=ignore --target "$destdir$grpc_dir" \
+    -r packaging/vendor-grpc.txt ||
+    fail "cannot install packaging/vendor-grpc.txt for Python $pyver ($grpc_platform) from $wheelhouse/grpc"
+rm -rf "$destdir$grpc_dir/bin"
+rm -f "$destdir$grpc_dir"/*.dist-info/direct_url.json "$destdir$grpc_dir"/*.dist-info/INSTALLER \
+    "$destdir$grpc_dir"/*.dist-info/REQUESTED
 
 # 2. Launchers. -I: ignore PYTHON* variables, the user site and the working directory (a
 # container's environment must never inject code into a root process); -S: not even the
 # system site-packages, so only the standard library and the private tree are importable.
-launcher() { # path module
+# With a third argument, grpc: the launcher appends the grpc directory, after the standard
+# library and the private tree, so that no other import looks there; grpc-required: and exits
+# with one line (the Python grpcio was built for, and the fix) when grpc cannot be imported.
+launcher() { # path module [grpc|grpc-required]
     mkdir -p "$(dirname "$destdir$1")"
-    cat >"$destdir$1" <<EOF
+    {
+        cat <<EOF
 #!$python -IS
 # ${1##*/}: nvct launcher. Runs nvct from its private tree with the system Python, isolated
 # (-I -S) from PYTHON* variables, the user and system site-packages and the working directory.
 import sys
 
 sys.path.insert(0, "$private")
+EOF
+        case ${3:-} in
+        grpc | grpc-required)
+            echo "# grpcio and protobuf, compiled for Python $pyver (imported only when gRPC is used)"
+            echo "sys.path.append(\"$grpc_dir\")"
+            ;;
+        esac
+        if [ "${3:-}" = grpc-required ]; then
+            echo "from nvct.base.grpc_deps import require_grpc"
+            echo
+            echo "require_grpc(\"${1##*/}\")"
+        fi
+        cat <<EOF
 from $2 import main
 
 sys.exit(main())
 EOF
+    } >"$destdir$1"
     chmod 0755 "$destdir$1"
 }
 launcher /usr/bin/nvct-hook nvct.hook.__main__
-launcher /usr/bin/nvct-cli nvct.cli.main
+launcher /usr/bin/nvct-cli nvct.cli.main grpc
+launcher /usr/bin/nvct-device-plugin nvct.deviceplugin.__main__ grpc-required
 # the createContainer hook CDI specs name (nvct-cli cdi generate): a program, not
 # "python -m nvct.cdi.hook", so the spec works whichever tree nvct is imported from
 launcher /usr/bin/nvct-cdi-hook nvct.cdi.hook
@@ -128,6 +188,9 @@ install -D -m 0644 packaging/nvct-runtime-daemon.service \
 # CDI refresh: the spec is regenerated at boot and when the driver changes (see the units).
 install -m 0644 packaging/nvct-cdi-refresh.service packaging/nvct-cdi-refresh.path \
     "$destdir$unitdir/"
+# The device plugin's unit: shipped, never enabled by the packages (a node without a kubelet
+# does not want it).
+install -m 0644 packaging/nvct-device-plugin.service "$destdir$unitdir/"
 
 # 3. Configuration and the OCI hook for podman / CRI-O.
 install -D -m 0644 config/config.toml "$destdir/etc/nvct/config.toml"
@@ -141,6 +204,6 @@ gzip -9nf "$destdir"/usr/share/man/man?/*.[0-9]
 ln -sf nvct-hook.1.gz "$destdir/usr/share/man/man1/nvidia-container-runtime-hook.1.gz"
 
 # 5. No byte code from the build host (the package scripts compile for the target's Python).
-find "$lib" -name __pycache__ -prune -exec rm -rf {} +
-find "$lib" -type d -exec chmod 0755 {} +
-find "$lib" -type f -exec chmod 0644 {} +
+find "$lib" "$destdir$grpc_dir" -name __pycache__ -prune -exec rm -rf {} +
+find "$lib" "$destdir$grpc_dir" -type d -exec chmod 0755 {} +
+find "$lib" "$destdir$grpc_dir" -type f -exec chmod 0644 {} +

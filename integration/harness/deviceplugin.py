@@ -20,9 +20,18 @@ from integration.kubelet.standin import Kubelet
 
 
 class PluginProcess:
-    """``python -m nvct.deviceplugin`` with a config for the simulated driver."""
+    """``python -m nvct.deviceplugin`` (or ``program``, e.g. the installed
+    /usr/bin/nvct-device-plugin) with a config for the simulated driver."""
 
-    def __init__(self, work: Path, sim: Any, plugin_dir: Path, *args: str, **toml: str) -> None:
+    def __init__(
+        self,
+        work: Path,
+        sim: Any,
+        plugin_dir: Path,
+        *args: str,
+        program: tuple[str, ...] = (sys.executable, "-m", "nvct.deviceplugin"),
+        **toml: str,
+    ) -> None:
         self.work = work
         self.dev_root = work / "devroot"  # the plugin's own device nodes: tests remove some
         if not (self.dev_root / "dev").exists():
@@ -31,7 +40,7 @@ class PluginProcess:
             make_dev_nodes(sim.spec, self.dev_root)
         self.config = write_nvct_config(work / "nvct" / "config.toml", sim, **toml)
         self.argv = [
-            sys.executable, "-m", "nvct.deviceplugin", "--config", str(self.config),
+            *program, "--config", str(self.config),
             "--dev-root", str(self.dev_root), "--plugin-dir", str(plugin_dir),
             "--cdi-spec-dir", str(work / "cdi"), "--sysfs-root", str(work / "sys"),
             "--quiet-period", "1", *args,

@@ -35,8 +35,12 @@ BINARIES = (
     "nvct-cdi-hook",
     "nvct-runtime",
     "nvidia-container-runtime-hook",
+    "nvct-device-plugin",
 )
 PRIVATE = "usr/share/nvct/lib"
+# grpcio (compiled for the target's Python), protobuf and typing_extensions: only the launchers
+# of nvct-device-plugin and nvct-cli append this directory to sys.path.
+GRPC = "usr/lib/nvct/grpc"
 # Everything both formats must install (paths without the leading /).
 EXPECTED = {
     "etc/nvct/config.toml",
@@ -54,11 +58,23 @@ EXPECTED = {
     f"{PRIVATE}/tomlkit/__init__.py",
     f"{PRIVATE}/pynvml.py",
     f"{PRIVATE}/yaml/__init__.py",
+    f"{GRPC}/grpc/__init__.py",
+    f"{GRPC}/google/protobuf/__init__.py",
+    f"{GRPC}/typing_extensions.py",
 }
 HOOK_JSONS = {f"usr/share/containers/oci/hooks.d/{p.name}" for p in (ROOT / "hooks").glob("*.json")}
 # Python launchers: run isolated (-I: no PYTHON* variables, user site or cwd; -S: no site).
 PYTHON_LAUNCHERS = (
     "usr/bin/nvct-cli",
+    "usr/bin/nvct-hook",
+    "usr/bin/nvct-cdi-hook",
+    "usr/libexec/nvct/nvct-runtime",
+    "usr/libexec/nvct/nvct-runtime-daemon",
+    "usr/bin/nvct-device-plugin",
+)
+# What runs for every container (or keeps running for them): never looks into GRPC.
+HOT_PATH = (
+    "usr/bin/nvct-runtime",
     "usr/bin/nvct-hook",
     "usr/bin/nvct-cdi-hook",
     "usr/libexec/nvct/nvct-runtime",
@@ -72,6 +88,9 @@ REFRESH_SERVICE = "nvct-cdi-refresh.service"
 # Debian 12's debhelper installs units from /lib/systemd/system; rpm uses %{_unitdir}.
 DEB_UNIT = f"lib/systemd/system/{UNIT}"
 RPM_UNIT = f"usr/lib/systemd/system/{UNIT}"
+# The device plugin's unit (packaging/nvct-device-plugin.service): shipped, never enabled.
+PLUGIN_UNIT = "nvct-device-plugin.service"
+PLUGIN_UNIT_SOURCE = PACKAGING / PLUGIN_UNIT
 DAEMON_SOCKET = Path("/run/nvct/shim.sock")
 # Debian packages the build needs, by the command they provide.
 BUILD_TOOLS = {
@@ -140,6 +159,13 @@ def payload(paths: set[str]) -> set[str]:
         if not p.startswith(("usr/share/doc/", "usr/share/licenses/", "usr/share/lintian/"))
         and not p.startswith(("usr/share/python3/runtime.d/", "usr/lib/.build-id/"))
     }
+
+
+def target_ext_suffix(python: str = "/usr/bin/python3") -> str:
+    """The extension-module suffix of the packages' target interpreter (``.cpython-311-x86_64-
+    linux-gnu.so``): the one grpcio's compiled module in GRPC must carry."""
+    code = "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))"
+    return sh(python, "-I", "-c", code).stdout.strip()
 
 
 def extract_deb(deb: Path, dest: Path) -> Path:
@@ -290,12 +316,15 @@ rpm --root "$root" -q nvct nvct-oci-hook
 rpm --root "$root" -V --nodeps nvct nvct-oci-hook && echo verified
 echo "=== run"
 chroot "$root" /usr/bin/nvct-cli --version
+echo "=== plugin"
+chroot "$root" /usr/bin/nvct-device-plugin --help | head -n 1
 mkdir -p "$root/var/cache/nvct" && touch "$root/var/cache/nvct/inventory-x.json"
 echo "=== erase"
 rpm --root "$root" -e nvct-oci-hook nvct 2>&1
 echo "=== left"
 for f in usr/bin/nvct-cli usr/share/nvct etc/nvct var/cache/nvct \
-         usr/lib/systemd/system/nvct-runtime-daemon.service \
+         usr/lib/systemd/system/nvct-runtime-daemon.service usr/lib/nvct \
+         usr/bin/nvct-device-plugin usr/lib/systemd/system/nvct-device-plugin.service \
          etc/systemd/system/multi-user.target.wants/nvct-runtime-daemon.service \
          usr/share/containers/oci/hooks.d/oci-nvct-hook.json; do
     if [ -e "$root/$f" ]; then echo "$f"; fi

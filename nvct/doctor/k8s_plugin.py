@@ -48,12 +48,25 @@ def plugin_sockets(directory: Path) -> list[Path]:
     return out
 
 
-def probe(path: Path, timeout: float) -> str | None:
-    """None when the socket answers GetDevicePluginOptions within ``timeout`` s, else why not."""
-    import grpc
+class NoGrpc(Exception):
+    """grpc cannot be imported here, so no socket can be asked (the message says why)."""
 
-    from nvct.deviceplugin.api import v1beta1_pb2 as api
-    from nvct.deviceplugin.api import v1beta1_pb2_grpc as rpc
+
+def probe(path: Path, timeout: float) -> str | None:
+    """None when the socket answers GetDevicePluginOptions within ``timeout`` s, else why not.
+
+    Raises:
+        NoGrpc: grpc or protobuf cannot be imported.
+    """
+    try:
+        import grpc
+
+        from nvct.deviceplugin.api import v1beta1_pb2 as api
+        from nvct.deviceplugin.api import v1beta1_pb2_grpc as rpc
+    except ImportError as err:
+        from nvct.base.grpc_deps import grpc_unimportable
+
+        raise NoGrpc(grpc_unimportable(err)) from err
 
     with grpc.insecure_channel(f"unix://{path}") as channel:
         stub = rpc.DevicePluginStub(channel)  # type: ignore[no-untyped-call]
@@ -72,7 +85,10 @@ def _when(mtime: float) -> str:
 def _socket_result(
     path: Path, resource: str, kubelet_mtime: float | None, timeout: float
 ) -> CheckResult:
-    why = probe(path, timeout)
+    try:
+        why = probe(path, timeout)
+    except NoGrpc as err:
+        return warned(SERVING, f"cannot ask {path} ({resource}) over gRPC: {err}", "")
     if why is not None:
         return failed(
             SERVING,

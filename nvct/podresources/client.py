@@ -32,9 +32,11 @@ class PodResourcesClient:
 
             from nvct.podresources.api import v1_pb2_grpc
         except ImportError as err:
-            # The .deb/.rpm's private tree carries no grpcio/protobuf (binary wheels); nvct's
-            # image does. Without them there is no kubelet to ask, which callers already handle.
-            self._missing = f"{err.name or 'grpc'} is not installed"
+            # Not installed (a source install without them), or the packages' grpcio is built
+            # for another Python than this one: no kubelet to ask, which callers handle.
+            from nvct.base.grpc_deps import grpc_unimportable
+
+            self._missing = grpc_unimportable(err)
             return
         self._missing = ""
         self._grpc: Any = grpc
@@ -79,8 +81,7 @@ class PodResourcesClient:
         if self._missing:
             raise PodResourcesError(
                 f"cannot ask the kubelet's pod-resources API: {self._missing}",
-                hint="use nvct's image (deployments/exporter.yaml) or pip install grpcio "
-                "protobuf; or turn pod labels off (--no-kubernetes)",
+                hint="meanwhile --no-kubernetes turns pod labels off",
             )
         if not _is_socket(self.socket):
             raise PodResourcesError(

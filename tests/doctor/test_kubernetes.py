@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import socket
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -534,3 +535,20 @@ def test_the_report_lists_every_kubernetes_check(
         ("mig-strategy", PASS),
     ]
     assert report.to_text()[-1] == "OK: 6 PASS"
+
+
+def test_without_grpc_a_socket_is_a_warning_saying_why(
+    tmp_path, plugin_dir, serve, monkeypatch
+) -> None:
+    """grpc that cannot be imported (the packaged grpcio built for another Python): doctor
+    says so for each socket instead of failing the plugin or crashing."""
+    serve(plugin_dir / "nvidia-gpu.sock")
+    write_status(plugin_dir, {"nvidia.com/gpu": healthy(H100_UUIDS)})
+    monkeypatch.setitem(sys.modules, "grpc", None)  # import grpc raises ImportError
+    serving, devices = k8s_plugin.check_plugin(k8s_ctx(tmp_path, plugin_dir), plugin_dir, None)
+    assert serving.status == WARN and serving.name == k8s_plugin.SERVING
+    assert serving.message.startswith(
+        f"cannot ask {plugin_dir / 'nvidia-gpu.sock'} (nvidia.com/gpu) over gRPC: cannot import"
+    )
+    assert "reinstall the nvct package built for Python" in serving.message
+    assert devices.status == PASS

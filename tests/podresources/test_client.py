@@ -78,10 +78,12 @@ def test_a_wedged_kubelet_fails_within_the_deadline(tmp_path: Path) -> None:
 def test_without_grpc_installed_it_is_an_error_not_a_crash(
     server: PodResources, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The .deb's private tree has no grpcio: the exporter then runs without pod labels."""
+    """grpc that cannot be imported (a packaged grpcio built for another Python): the
+    exporter then runs without pod labels, saying why and the fix."""
     monkeypatch.setitem(sys.modules, "grpc", None)  # import grpc raises ImportError
     client = PodResourcesClient(str(server.socket))
-    with pytest.raises(PodResourcesError, match=r"grpc is not installed.*--no-kubernetes"):
+    with pytest.raises(PodResourcesError, match=r"cannot import grpc.*--no-kubernetes") as err:
         client.gpus_held()
+    assert "reinstall the nvct package built for Python" in str(err.value)
     client.close()
     assert server.calls["List"] == 0
