@@ -20,8 +20,10 @@ NVCT_CLI=${NVCT_CLI:-/usr/bin/nvct-cli}
 # The engine restart, run in the node's namespaces (the pod has hostPID).
 RESTART=${RESTART:-nsenter -t 1 -m -u -i -n -p -- systemctl restart $ENGINE}
 LIST=$HOST/var/lib/nvct/node-install.list
+# nvct-cdi-hook: the createContainer hook of the CDI spec the device plugin writes, which the
+# engine runs on the node; /usr/lib/nvct: the gRPC nvct-cli's Kubernetes checks talk with.
 PATHS="usr/bin/nvct-cli usr/bin/nvct-hook usr/bin/nvct-runtime usr/bin/nvidia-container-runtime-hook
-usr/libexec/nvct usr/share/nvct etc/nvct/config.toml"
+usr/bin/nvct-cdi-hook usr/libexec/nvct usr/share/nvct usr/lib/nvct etc/nvct/config.toml"
 
 case $ENGINE in
     containerd) engine_config=$HOST/etc/containerd/config.toml ;;

@@ -150,10 +150,15 @@ def node(tmp_path: Path) -> Path:
     return host
 
 
+# The program the device plugin's CDI spec names as its hook in the image (its packaged path).
+CDI_HOOK = "usr/bin/nvct-cdi-hook"
+
+
 def test_the_installer_installs_and_uninstalls_exactly(node: Path, tmp_path: Path) -> None:
     image = tmp_path / "image"  # the image's packaged files
     for rel in ("usr/bin/nvct-runtime", "usr/share/nvct/lib/nvct/__init__.py",
-                "usr/libexec/nvct/nvct-runtime", "etc/nvct/config.toml"):  # fmt: skip
+                "usr/libexec/nvct/nvct-runtime", "etc/nvct/config.toml", CDI_HOOK,
+                "usr/lib/nvct/grpc/grpc/__init__.py"):  # fmt: skip
         (image / rel).parent.mkdir(parents=True, exist_ok=True)
         (image / rel).write_text(f"packaged {rel}\n")
     before = (node / "etc/containerd/config.toml").read_bytes()
@@ -177,6 +182,8 @@ def test_the_installer_installs_and_uninstalls_exactly(node: Path, tmp_path: Pat
     assert 'BinaryName = "/usr/bin/nvct-runtime"' in config
     assert (node / "usr/bin/nvct-runtime").read_text() == "packaged usr/bin/nvct-runtime\n"
     assert (node / "usr/share/nvct/lib/nvct/__init__.py").exists()
+    # what the plugin's CDI spec runs on the node, and nvct-cli's gRPC
+    assert (node / CDI_HOOK).exists() and (node / "usr/lib/nvct/grpc/grpc/__init__.py").exists()
     # the node's own config was there first: kept, and not listed for removal
     assert (node / "etc/nvct/config.toml").read_text() == "# the node's own nvct config\n"
     listed = (node / "var/lib/nvct/node-install.list").read_text().split()
@@ -188,4 +195,5 @@ def test_the_installer_installs_and_uninstalls_exactly(node: Path, tmp_path: Pat
     assert (node / "etc/containerd/config.toml").read_bytes() == before
     assert not (node / "usr/bin/nvct-runtime").exists()
     assert not (node / "usr/share/nvct").exists() and not (node / "usr/libexec/nvct").exists()
+    assert not (node / CDI_HOOK).exists() and not (node / "usr/lib/nvct").exists()
     assert (node / "etc/nvct/config.toml").read_text() == "# the node's own nvct config\n"
