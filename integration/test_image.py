@@ -5,6 +5,7 @@ kubelet stand-in's pod, and its node installer installs and uninstalls on a node
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -58,7 +59,9 @@ def test_the_images_nvct_cli_reads_a_mounted_driver(image, sim_driver: Any) -> N
         assert gpu.uuid in done.stdout
 
 
-def test_the_images_installer_installs_and_uninstalls_on_a_node(image, tmp_path: Path) -> None:
+def test_the_images_installer_installs_and_uninstalls_on_a_node(
+    image, tmp_path: Path, sim_driver: Any
+) -> None:
     containerd = shutil.which("containerd")
     if containerd is None:
         pytest.skip("needs containerd")
@@ -81,6 +84,17 @@ def test_the_images_installer_installs_and_uninstalls_on_a_node(image, tmp_path:
     done = node_install("install")
     assert done.returncode == 0, done.stdout + done.stderr
     assert (host / "usr/bin/nvct-runtime").read_bytes()[:4] == b"\x7fELF"
+    # The hook a CDI spec written in the image names (the device plugin's) runs on the node.
+    root = sim_driver.driver_root
+    spec = dockerd.docker(
+        "run", "--rm", "--network", "none", "-v", f"{root}:{root}:ro", tag,
+        "nvct-cli", "--driver-root", str(root), "--dev-root", str(sim_driver.dev_root),
+        "--proc-root", str(sim_driver.proc_root), "cdi", "generate", "--format", "json",
+        timeout=120,
+    ).stdout  # fmt: skip
+    hooks = {h["path"] for h in json.loads(spec)["containerEdits"]["hooks"]}
+    assert hooks == {"/usr/bin/nvct-cdi-hook"}
+    assert (host / "usr/bin/nvct-cdi-hook").read_text().startswith("#!/usr/bin/python3")
     assert (host / "usr/share/nvct/lib/nvct/__init__.py").is_file()
     assert (
         'BinaryName = "/usr/bin/nvct-runtime"' in (host / "etc/containerd/config.toml").read_text()
