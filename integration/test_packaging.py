@@ -370,7 +370,9 @@ def test_rpm_payload_matches_deb(packages: Packages) -> None:
     assert grpc_so.lstrip("/") in rpm_files
 
 
-def test_rpm_installs_into_a_root_and_its_scripts_run(packages: Packages, tmp_path: Path) -> None:
+def test_rpm_installs_into_a_root_and_its_scripts_run(
+    packages: Packages, tmp_path: Path, sim_driver: Any
+) -> None:
     require(need_root(), need_binary("unshare"), need_binary("chroot"))
     if "overlay" not in Path("/proc/filesystems").read_text():
         pytest.skip("needs overlayfs (modprobe overlay) to give rpm --root a root with /bin/sh")
@@ -388,6 +390,7 @@ def test_rpm_installs_into_a_root_and_its_scripts_run(packages: Packages, tmp_pa
         packages.rpm_hook,
         check=False,
         timeout=300,
+        env={**os.environ, "SIM_ROOT": str(sim_driver.driver_root)},
     )
     assert done.returncode == 0, done.stdout + done.stderr
     out = sections(done.stdout)
@@ -405,6 +408,10 @@ def test_rpm_installs_into_a_root_and_its_scripts_run(packages: Packages, tmp_pa
     # the rpm's nvct-device-plugin imports the rpm's grpc (its launcher checks that first)
     assert out["plugin"] == ["Usage: nvct-device-plugin [OPTIONS]"], done.stdout + done.stderr
     assert any(p.startswith(f"{GRPC}/grpc/__pycache__/") for p in installed)
+    # CDI from the rpm: its spec names the rpm's own hook, and its cdi list reads the YAML back
+    cdi = out["cdi"]
+    assert cdi[:2] == ['"path": "/usr/bin/nvct-cdi-hook"', "hook installed"], done.stdout
+    assert {"nvidia.com/gpu=1", "nvidia.com/gpu=all"} <= set(cdi[2:]), done.stdout
     # rpm -e removed every file, %preun the byte code, %postun the cache.
     assert out["left"] == []
 

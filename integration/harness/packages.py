@@ -318,6 +318,19 @@ echo "=== run"
 chroot "$root" /usr/bin/nvct-cli --version
 echo "=== plugin"
 chroot "$root" /usr/bin/nvct-device-plugin --help | head -n 1
+echo "=== cdi"
+# A YAML spec for the simulated driver ($SIM_ROOT, bound into the root) by the installed
+# nvct-cli: the hook it names, and the devices cdi list reads back (PyYAML of the private tree).
+if [ -n "${SIM_ROOT:-}" ]; then
+    mkdir -p "$root$SIM_ROOT" "$root/tmp/cdi"
+    mount --bind "$SIM_ROOT" "$root$SIM_ROOT"
+    chroot "$root" /usr/bin/nvct-cli --driver-root "$SIM_ROOT" --dev-root "$SIM_ROOT" \
+        --proc-root "$SIM_ROOT/proc" cdi generate --output /tmp/cdi/nvidia.yaml >/dev/null
+    grep -o '"path": "[^"]*nvct-cdi-hook"' "$root/tmp/cdi/nvidia.yaml" | sort -u
+    [ -x "$root/usr/bin/nvct-cdi-hook" ] && echo "hook installed"
+    chroot "$root" /usr/bin/nvct-cli cdi list --spec-dir /tmp/cdi
+    umount "$root$SIM_ROOT"
+fi
 mkdir -p "$root/var/cache/nvct" && touch "$root/var/cache/nvct/inventory-x.json"
 echo "=== erase"
 rpm --root "$root" -e nvct-oci-hook nvct 2>&1

@@ -114,7 +114,7 @@ static int next_delivery(nvmlEventSet_t set, nvmlEventData_t *data)
 nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms)
 {
     struct timespec start, now;
-    long waited;
+    long long waited_ns, left_ms;
 
     sim_slow();
     if (init_count == 0)
@@ -126,10 +126,14 @@ nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsi
         if (next_delivery(set, data))
             return NVML_SUCCESS;
         clock_gettime(CLOCK_MONOTONIC, &now);
-        waited = (now.tv_sec - start.tv_sec) * 1000L + (now.tv_nsec - start.tv_nsec) / 1000000L;
-        if (waited >= (long)timeoutms)
+        /* in nanoseconds: whole milliseconds of a negative tv_nsec difference would round the
+         * wait up (C truncates toward zero) and time out early */
+        waited_ns = (long long)(now.tv_sec - start.tv_sec) * 1000000000LL
+                    + (now.tv_nsec - start.tv_nsec);
+        if (waited_ns >= (long long)timeoutms * 1000000LL)
             return NVML_ERROR_TIMEOUT;
-        sim_sleep_ms((long)timeoutms - waited < SIM_POLL_MS ? (long)timeoutms - waited : SIM_POLL_MS);
+        left_ms = ((long long)timeoutms * 1000000LL - waited_ns + 999999LL) / 1000000LL;
+        sim_sleep_ms(left_ms < SIM_POLL_MS ? (long)left_ms : SIM_POLL_MS);
     }
 }
 
