@@ -128,8 +128,18 @@ def test_the_labeller_command_is_one_nvct_cli_accepts() -> None:
 
     options = command[command.index("labels") + 1 :]
     parsed = labels.make_context("labels", [*options], resilient_parsing=True)
-    assert parsed.params["interval"] == 60 and parsed.params["mig_strategy"] == "none"
+    assert parsed.params["interval"] == 60
     assert CliRunner().invoke(labels, ["--help"]).exit_code == 0
+    # One config with the device plugin, and no MIG strategy of its own on the command line:
+    # the labels report the MIG strategy and sharing the plugin advertises by.
+    assert parsed.params["mig_strategy"] is None
+    spec = labeller["spec"]["template"]["spec"]
+    config = command[command.index("--config") + 1]
+    (mount,) = [
+        m for m in spec["containers"][0]["volumeMounts"] if config.startswith(m["mountPath"])
+    ]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    assert volume["configMap"]["name"] == "nvct-device-plugin"
 
 
 @pytest.fixture
