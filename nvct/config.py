@@ -9,7 +9,8 @@ path does not pay jsonschema's import on every container start.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -352,7 +353,23 @@ def parse_config(raw: bytes, *, source: str, use_cache: bool = False) -> Config:
         validate_config_data(data, source=source)
         if use_cache:
             cache.remember_config(cache_path, raw)
-    values: dict[str, Any] = {"source": source}
+    return Config(source=source, **_values(data))
+
+
+def with_table(config: Config, section: str, table: Mapping[str, Any], *, source: str) -> Config:
+    """``config`` with the keys of ``table`` set in ``[section]``, validated as a config file's.
+
+    Raises:
+        ConfigError: ``table`` is not valid there (the message names ``source`` and the key).
+    """
+    data = {section: dict(table)}
+    validate_config_data(data, source=source)
+    return replace(config, **_values(data))
+
+
+def _values(data: dict[str, Any]) -> dict[str, Any]:
+    """The ``Config`` fields a validated config document sets."""
+    values: dict[str, Any] = {}
     for keys, attr in _KEYMAP.items():
         node: Any = data
         for key in keys:
@@ -369,7 +386,7 @@ def parse_config(raw: bytes, *, source: str, use_cache: bool = False) -> Config:
             values[attr] = node
     if "all" in values.get("default_capabilities", ()):
         values["default_capabilities"] = CAPABILITIES
-    return Config(**values)
+    return values
 
 
 def validate_config_data(data: dict[str, Any], *, source: str) -> None:

@@ -118,3 +118,16 @@ def test_fuzz_wrong_types_are_config_errors(data) -> None:
         return
     with contextlib.suppress(ConfigError):
         parse_config(raw, source="f")
+
+
+def test_with_table_sets_a_sections_keys_validated_as_a_files() -> None:
+    """Settings recorded elsewhere (the device plugin's status file) applied to a Config."""
+    from nvct.config import with_table
+
+    base = Config(dp_mig_strategy="none", log_level="debug")
+    table = {"mig-strategy": "mixed", "device-list-strategy": ["envvar"], "ignored-xids": [48]}
+    changed = with_table(base, "device-plugin", table, source="status")
+    assert changed.dp_mig_strategy == "mixed" and changed.dp_device_list_strategy == ("envvar",)
+    assert changed.dp_ignored_xids == (48,) and changed.log_level == "debug"
+    with pytest.raises(ConfigError, match=re.escape("status: key 'device-plugin.mig-strategy'")):
+        with_table(base, "device-plugin", {"mig-strategy": "weird"}, source="status")

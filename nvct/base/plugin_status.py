@@ -23,6 +23,8 @@ SETTINGS = (
     "device-list-strategy",
     "cdi-spec-dir",
     "host-driver-root",
+    "quiet-period",
+    "ignored-xids",
 )
 
 Devices = dict[str, list[dict[str, Any]]]

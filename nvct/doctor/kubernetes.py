@@ -14,11 +14,12 @@ import datetime as dt
 import socket
 import stat
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from nvct.base.errors import ConfigError
 from nvct.base.plugin_files import CDI_SPEC_NAME, KUBELET_SOCKET
 from nvct.base.plugin_status import SETTINGS, read_status
-from nvct.config import setting_field
+from nvct.config import with_table
 from nvct.deviceplugin.devices import DeviceConfigError, Resource, resources
 from nvct.doctor import k8s_plugin, k8s_runtime
 from nvct.doctor.cdi import drift_of, recorded_version
@@ -72,19 +73,19 @@ def check_kubernetes(ctx: DoctorContext) -> list[CheckResult]:
 
 def as_the_plugin_runs(ctx: DoctorContext, directory: Path) -> DoctorContext:
     """``ctx`` with the ``[device-plugin]`` settings the running plugin recorded in its status
-    file (from a pod, its ConfigMap's, not the node's config.toml); ``ctx`` where none are."""
+    file (from a pod, its ConfigMap's, not the node's config.toml); ``ctx`` where none are, or
+    where they are not valid settings."""
     status, _ = read_status(directory)
-    settings = status.settings if status is not None else {}
-    recorded: dict[str, Any] = {
-        setting_field("device-plugin", key): tuple(map(str, value))
-        if isinstance(value, list)
-        else value
-        for key, value in settings.items()
-        if key in SETTINGS and isinstance(value, (str, list))
-    }
+    if status is None:
+        return ctx
+    recorded = {k: v for k, v in status.settings.items() if k in SETTINGS}
     if not recorded:
         return ctx
-    return dataclasses.replace(ctx, config=dataclasses.replace(ctx.config, **recorded))
+    try:
+        config = with_table(ctx.config, "device-plugin", recorded, source=str(directory))
+    except ConfigError:
+        return ctx
+    return dataclasses.replace(ctx, config=config)
 
 
 def check_kubelet_socket(directory: Path) -> CheckResult:

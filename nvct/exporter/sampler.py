@@ -16,7 +16,7 @@ from typing import Any
 
 import structlog
 
-from nvct.exporter.health import plugin_verdicts, verdict
+from nvct.exporter.health import plugin_view, verdict
 from nvct.exporter.nvml_reader import XidWatch, read_gpu
 from nvct.exporter.sample import GpuIdentity, GpuSample, Sample, XidSeen
 from nvct.podresources.client import PodResourcesClient, PodResourcesError
@@ -93,7 +93,9 @@ class Sampler:
         started = time.monotonic()
         readings = {g.uuid: read_gpu(self.nvml, self.handles[g.uuid]) for g in self.gpus}
         owners, replicas, up = self._kubelet()
-        plugin = plugin_verdicts(self.policy.plugin_dir, self.devices)
+        plugin = plugin_view(self.policy.plugin_dir, self.devices)
+        quiet_s = self.policy.quiet_s if plugin.quiet_s is None else plugin.quiet_s
+        ignored = self.policy.ignored_xids if plugin.ignored_xids is None else plugin.ignored_xids
         xids = self.xids.seen()
         now = time.monotonic()
         out = []
@@ -102,10 +104,10 @@ class Sampler:
             healthy, reason = verdict(
                 readings[gpu.uuid],
                 seen,
-                plugin.get(gpu.uuid, ""),
+                plugin.verdicts.get(gpu.uuid, ""),
                 now=now,
-                quiet_s=self.policy.quiet_s,
-                ignored_xids=self.policy.ignored_xids,
+                quiet_s=quiet_s,
+                ignored_xids=ignored,
             )
             out.append(
                 GpuSample(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from nvct.base.plugin_files import STATUS_FILE
 from nvct.base.plugin_status import status_bytes
-from nvct.exporter.health import plugin_verdicts, verdict
+from nvct.exporter.health import PluginView, plugin_view, verdict
 from nvct.exporter.sample import Reading, XidSeen
 from nvct.podresources.ids import DeviceMap, GpuIds
 
@@ -41,10 +41,16 @@ RESOURCES = {
 
 
 def test_plugin_status_file(tmp_path: Path) -> None:
-    assert plugin_verdicts(tmp_path, DEVICES) == {}  # no plugin on this node
-    (tmp_path / STATUS_FILE).write_bytes(status_bytes(RESOURCES, {"mig-strategy": "mixed"}))
-    assert plugin_verdicts(tmp_path, DEVICES) == {"GPU-b": "device plugin: XID 79"}
+    assert plugin_view(tmp_path, DEVICES) == PluginView()  # no plugin on this node
+    settings = {"mig-strategy": "mixed", "quiet-period": 5, "ignored-xids": [13, 48]}
+    (tmp_path / STATUS_FILE).write_bytes(status_bytes(RESOURCES, settings))
+    view = plugin_view(tmp_path, DEVICES)
+    assert view.verdicts == {"GPU-b": "device plugin: XID 79"}
+    assert (view.quiet_s, view.ignored_xids) == (5, (13, 48))  # the plugin's own XID policy
     (tmp_path / STATUS_FILE).write_text(json.dumps(RESOURCES))  # an older plugin's file
-    assert plugin_verdicts(tmp_path, DEVICES) == {"GPU-b": "device plugin: XID 79"}
+    assert plugin_view(tmp_path, DEVICES) == PluginView({"GPU-b": "device plugin: XID 79"})
+    bad = {"ignored-xids": ["forty-eight"]}  # not a valid setting: the exporter's own policy
+    (tmp_path / STATUS_FILE).write_bytes(status_bytes(RESOURCES, bad))
+    assert plugin_view(tmp_path, DEVICES).ignored_xids is None
     (tmp_path / STATUS_FILE).write_text("{not json")
-    assert plugin_verdicts(tmp_path, DEVICES) == {}
+    assert plugin_view(tmp_path, DEVICES) == PluginView()
