@@ -36,7 +36,7 @@ def policy_alone(sim: object, rounds: int) -> dict[str, dict[str, float]]:
     from nvct.deviceplugin.preferred import pcie_score, preferred
     from nvct.deviceplugin.topology import read_topology
     from nvct.host.arch import host_arch
-    from nvct.host.discover.libraries import nvml_library
+    from nvct.host.discover.libraries import driver_nvml_library
     from nvct.host.discover.nvml import open_nvml
 
     gpus = sim.spec.gpus  # type: ignore[attr-defined]
@@ -44,9 +44,7 @@ def policy_alone(sim: object, rounds: int) -> dict[str, dict[str, float]]:
         PluginDevice(g.uuid, g.uuid, str(i), i, g.pci_bus_id, g.numa_node, g.minor)
         for i, g in enumerate(gpus)
     ]
-    library = nvml_library(sim.driver_root, host_arch())  # type: ignore[attr-defined]
-    assert library is not None
-    nvml = open_nvml(library)
+    nvml = open_nvml(driver_nvml_library(sim.driver_root, host_arch()))  # type: ignore[attr-defined]
     try:
         topology = read_topology(nvml, devices)
     finally:

@@ -80,19 +80,13 @@ class Plugin:
         """
         from nvct.deviceplugin.nvml_watch import NvmlWatch
         from nvct.host.arch import host_arch
-        from nvct.host.discover.libraries import nvml_library
+        from nvct.host.discover.libraries import driver_nvml_library
         from nvct.host.load import load_inventory
 
         config = self.config
         try:
             inventory = load_inventory(config, use_cache=False)
-            library = nvml_library(Path(config.driver_root), host_arch())
-            if library is None:
-                raise NvctError(
-                    f"no libnvidia-ml.so.1 in {config.driver_root}'s ld.so.cache",
-                    hint="set driver-root to where the NVIDIA driver is installed",
-                )
-            self.watch = NvmlWatch(library)
+            self.watch = NvmlWatch(driver_nvml_library(Path(config.driver_root), host_arch()))
         except NvctError as err:
             _error(f"{err.one_line()} (driver-root {config.driver_root})")
             return False

@@ -67,7 +67,7 @@ def run(config: Config) -> int:
     from prometheus_client import CollectorRegistry, start_http_server
 
     from nvct.host.arch import host_arch
-    from nvct.host.discover.libraries import nvml_library
+    from nvct.host.discover.libraries import driver_nvml_library
     from nvct.host.discover.nvml import open_nvml
 
     stop = threading.Event()
@@ -75,13 +75,7 @@ def run(config: Config) -> int:
         signal.signal(sig, lambda *_: stop.set())
     try:
         found = discover(config)
-        library = nvml_library(Path(config.driver_root), host_arch())
-        if library is None:
-            raise NvctError(
-                f"no libnvidia-ml.so.1 in {config.driver_root}'s ld.so.cache",
-                hint="set driver-root to where the NVIDIA driver is installed",
-            )
-        nvml = open_nvml(library)
+        nvml = open_nvml(driver_nvml_library(Path(config.driver_root), host_arch()))
     except NvctError as err:
         report_error(f"{err.one_line()} (driver-root {config.driver_root})")
         return 1

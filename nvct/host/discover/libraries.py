@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from nvct.base.errors import DiscoveryError
 from nvct.host.arch import Arch
 from nvct.host.components import LIBRARY_PREFIXES, library_capability
 from nvct.host.discover.elf import read_elf
@@ -64,6 +65,21 @@ def nvml_library(driver_root: Path, arch: Arch) -> Path | None:
             if found is not None:
                 return found
     return None
+
+
+def driver_nvml_library(driver_root: Path, arch: Arch) -> Path:
+    """``nvml_library``, for the long-running NVML users that cannot work without it.
+
+    Raises:
+        DiscoveryError: the driver root's ld.so.cache lists no libnvidia-ml.so.1.
+    """
+    library = nvml_library(driver_root, arch)
+    if library is None:
+        raise DiscoveryError(
+            f"no libnvidia-ml.so.1 in {driver_root}'s ld.so.cache",
+            hint="set driver-root to where the NVIDIA driver is installed",
+        )
+    return library
 
 
 def _kind(entry: CacheEntry, arch: Arch) -> str | None:
