@@ -19,8 +19,8 @@ from pathlib import Path
 
 from nvct.base.errors import NvctError
 from nvct.base.plugin_files import socket_name
-from nvct.host.inventory import Gpu, Inventory, MigDevice
-from nvct.host.sharing import SharingPlan
+from nvct.host.inventory import Inventory
+from nvct.host.sharing import SharingPlan, shareable
 
 VENDOR = "nvidia.com"
 MIG_STRATEGIES = ("none", "single", "mixed")
@@ -107,26 +107,22 @@ def resources(
                 f"(found {', '.join(sorted(profiles))})",
                 hint="use mig-strategy mixed, or repartition the GPUs alike",
             )
-    for gpu in inventory.gpus:
-        numa = numa_node(sysfs_root, gpu.pci_bus_id)
-        if gpu.mig_enabled and mig_strategy != "none":
-            for mig in gpu.migs:
-                name = "gpu" if mig_strategy == "single" else f"mig-{mig.profile}"
-                by_name.setdefault(f"{VENDOR}/{name}", []).append(
-                    _mig_device(gpu, mig, numa, id_strategy)
-                )
-        elif not gpu.mig_enabled:
-            uuid, index = gpu.uuid, str(gpu.index)
-            device = PluginDevice(
-                uuid if id_strategy == "uuid" else index,
-                uuid,
-                index,
-                gpu.index,
-                gpu.pci_bus_id,
-                numa,
-                gpu.minor,
-            )
-            by_name.setdefault(f"{VENDOR}/gpu", []).append(device)
+    gpus = {g.index: g for g in inventory.gpus}
+    numa = {index: numa_node(sysfs_root, g.pci_bus_id) for index, g in gpus.items()}
+    # Which devices a MIG strategy advertises is the sharing plan's rule too: one statement.
+    for found in shareable(inventory, mig_strategy):
+        gpu = gpus[found.gpu]
+        name = f"mig-{found.profile}" if found.is_mig and mig_strategy == "mixed" else "gpu"
+        device = PluginDevice(
+            found.uuid if id_strategy == "uuid" else found.index,
+            found.uuid,
+            found.index,
+            gpu.index,
+            gpu.pci_bus_id,
+            numa[gpu.index],
+            gpu.minor,
+        )
+        by_name.setdefault(f"{VENDOR}/{name}", []).append(device)
     if plan is not None and plan.shares:
         by_name = _shared(by_name, plan)
     return tuple(Resource(name, tuple(devices)) for name, devices in sorted(by_name.items()))
@@ -148,16 +144,3 @@ def _shared(
                 for n in range(share.replicas)
             )
     return out
-
-
-def _mig_device(gpu: Gpu, mig: MigDevice, numa: int | None, id_strategy: str) -> PluginDevice:
-    index = f"{gpu.index}:{mig.index}"
-    return PluginDevice(
-        mig.uuid if id_strategy == "uuid" else index,
-        mig.uuid,
-        index,
-        gpu.index,
-        gpu.pci_bus_id,
-        numa,
-        gpu.minor,
-    )
