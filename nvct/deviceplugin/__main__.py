@@ -327,6 +327,10 @@ def run(config: Config) -> int:
         _error(err.one_line())
         plugin.close()
         return 2
+    except NvctError as err:  # the install (e.g. no nvct-cdi-hook for the CDI spec)
+        _error(err.one_line())
+        plugin.close()
+        return 1
     plugin.write_status()
     health = threading.Thread(target=plugin.check_health, name="health", daemon=True)
     health.start()
