@@ -233,6 +233,142 @@ def device_plugin(report: Report, cli: list[str], work: Path) -> None:
         report.say(f"plugin exit {rc}; its log:\n{log.read_text(errors='replace')[-6000:]}")
 
 
+ROOT_KEYS = ("driver-root", "dev-root", "proc-root")
+
+
+def poll(predicate: Callable[[], bool], timeout: float) -> bool:
+    """Whether ``predicate`` held within ``timeout`` seconds (asked every 10 ms)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+CUDA_CLIENT = """
+import sys, time, torch
+x = torch.ones(1024, 1024, device="cuda")
+for i in range(int(sys.argv[1])):
+    y = (x @ x).sum().item()
+    torch.cuda.synchronize()
+    print(f"step {i} {y:.0f}", flush=True)
+    time.sleep(0.2)
+print("client done", flush=True)
+"""
+
+
+def mps(report: Report, cli: list[str], work: Path, torch_python: str | None) -> None:
+    """GPU 0 shared by MPS (2 replicas): nvct-cli mps-control runs its daemon, the plugin
+    advertises the replicas, a CUDA client (PyTorch) works through the daemon while the plugin
+    is SIGKILLed and restarted; the daemon's raw answers are recorded."""
+    import pynvml as n
+
+    from integration.kubelet.standin import Kubelet
+
+    n.nvmlInit()
+    uuid = n.nvmlDeviceGetUUID(n.nvmlDeviceGetHandleByIndex(0))
+    n.nvmlShutdown()
+    uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
+    root = work / "mps"
+    config = work / "mps-config.toml"
+    roots = ""  # a dry run off the GPU machine: the simulated driver's roots
+    if "NVCT_CONFIG" in os.environ:
+        text = Path(os.environ["NVCT_CONFIG"]).read_text().split("\n[", 1)[0]
+        roots = "".join(f"{ln}\n" for ln in text.splitlines() if ln.startswith(ROOT_KEYS))
+    config.write_text(
+        roots + f'cache-dir = "{work / "cache"}"\n[device-plugin.sharing]\nmps-root = "{root}"\n'
+        '[[device-plugin.sharing.gpus]]\ndevices = ["0"]\nstrategy = "mps"\nreplicas = 2\n'
+    )
+    control_log = work / "mps-control.log"
+    with control_log.open("wb") as out:
+        control = subprocess.Popen(
+            [*cli, "--config", str(config), "mps-control"], stdout=out, stderr=out
+        )
+    plugin_dir = work / "mps-plugins"
+    kubelet = Kubelet(plugin_dir).start()
+    plugins: list[subprocess.Popen[bytes]] = []
+    plugin_log = work / "mps-plugin.log"
+
+    def start_plugin() -> None:
+        argv = [
+            sys.executable, "-m", "nvct.deviceplugin", "--config", str(config),
+            "--plugin-dir", str(plugin_dir), "--cdi-spec-dir", str(work / "mps-cdi"),
+        ]  # fmt: skip
+        with plugin_log.open("ab") as out:
+            plugins.append(subprocess.Popen(argv, stdout=out, stderr=out))
+
+    replicas = {f"{uuid}::0", f"{uuid}::1"}
+
+    def healthy() -> bool:
+        devices = kubelet.devices("nvidia.com/gpu")
+        return all(devices.get(r) == "Healthy" for r in replicas)
+
+    client: subprocess.Popen[str] | None = None
+    try:
+        t0 = time.monotonic()
+        ok = poll(lambda: b"mps_daemon_ready" in control_log.read_bytes(), 30)
+        report.say(f"mps-control ready: {ok} after {time.monotonic() - t0:.2f} s")
+        pipe, shm = root / uuid / "pipe", root / uuid / "shm"
+        mps_env = {**os.environ, "CUDA_MPS_PIPE_DIRECTORY": str(pipe)}
+        asked = subprocess.run(
+            ["nvidia-cuda-mps-control"], env=mps_env, capture_output=True, text=True,
+            input="get_default_device_pinned_mem_limit 0\nget_default_active_thread_percentage\n",
+            timeout=20, check=False,
+        )  # fmt: skip
+        report.say(f"the daemon's raw answers: {asked.stdout!r} {asked.stderr!r}")
+        report.record("mps_raw_answers", asked.stdout)
+        start_plugin()
+        ok = kubelet.wait(healthy, 30)
+        report.say(f"replicas Healthy: {ok}: {kubelet.devices('nvidia.com/gpu')}")
+        report.record("mps_replicas_healthy", ok)
+        answer = kubelet.allocate("nvidia.com/gpu", [f"{uuid}::0"])
+        report.say(f"Allocate({uuid}::0):\n{answer}")
+        if torch_python:
+            script = work / "client.py"
+            script.write_text(CUDA_CLIENT)
+            client = subprocess.Popen(
+                ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                 f'mount --bind "{shm}" /dev/shm && exec "$@"', "client",
+                 torch_python, str(script), "40"],
+                env={**mps_env, "CUDA_MPS_LOG_DIRECTORY": str(root / uuid / "log")},
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            )  # fmt: skip
+            time.sleep(3)
+        before = kubelet.plugins["nvidia.com/gpu"].at
+        plugins[-1].kill()
+        plugins[-1].wait()
+        report.say("plugin SIGKILLed")
+        time.sleep(1)
+        start_plugin()
+        kubelet.wait(lambda: kubelet.plugins["nvidia.com/gpu"].at != before, 30)
+        registered = kubelet.plugins["nvidia.com/gpu"].at
+        ok = kubelet.wait(healthy, 30)
+        took = time.monotonic() - registered
+        report.say(f"after the restart: replicas Healthy {ok}, {took:.3f} s after registering")
+        report.record("mps_healthy_after_restart_s", round(took, 3) if ok else None)
+        if client is not None:
+            out, _ = client.communicate(timeout=120)
+            report.say(f"CUDA client through MPS: exit {client.returncode}\n{out[-3000:]}")
+            report.record("mps_client", {"rc": client.returncode, "tail": out[-500:]})
+        servers = subprocess.run(
+            ["nvidia-cuda-mps-control"], env=mps_env, input="get_server_list\n",
+            capture_output=True, text=True, timeout=20, check=False,
+        )  # fmt: skip
+        report.say(f"get_server_list: {servers.stdout!r}")
+    finally:
+        if client is not None and client.poll() is None:
+            client.kill()
+        for proc in plugins:
+            proc.terminate()
+            proc.wait(10)
+        kubelet.stop()
+        control.terminate()
+        report.say(f"mps-control exit {control.wait(30)}")
+        report.say(f"mps-control log:\n{control_log.read_text(errors='replace')[-4000:]}")
+        report.say(f"plugin log tail:\n{plugin_log.read_text(errors='replace')[-4000:]}")
+
+
 def exporter(report: Report, cli: list[str], work: Path) -> None:
     import socket
     import urllib.request
@@ -352,6 +488,8 @@ def main() -> int:
             report.record(name, run(report, argv)[:20000])
     with report.step("nvct-device-plugin against the kubelet stand-in"):
         device_plugin(report, cli, work)
+    with report.step("MPS: nvct-cli mps-control, the plugin restarted under a CUDA client"):
+        mps(report, cli, work, os.environ.get("TORCH_PYTHON"))
     with report.step("nvct-cli exporter, one scrape"):
         exporter(report, cli, work)
     with report.step("a container through nvct-runtime (runc)"):

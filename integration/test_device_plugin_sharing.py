@@ -37,6 +37,17 @@ def sharing(*rules: str, **options: str) -> dict[str, str]:
     return out
 
 
+def until(predicate: Callable[[], bool], timeout: float) -> bool:
+    """Whether ``predicate`` (a log's content: nothing notifies of it) held within
+    ``timeout`` seconds, asked every 10 ms."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def replicas(uuid: str, n: int) -> list[str]:
     return [f"{uuid}::{i}" for i in range(n)]
 
@@ -315,7 +326,7 @@ def test_mps_control_keeps_daemons_with_its_limits_and_replaces_others(
     daemon = int((pipe / PID_FILE).read_text())
     first.kill()
     kept = mps_control(plugin)
-    assert kubelet.wait(lambda: '"mps_daemon_ready"' in kept.output(), timeout=10)
+    assert until(lambda: '"mps_daemon_ready"' in kept.output(), timeout=10)
     assert '"adopted": true' in kept.output(), kept.output()
     assert int((pipe / PID_FILE).read_text()) == daemon and running(daemon)
     kept.kill()
@@ -329,13 +340,13 @@ def test_mps_control_keeps_daemons_with_its_limits_and_replaces_others(
         ),
     )
     replaced = mps_control(plugin, other)
-    assert kubelet.wait(lambda: '"mps_daemon_ready"' in replaced.output(), timeout=10)
+    assert until(lambda: '"mps_daemon_ready"' in replaced.output(), timeout=10)
     assert not running(daemon)
     assert (str(pipe), "quit") in inject.mps_commands(plugin.control)
     # the plugin, still configured for 50 %, takes its replicas out and says why
     gone = dict.fromkeys(replicas(uuid, 2), "Unhealthy")
     assert kubelet.wait(lambda: gone.items() <= kubelet.devices(SHARED).items(), timeout=5)
-    assert kubelet.wait(lambda: "20.0% active threads, not" in plugin.output(), timeout=5)
+    assert until(lambda: "20.0% active threads, not" in plugin.output(), timeout=5)
 
 
 def test_the_plugin_without_mps_control_advertises_no_mps_replica_and_says_why(
@@ -343,7 +354,7 @@ def test_the_plugin_without_mps_control_advertises_no_mps_replica_and_says_why(
 ) -> None:
     uuid = uuids(sim_driver)[1]
     plugin = plugin_factory("--mps-root", str(tmp_path / "mps"), **MPS_RULES)
-    assert kubelet.wait(lambda: '"mps_daemon_failed"' in plugin.output())
+    assert until(lambda: '"mps_daemon_failed"' in plugin.output(), timeout=10)
     assert "nvct-cli mps-control" in plugin.output()
     time.sleep(0.5)
     assert not [d for d in kubelet.devices(SHARED) if d.startswith(uuid)]

@@ -13,6 +13,7 @@ clients' work alone.
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 
 import structlog
@@ -43,10 +44,10 @@ def run(config: Config, stop: threading.Event | None = None) -> int:
         plan = plan_sharing(config, inventory)
         daemons = gpu_daemons(MpsDaemon, config, inventory, plan.shares.values())
     except SharingConfigError as err:
-        log.error("config", error=err.one_line())
+        _error("config", err.one_line())
         return 2
     except NvctError as err:
-        log.error("driver", error=err.one_line(), driver_root=config.driver_root)
+        _error("driver", f"{err.one_line()} (driver-root {config.driver_root})")
         return 1
     if not daemons:
         log.info("no_mps_gpus", detail="no GPU is shared with strategy mps; nothing to run")
@@ -66,3 +67,9 @@ def run(config: Config, stop: threading.Event | None = None) -> int:
         watch.stop()
         log.info("stopped")
     return 0
+
+
+def _error(event: str, message: str) -> None:
+    """One JSON log line, and the same one line on stderr."""
+    log.error(event, error=message)
+    print(f"nvct-cli mps-control: error: {message}", file=sys.stderr, flush=True)
