@@ -236,16 +236,6 @@ def device_plugin(report: Report, cli: list[str], work: Path) -> None:
 ROOT_KEYS = ("driver-root", "dev-root", "proc-root")
 
 
-def poll(predicate: Callable[[], bool], timeout: float) -> bool:
-    """Whether ``predicate`` held within ``timeout`` seconds (asked every 10 ms)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
-
-
 CUDA_CLIENT = """
 import sys, time, torch
 x = torch.ones(1024, 1024, device="cuda")
@@ -264,6 +254,7 @@ def mps(report: Report, cli: list[str], work: Path, torch_python: str | None) ->
     is SIGKILLed and restarted; the daemon's raw answers are recorded."""
     import pynvml as n
 
+    from integration.harness.processes import until
     from integration.kubelet.standin import Kubelet
 
     n.nvmlInit()
@@ -307,7 +298,7 @@ def mps(report: Report, cli: list[str], work: Path, torch_python: str | None) ->
     client: subprocess.Popen[str] | None = None
     try:
         t0 = time.monotonic()
-        ok = poll(lambda: b"mps_daemon_ready" in control_log.read_bytes(), 30)
+        ok = until(lambda: b"mps_daemon_ready" in control_log.read_bytes(), 30)
         report.say(f"mps-control ready: {ok} after {time.monotonic() - t0:.2f} s")
         pipe, shm = root / uuid / "pipe", root / uuid / "shm"
         mps_env = {**os.environ, "CUDA_MPS_PIPE_DIRECTORY": str(pipe)}

@@ -21,6 +21,7 @@ import pytest
 from integration.conftest import NVCT_BIN, write_nvct_config
 from integration.harness.bundles import BundleFactory, run_runc
 from integration.harness.deviceplugin import MpsControlProcess, apply, uuids
+from integration.harness.processes import until
 from integration.kubelet.standin import Kubelet, sockets
 from integration.simdriver import inject
 
@@ -35,17 +36,6 @@ def sharing(*rules: str, **options: str) -> dict[str, str]:
     out = {f"device-plugin.sharing.{k.replace('_', '-')}": v for k, v in options.items()}
     out["device-plugin.sharing.gpus"] = f"[{', '.join(rules)}]"
     return out
-
-
-def until(predicate: Callable[[], bool], timeout: float) -> bool:
-    """Whether ``predicate`` (a log's content: nothing notifies of it) held within
-    ``timeout`` seconds, asked every 10 ms."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 def replicas(uuid: str, n: int) -> list[str]:
