@@ -23,7 +23,13 @@ import structlog
 from nvct.base.atomic import write_atomic
 from nvct.base.errors import NvctError
 from nvct.base.log import configure_stdout_structlog
-from nvct.base.plugin_files import CDI_SPEC_NAME, KUBELET_SOCKET, STATUS_FILE
+from nvct.base.plugin_files import (
+    CDI_CLASS,
+    CDI_SPEC_NAME,
+    CDI_VENDOR,
+    KUBELET_SOCKET,
+    STATUS_FILE,
+)
 from nvct.base.plugin_status import SETTINGS, status_bytes
 from nvct.config import Config, load_config, setting_field
 from nvct.deviceplugin.allocate import STRATEGIES, SharingPolicy
@@ -96,7 +102,6 @@ class Plugin:
         found = resources(
             inventory,
             mig_strategy=config.dp_mig_strategy,
-            id_strategy=config.dp_device_id_strategy,
             sysfs_root=Path(config.dp_sysfs_root),
             plan=plan,
         )
@@ -198,10 +203,12 @@ class Plugin:
         """Write the CDI spec the answers name (before registering); its device names."""
         if not {"cdi-cri", "cdi-annotations"} & set(self.config.dp_device_list_strategy):
             return frozenset()
-        from nvct.cdi.spec import build_spec, device_names, hook_program, to_json
+        from nvct.cdi.spec import SpecOptions, build_spec, device_names, hook_program, to_json
         from nvct.host.arch import host_arch
 
-        spec = build_spec(inventory, self.config, host_arch(), strategy="both", hook=hook_program())
+        # Its own kind: the node's nvidia.com/gpu spec may sit in the same directory.
+        options = SpecOptions(strategy="both", vendor=CDI_VENDOR, cls=CDI_CLASS)
+        spec = build_spec(inventory, self.config, host_arch(), options=options, hook=hook_program())
         if self.config.dp_host_driver_root:
             spec = _on_host(spec, str(self.config.driver_root), self.config.dp_host_driver_root)
         path = Path(self.config.dp_cdi_spec_dir) / CDI_SPEC_NAME

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nvct.base.errors import ConfigError
-from nvct.base.plugin_files import CDI_SPEC_NAME, KUBELET_SOCKET
+from nvct.base.plugin_files import CDI_KIND, CDI_SPEC_NAME, KUBELET_SOCKET
 from nvct.base.plugin_status import SETTINGS, read_status
 from nvct.config import with_table
 from nvct.deviceplugin.devices import DeviceConfigError, Resource, resources
@@ -133,7 +133,6 @@ def advertised(ctx: DoctorContext, inventory: Inventory) -> tuple[Resource, ...]
     return resources(
         inventory,
         mig_strategy=ctx.config.dp_mig_strategy,
-        id_strategy=ctx.config.dp_device_id_strategy,
         sysfs_root=ctx.sysfs_root,
         plan=plan,
     )
@@ -164,6 +163,14 @@ def check_cdi_spec(ctx: DoctorContext, inventory: Inventory | None) -> CheckResu
         spec = load_spec_file(path)
     except ValueError as err:
         return failed(CDI_SPEC, str(err), fix)
+    if spec.get("kind") != CDI_KIND:
+        return failed(
+            CDI_SPEC,
+            f"{path} is of kind {spec.get('kind')}, the plugin's answers name {CDI_KIND}: an "
+            "older nvct-device-plugin wrote it, and it collides with the node's nvidia.com/gpu "
+            "spec",
+            fix,
+        )
     if inventory is None:
         return warned(CDI_SPEC, f"{path} parses; {NO_DRIVER}, so it is not compared", "")
     try:

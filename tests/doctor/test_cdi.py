@@ -112,3 +112,34 @@ def test_a_spec_that_drifted_from_the_driver_is_stale(
     assert result.status == FAIL
     assert f"{path} is stale: {said}" in result.message
     assert result.fix == f"nvct-cli cdi generate --output {path}"
+
+
+def test_names_two_specs_of_one_directory_define_and_which_file_to_remove(tmp_path) -> None:
+    from nvct.doctor.cdi_conflicts import check_cdi_conflicts
+
+    run_cdi = tmp_path / "run-cdi"
+    ctx = context(tmp_path, cdi_dirs=(tmp_path / "etc-cdi", run_cdi))
+    device = {"name": "0", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0"}]}}
+    spec = {"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu", "devices": [device]}
+    run_cdi.mkdir(parents=True)
+    (run_cdi / "nvidia.yaml").write_text(json.dumps(spec))  # JSON is YAML
+    [fine] = check_cdi_conflicts(ctx)
+    assert fine.status == PASS
+    (run_cdi / "nvct.json").write_text(json.dumps(spec))
+    [clash] = check_cdi_conflicts(ctx)
+    assert clash.status == FAIL
+    assert clash.message.startswith(
+        f"{run_cdi / 'nvct.json'} and {run_cdi / 'nvidia.yaml'} both define 1 CDI device(s) "
+        "(nvidia.com/gpu=0): neither definition is used"
+    )
+    assert clash.fix.startswith(
+        f"keep one nvidia.com/gpu spec per directory: remove {run_cdi / 'nvidia.yaml'} "
+        f"(or {run_cdi / 'nvct.json'})"
+    )
+    # The device plugin's spec from before it had a kind of its own: restarting it fixes that.
+    (run_cdi / "nvct.json").rename(run_cdi / "nvct-device-plugin.json")
+    [old_plugin] = check_cdi_conflicts(ctx)
+    assert old_plugin.fix.startswith(
+        f"restart nvct-device-plugin: it rewrites {run_cdi / 'nvct-device-plugin.json'} as "
+        "k8s.device-plugin.nvct.io/gpu"
+    )

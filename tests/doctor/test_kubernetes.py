@@ -20,9 +20,9 @@ from typing import Any
 import grpc
 import pytest
 
-from nvct.base.plugin_files import STATUS_FILE
+from nvct.base.plugin_files import CDI_CLASS, CDI_KIND, CDI_VENDOR, STATUS_FILE
 from nvct.base.plugin_status import status_bytes
-from nvct.cdi.spec import build_spec
+from nvct.cdi.spec import SpecOptions, build_spec
 from nvct.deviceplugin.api import v1beta1_pb2 as api
 from nvct.deviceplugin.api import v1beta1_pb2_grpc as rpc
 from nvct.doctor import FAIL, PASS, SKIP, WARN, CheckResult, k8s_plugin, k8s_runtime, kubernetes
@@ -353,7 +353,8 @@ def test_no_engine_config_at_all(tmp_path) -> None:
 
 def plugin_spec(sim: Any, tmp: Path) -> dict[str, Any]:
     """The spec nvct-device-plugin writes (both name forms, the hook)."""
-    return build_spec(sim.inventory, sim_config(sim, tmp), host_arch(), strategy="both", hook=HOOK)
+    options = SpecOptions(strategy="both", vendor=CDI_VENDOR, cls=CDI_CLASS)
+    return build_spec(sim.inventory, sim_config(sim, tmp), host_arch(), options=options, hook=HOOK)
 
 
 def cdi_ctx(sim: Any, tmp: Path, **config: Any) -> Any:
@@ -409,8 +410,20 @@ def test_plugin_cdi_spec_stale(recorded_h100x4, tmp_path) -> None:
     drifted = kubernetes.check_cdi_spec(ctx, sim.inventory)
     assert drifted.status == FAIL
     assert drifted.message == f"{path} is stale: the common mounts changed"
+    # Written by a plugin from before its spec had a kind of its own.
+    write_spec(tmp_path, {**plugin_spec(sim, tmp_path), "kind": "nvidia.com/gpu"})
+    kind = kubernetes.check_cdi_spec(ctx, sim.inventory)
+    assert kind.status == FAIL
+    assert kind.message == (
+        f"{path} is of kind nvidia.com/gpu, the plugin's answers name {CDI_KIND}: an older "
+        "nvct-device-plugin wrote it, and it collides with the node's nvidia.com/gpu spec"
+    )
     older = dataclasses.replace(sim.inventory, driver_version="535.104.05")
-    write_spec(tmp_path, build_spec(older, sim_config(sim, tmp_path), host_arch(), hook=HOOK))
+    options = SpecOptions(vendor=CDI_VENDOR, cls=CDI_CLASS)
+    write_spec(
+        tmp_path,
+        build_spec(older, sim_config(sim, tmp_path), host_arch(), options=options, hook=HOOK),
+    )
     version = kubernetes.check_cdi_spec(ctx, sim.inventory)
     assert version.status == FAIL
     assert "was written for driver 535.104.05, the driver is 550.54.15" in version.message
