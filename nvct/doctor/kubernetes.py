@@ -153,6 +153,15 @@ def check_cdi_spec(ctx: DoctorContext, inventory: Inventory | None) -> CheckResu
     )
     from nvct.host.cdi_specs import load_spec_file
 
+    read = [str(d) for d in ctx.cdi_dirs]
+    if path.parent not in ctx.cdi_dirs:
+        return failed(
+            CDI_SPEC,
+            f"the plugin writes its CDI spec to {path.parent}; the engines read {', '.join(read)}"
+            ": the CDI names it answers resolve nowhere",
+            'set [device-plugin] cdi-spec-dir = "/var/run/cdi" (read by containerd, CRI-O and '
+            "nvct-runtime alike)",
+        )
     if not path.exists():
         return failed(
             CDI_SPEC,

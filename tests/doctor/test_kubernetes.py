@@ -565,3 +565,15 @@ def test_without_grpc_a_socket_is_a_warning_saying_why(
     )
     assert "reinstall the nvct package built for Python" in serving.message
     assert devices.status == PASS
+
+
+def test_plugin_cdi_spec_dir_the_engines_do_not_read(recorded_h100x4, tmp_path) -> None:
+    sim = recorded_h100x4
+    ctx = cdi_ctx(sim, tmp_path, dp_cdi_spec_dir=str(tmp_path / "elsewhere"))
+    result = kubernetes.check_cdi_spec(ctx, sim.inventory)
+    assert result.status == FAIL
+    assert result.message == (
+        f"the plugin writes its CDI spec to {tmp_path / 'elsewhere'}; the engines read "
+        f"{tmp_path / 'cdi'}: the CDI names it answers resolve nowhere"
+    )
+    assert result.fix.startswith('set [device-plugin] cdi-spec-dir = "/var/run/cdi"')
