@@ -127,6 +127,30 @@ def test_index_ids_reach_only_the_container_the_kubelet_keeps_uuids(
     assert spec["kind"] == CDI_KIND and "1" in {d["name"] for d in spec["devices"]}
 
 
+def test_an_envvar_plugin_on_a_guarded_node_says_so_at_start(
+    kubelet, plugin_factory, sim_driver, tmp_path
+) -> None:
+    """The node's nvct-runtime (its config.toml, as the plugin's pod sees it) has
+    only-allocated-gpus on: every envvar answer is dropped there, and the plugin says so once,
+    as a JSON log line and on stderr; it still serves (the operator decides)."""
+    node = write_nvct_config(
+        tmp_path / "node" / "config.toml", sim_driver, **{"request.only-allocated-gpus": "true"}
+    )
+    plugin = plugin_factory(
+        "--device-list-strategy", "envvar", **{"device-plugin.runtime-config": f'"{node}"'}
+    )
+    assert kubelet.wait(lambda: GPU in kubelet.plugins and kubelet.plugins[GPU].updates)
+    out = plugin.output()
+    problem = (
+        "device-list-strategy envvar answers only NVIDIA_VISIBLE_DEVICES, which this node's "
+        f"nvct-runtime ignores (request.only-allocated-gpus is on in {node}): pods get no GPU"
+    )
+    assert f"nvct-device-plugin: error: {problem} (fix: set [device-plugin]" in out
+    events = [json.loads(ln) for ln in out.splitlines() if ln.startswith("{")]
+    (said,) = [e for e in events if e.get("event") == "envvar_ignored_by_guard"]
+    assert said["problem"] == problem and said["level"] == "error"
+
+
 def test_unknown_and_unhealthy_devices_are_refused_and_health_recovers(
     kubelet, plugin_factory, sim_driver
 ) -> None:

@@ -21,6 +21,7 @@ import grpc
 import structlog
 
 from nvct.base.atomic import write_atomic
+from nvct.base.defaults import config_path
 from nvct.base.errors import NvctError
 from nvct.base.log import configure_stdout_structlog
 from nvct.base.plugin_files import (
@@ -40,6 +41,8 @@ from nvct.deviceplugin.devices import (
     PluginDevice,
     resources,
 )
+from nvct.deviceplugin.guard import FIX as GUARD_FIX
+from nvct.deviceplugin.guard import envvar_without_guard_pass, node_guard
 from nvct.deviceplugin.health import Health
 from nvct.deviceplugin.mps_watch import MpsWatch
 from nvct.deviceplugin.preferred import pcie_score
@@ -399,7 +402,25 @@ def cli(config_file: str | None, **flags: Any) -> int:
         overrides["dp_device_list_strategy"] = chosen
     config = dataclasses.replace(config, **overrides)
     log.info("starting", settings=json.loads(json.dumps(_settings(config), default=str)))
+    try:
+        _check_guard(config, config_path(config_file)[0])
+    except NvctError as err:
+        _error(err.one_line())
+        return 2
     return run(config)
+
+
+def _check_guard(config: Config, own_file: str) -> None:
+    """Say, at start, when the node's leak guard drops every answer this plugin gives.
+
+    Raises:
+        ConfigError: runtime-config names an invalid config.
+    """
+    guarded, where = node_guard(config, own_file)
+    problem = envvar_without_guard_pass(config.dp_device_list_strategy, guarded, where)
+    if problem is not None:
+        log.error("envvar_ignored_by_guard", problem=problem, fix=GUARD_FIX)
+        print(f"nvct-device-plugin: error: {problem} (fix: {GUARD_FIX})", file=sys.stderr)
 
 
 def _settings(config: Config) -> dict[str, Any]:

@@ -21,6 +21,8 @@ from nvct.base.plugin_files import CDI_KIND, CDI_SPEC_NAME, KUBELET_SOCKET
 from nvct.base.plugin_status import SETTINGS, read_status
 from nvct.config import with_table
 from nvct.deviceplugin.devices import DeviceConfigError, Resource, resources
+from nvct.deviceplugin.guard import FIX as GUARD_FIX
+from nvct.deviceplugin.guard import envvar_without_guard_pass
 from nvct.doctor import k8s_plugin, k8s_runtime
 from nvct.doctor.cdi import drift_of, recorded_version
 from nvct.doctor.context import DoctorContext
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
 NAME = "kubernetes"
 KUBELET = "kubelet-socket"
 CDI_SPEC = "device-plugin-cdi-spec"
+GUARD = "device-plugin-guard"
 MIG = "mig-strategy"
 NO_DRIVER = "the driver's GPUs are unknown (see the nvml check)"
 CDI_STRATEGIES = ("cdi-cri", "cdi-annotations")
@@ -66,6 +69,7 @@ def check_kubernetes(ctx: DoctorContext) -> list[CheckResult]:
         kubelet,
         *k8s_plugin.check_plugin(ctx, directory, kubelet_mtime),
         k8s_runtime.check_runtime_class(ctx),
+        check_guard(plugin),
         check_cdi_spec(plugin, inventory),
         check_mig_strategy(plugin, inventory),
     ]
@@ -135,6 +139,22 @@ def advertised(ctx: DoctorContext, inventory: Inventory) -> tuple[Resource, ...]
         mig_strategy=ctx.config.dp_mig_strategy,
         sysfs_root=ctx.sysfs_root,
         plan=plan,
+    )
+
+
+def check_guard(ctx: DoctorContext) -> CheckResult:
+    """The plugin's device-list strategy against this node's leak guard
+    (``request.only-allocated-gpus``, which drops every ``NVIDIA_VISIBLE_DEVICES``)."""
+    strategies = ctx.config.dp_device_list_strategy
+    where = ctx.config_file or "the node's config.toml"
+    problem = envvar_without_guard_pass(strategies, ctx.config.only_allocated_gpus, where)
+    if problem is not None:
+        return failed(GUARD, problem, GUARD_FIX)
+    state = "on" if ctx.config.only_allocated_gpus else "off"
+    return passed(
+        GUARD,
+        f"request.only-allocated-gpus is {state}; the plugin answers "
+        f"{', '.join(strategies)}, which nvct-runtime accepts",
     )
 
 

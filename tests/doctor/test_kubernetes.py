@@ -544,10 +544,11 @@ def test_the_report_lists_every_kubernetes_check(
         ("device-plugin", PASS),
         ("device-plugin-devices", PASS),
         ("runtime-class", PASS),
+        ("device-plugin-guard", PASS),
         ("device-plugin-cdi-spec", PASS),
         ("mig-strategy", PASS),
     ]
-    assert report.to_text()[-1] == "OK: 6 PASS"
+    assert report.to_text()[-1] == "OK: 7 PASS"
 
 
 def test_without_grpc_a_socket_is_a_warning_saying_why(
@@ -577,3 +578,29 @@ def test_plugin_cdi_spec_dir_the_engines_do_not_read(recorded_h100x4, tmp_path) 
         f"{tmp_path / 'cdi'}: the CDI names it answers resolve nowhere"
     )
     assert result.fix.startswith('set [device-plugin] cdi-spec-dir = "/var/run/cdi"')
+
+
+def test_an_envvar_only_plugin_on_a_guarded_node_is_named_with_the_fix(
+    recorded_h100x4, tmp_path, plugin_dir
+) -> None:
+    """The guard drops NVIDIA_VISIBLE_DEVICES from every source, the plugin's too."""
+    sim = recorded_h100x4
+    node = context(tmp_path, sim_config(sim, tmp_path, only_allocated_gpus=True))
+    node = dataclasses.replace(node, config_file="/etc/nvct/config.toml")
+    settings = {"device-list-strategy": ["envvar"]}
+    (plugin_dir / STATUS_FILE).write_bytes(status_bytes({"nvidia.com/gpu": []}, settings))
+    plugin = kubernetes.as_the_plugin_runs(node, plugin_dir)
+    dropped = kubernetes.check_guard(plugin)
+    assert dropped.status == FAIL
+    assert dropped.message == (
+        "device-list-strategy envvar answers only NVIDIA_VISIBLE_DEVICES, which this node's "
+        "nvct-runtime ignores (request.only-allocated-gpus is on in /etc/nvct/config.toml): "
+        "pods get no GPU"
+    )
+    assert dropped.fix.startswith('set [device-plugin] device-list-strategy = ["cdi-cri"')
+    settings = {"device-list-strategy": ["envvar", "cdi-annotations"]}
+    (plugin_dir / STATUS_FILE).write_bytes(status_bytes({"nvidia.com/gpu": []}, settings))
+    accepted = kubernetes.check_guard(kubernetes.as_the_plugin_runs(node, plugin_dir))
+    assert accepted.status == PASS and "only-allocated-gpus is on" in accepted.message
+    unguarded = context(tmp_path, sim_config(sim, tmp_path))
+    assert kubernetes.check_guard(unguarded).status == PASS
