@@ -98,7 +98,8 @@ class CdiSpecs:
 
 
 def load_spec_file(path: Path) -> dict[str, Any]:
-    """Parse one spec file (YAML needs PyYAML, imported only for YAML files).
+    """Parse one spec file (PyYAML, a dependency of every install, is imported only for YAML
+    files: nvct-runtime's hot path reads none).
 
     Raises:
         ValueError: unreadable, not JSON/YAML, or not a mapping; the message names the file.
@@ -119,7 +120,8 @@ def load_spec_file(path: Path) -> dict[str, Any]:
             import yaml
         except ImportError as err:
             raise ValueError(
-                f"{path} is YAML and PyYAML is not installed (pip install PyYAML)"
+                f"{path} is YAML and PyYAML, a dependency of nvct, cannot be imported ({err}): "
+                "reinstall nvct (its package, or pip install nvct)"
             ) from err
         try:
             data = yaml.safe_load(raw)

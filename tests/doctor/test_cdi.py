@@ -37,7 +37,7 @@ def test_cdi_spec_missing_old_and_current(tmp_path) -> None:
     assert any("unreadable CDI spec" in r.message for r in cdi.check_cdi(ctx, "550.54.15"))
 
 
-def test_cdi_yaml_without_pyyaml_is_read_by_regex(tmp_path, monkeypatch) -> None:
+def test_cdi_yaml_is_read_by_pyyaml_and_a_missing_pyyaml_is_named(tmp_path, monkeypatch) -> None:
     import sys
 
     spec = tmp_path / "cdi/nvidia.yaml"
@@ -46,9 +46,14 @@ def test_cdi_yaml_without_pyyaml_is_read_by_regex(tmp_path, monkeypatch) -> None
         '---\ncdiVersion: "0.5.0"\nkind: "nvidia.com/gpu"\ncontainerEdits:\n  env:\n'
         '  - "NVIDIA_VISIBLE_DEVICES=void"\n  - "NVCT_CDI_DRIVER_VERSION=550.54.15"\n'
     )
-    monkeypatch.setitem(sys.modules, "yaml", None)
     specs, errors = cdi.find_specs((tmp_path / "cdi",))
     assert not errors and specs == [cdi.CdiSpec(spec, "550.54.15")]
+    # An install that lost its dependency: the file and the fix, no guess by regex.
+    monkeypatch.setitem(sys.modules, "yaml", None)
+    specs, errors = cdi.find_specs((tmp_path / "cdi",))
+    assert specs == [] and len(errors) == 1
+    assert errors[0].startswith(f"{spec} is YAML and PyYAML, a dependency of nvct, cannot be")
+    assert errors[0].endswith("reinstall nvct (its package, or pip install nvct)")
 
 
 @pytest.mark.root
