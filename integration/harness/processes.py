@@ -1,9 +1,13 @@
-"""Stopping a daemon a test started, by its own Popen (never by name)."""
+"""Stopping a daemon a test started, by its own Popen or its pid (never by name)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import subprocess
+import time
+from collections.abc import Callable
 
 
 def terminate(proc: subprocess.Popen[bytes], timeout: float = 15) -> int:
@@ -15,3 +19,18 @@ def terminate(proc: subprocess.Popen[bytes], timeout: float = 15) -> int:
     except subprocess.TimeoutExpired:
         proc.kill()
         return proc.wait()
+
+
+def end_owned(pid: int, owns: Callable[[int], bool], term_timeout: float) -> bool:
+    """SIGTERM ``pid``, then SIGKILL after ``term_timeout``, each only while ``owns(pid)``
+    (a daemon's helper, checked by its command line: a pid can be reused); False when it
+    survived SIGKILL."""
+    for sig, wait in ((signal.SIGTERM, term_timeout), (signal.SIGKILL, 5.0)):
+        if not owns(pid):
+            return True
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and owns(pid):
+            time.sleep(0.05)
+    return not owns(pid)
