@@ -22,7 +22,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from integration.harness import HarnessError, run_command, tail
@@ -108,10 +108,17 @@ class Containerd:
         env: Mapping[str, str] | None = None,
         start_timeout: float = 60.0,
         stop_timeout: float = 20.0,
+        enter: Sequence[str] = (),
+        config: tuple[Path, str] | None = None,
     ) -> None:
+        """``enter``: an argv prefix that runs containerd elsewhere (a node root's namespace,
+        integration/harness/noderoot.py); ``config``: its config file as this process reaches
+        it and as containerd names it there (default D/config.toml)."""
         self.root = Path(tempfile.mkdtemp(prefix="nvc-", dir=base_dir))
         self.socket = self.root / "c.sock"
-        self.config = self.root / "config.toml"
+        self.config, self.config_arg = config or (self.root / "config.toml", "")
+        self.config_arg = self.config_arg or str(self.config)
+        self.enter = list(enter)
         self.log_path = self.root / "containerd.log"
         self.pod_logs = self.root / "pods"
         self.env = dict(env or {})
@@ -139,9 +146,12 @@ class Containerd:
         Raises:
             ContainerdError: it exited, or did not answer in time; the message has its log.
         """
+        if self._proc is not None and self._proc.poll() is not None:
+            self._proc = None  # it exited (killed by a restart, say): start it again
         if self._removed or self._proc is not None:
             raise ContainerdError(f"{self!r} cannot start: stopped for good or running")
-        argv = [shutil.which("containerd") or "containerd", "--config", str(self.config)]
+        containerd = "containerd" if self.enter else shutil.which("containerd") or "containerd"
+        argv = [*self.enter, containerd, "--config", self.config_arg]
         with self.log_path.open("ab") as log:
             log.write(f"=== harness: starting {' '.join(argv)}\n".encode())
             log.flush()
@@ -183,6 +193,16 @@ class Containerd:
         try:
             cri_version(self.socket, timeout=2)
         except Exception:
+            return False
+        return True
+
+    def wait_exit(self, timeout: float = 30) -> bool:
+        """Whether containerd exits within ``timeout`` (stopped by someone else, by pid)."""
+        if self._proc is None:
+            return True
+        try:
+            self._proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
             return False
         return True
 
