@@ -9,6 +9,9 @@ needs and deletes its pods."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -197,3 +200,27 @@ def test_deleting_the_pod_leaves_no_container_mount_or_state(node: Node, sim_dri
     assert node.cri.containers() == [] and node.cri.sandboxes() == []
     assert node.containerd.leftovers(ids) == []
     assert [c for c in cgroups if c.exists()] == []
+
+
+def test_cdi_cri_on_containerd_1_6_gives_no_gpu_and_doctor_says_so(
+    node: Node, sim_driver: Any, tmp_path: Path
+) -> None:
+    """containerd 1.6's CRI plugin drops ``CDI_devices``: the container starts without its
+    GPU (why the shipped DaemonSet also answers cdi-annotations), and doctor names it."""
+    uuid = sim_driver.spec.gpus[0].uuid
+    with node.plugin("--device-list-strategy", "cdi-cri") as plugin:
+        answer = node.plugins.allocate(GPU, [uuid])
+        assert [d.name for d in answer.cdi_devices] and not answer.annotations
+        exited = run_pod(node, "nvidia", [answer])
+        assert seen(exited) == ([], [])
+        done = subprocess.run(
+            [sys.executable, "-m", "nvct.cli.main", "--config", str(plugin.config), "doctor",
+             "--kubernetes", "--plugin-dir", str(node.plugins.plugin_dir),
+             "--containerd-config", str(node.containerd.config), "--json"],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+    checks = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
+    cdi_cri = checks["device-plugin-cdi-cri"]
+    assert cdi_cri["status"] == "FAIL", cdi_cri
+    assert "containerd 1.6" in cdi_cri["message"] and "has no CDI" in cdi_cri["message"]
+    assert checks["containerd-annotations"]["status"] == "PASS"  # configure's handlers
