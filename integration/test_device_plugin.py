@@ -202,6 +202,27 @@ def test_nvml_failing_at_start(tmp_path, sim_driver, kubelet) -> None:
     assert waiting.stop() == 0
 
 
+def test_no_cdi_hook_installed_is_one_line_not_a_traceback(
+    tmp_path, sim_driver, kubelet, monkeypatch
+) -> None:
+    """Seen on a real GPU machine with nvct's modules but no console scripts: the CDI spec
+    needs nvct-cdi-hook, and the plugin died with a traceback instead of saying so."""
+    monkeypatch.setenv("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+    elsewhere = (
+        "import sys; sys.executable = '/nonexistent/python'; "
+        "sys.argv = ['/nonexistent/nvct-device-plugin', *sys.argv[1:]]; "
+        "from nvct.deviceplugin.__main__ import main; sys.exit(main())"
+    )
+    plugin = PluginProcess(
+        tmp_path, sim_driver, kubelet.plugin_dir, program=(sys.executable, "-c", elsewhere)
+    )
+    plugin.start()
+    assert plugin.proc is not None and plugin.proc.wait(timeout=30) == 1
+    assert "Traceback" not in plugin.output(), plugin.output()
+    errors = [ln for ln in plugin.output().splitlines() if ln.startswith("nvct-device-plugin:")]
+    assert len(errors) == 1 and "cannot find nvct-cdi-hook" in errors[0], plugin.output()
+
+
 # --- the answers applied to real containers, as containerd's CRI plugin applies them ---------
 
 

@@ -292,6 +292,28 @@ def test_device_plugin_unit(packages: Packages, fmt: str, tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize("fmt", ["deb", "rpm"])
+def test_mps_control_unit(packages: Packages, fmt: str, tmp_path: Path) -> None:
+    """Both formats ship packaging/nvct-mps-control.service: the packaged nvct-cli's
+    mps-control, a unit apart from the plugin's (restarting the plugin leaves the daemons)."""
+    name = "nvct-mps-control.service"
+    if fmt == "deb":
+        root = extract_deb(packages.deb, tmp_path / "root")
+        unit_path = root / "lib/systemd/system" / name
+    else:
+        root = extract_rpm(packages.rpm, tmp_path / "root")
+        unit_path = root / "usr/lib/systemd/system" / name
+    assert unit_path.read_bytes() == (PACKAGING / name).read_bytes()
+    unit = unit_settings(unit_path.read_text())
+    (command,) = unit["Service.ExecStart"]
+    program, subcommand = command.split()
+    assert (program, subcommand) == ("/usr/bin/nvct-cli", "mps-control")
+    assert os.access(root / program.lstrip("/"), os.X_OK)
+    assert unit["Unit.Before"] == [PLUGIN_UNIT]
+    assert unit["Service.RestartPreventExitStatus"] == ["2"]
+    assert not [k for k in unit if k.split(".", 1)[1] in {"PrivateDevices", "DevicePolicy"}]
+
+
+@pytest.mark.parametrize("fmt", ["deb", "rpm"])
 def test_launcher_carries_the_packaged_trees_code_id(
     packages: Packages, fmt: str, tmp_path: Path
 ) -> None:

@@ -48,7 +48,13 @@ def test_kustomization_lists_every_manifest() -> None:
 def test_workloads_run_nvcts_image_with_no_token_and_only_what_they_need() -> None:
     workloads = [doc for _, doc in documents() if doc["kind"] == "DaemonSet"]
     names = {w["metadata"]["name"] for w in workloads}
-    assert names >= {"nvct-installer", "nvct-labeller", "nvct-device-plugin", "nvct-exporter"}
+    assert names >= {
+        "nvct-installer",
+        "nvct-labeller",
+        "nvct-device-plugin",
+        "nvct-exporter",
+        "nvct-mps-control",
+    }
     accounts = {d["metadata"]["name"] for _, d in documents() if d["kind"] == "ServiceAccount"}
     roles = [d for _, d in documents() if d["kind"] in ("Role", "ClusterRole")]
     assert roles == []  # none of them uses the Kubernetes API
@@ -141,6 +147,38 @@ def test_the_labeller_command_is_one_nvct_cli_accepts() -> None:
     ]
     (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
     assert volume["configMap"]["name"] == "nvct-device-plugin"
+
+
+def test_mps_control_reads_the_device_plugins_config_and_shares_its_mps_root() -> None:
+    """One ConfigMap for both (the limits the plugin expects are the ones the daemons get),
+    the command parses, and the daemons' directory is the plugin's, at the same host path."""
+    from nvct.cli.main import cli
+    from nvct.config import parse_config
+
+    (control,) = [d for _, d in documents() if d["kind"] == "DaemonSet"
+                  and d["metadata"]["name"] == "nvct-mps-control"]  # fmt: skip
+    (plugin,) = [d for _, d in documents() if d["kind"] == "DaemonSet"
+                 and d["metadata"]["name"] == "nvct-device-plugin"]  # fmt: skip
+    spec = control["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    command = container["command"]
+    assert command[0] == "nvct-cli" and "mps-control" in command
+    cli.make_context("nvct-cli", command[1:], resilient_parsing=True)
+    config_path = command[command.index("--config") + 1]
+
+    def volume_of(pod: dict, path: str) -> dict:
+        mounts = pod["containers"][0]["volumeMounts"]
+        (mount,) = [m for m in mounts if path.startswith(m["mountPath"])]
+        (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+        return volume
+
+    assert volume_of(spec, config_path)["configMap"]["name"] == "nvct-device-plugin"
+    (config_map,) = [d for _, d in documents() if d["kind"] == "ConfigMap"
+                     and d["metadata"]["name"] == "nvct-device-plugin"]  # fmt: skip
+    root = parse_config(config_map["data"]["config.toml"].encode(), source="configmap").dp_mps_root
+    plugin_spec = plugin["spec"]["template"]["spec"]
+    assert volume_of(spec, root)["hostPath"] == volume_of(plugin_spec, root)["hostPath"]
+    assert volume_of(spec, root)["hostPath"]["path"] == root
 
 
 @pytest.fixture

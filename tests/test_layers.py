@@ -34,7 +34,7 @@ FRONTENDS = {"runtime", "hook", "cli", "cdi", "doctor", "engines", "deviceplugin
 # doctor asks the device plugin over its gRPC API and applies its advertising rule (only those:
 # see below).
 SERVES = {
-    "cli": {"doctor", "engines", "cdi", "exporter"},
+    "cli": {"doctor", "engines", "cdi", "exporter", "deviceplugin"},
     "deviceplugin": {"cdi"},
     "doctor": {"deviceplugin"},
 }

@@ -27,6 +27,7 @@ SUBCOMMANDS: dict[str, str] = {
     "labels": "nvct.cli.labels_cmd:labels",
     "device-plugin-status": "nvct.cli.plugin_status_cmd:device_plugin_status",
     "exporter": "nvct.cli.exporter_cmd:exporter",
+    "mps-control": "nvct.cli.mps_cmd:mps_control",
 }
 
 

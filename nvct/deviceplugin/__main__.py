@@ -39,7 +39,7 @@ from nvct.deviceplugin.mps_watch import MpsWatch
 from nvct.deviceplugin.preferred import pcie_score
 from nvct.deviceplugin.server import Endpoint, ResourceService
 from nvct.deviceplugin.topology import read_topology
-from nvct.host.sharing import SharingConfigError, mps_control_binary, plan_sharing
+from nvct.host.sharing import SharingConfigError, plan_sharing
 
 WATCH_S = 0.05
 MPS_WATCH_S = 0.1
@@ -145,37 +145,18 @@ class Plugin:
         return True
 
     def _mps(self, plan: Any, devices: list[PluginDevice], inventory: Any) -> MpsWatch | None:
-        """The MPS GPUs' daemons, started before anything is advertised."""
-        from nvct.deviceplugin.mps import MpsDaemon, MpsPaths
+        """The MPS GPUs' daemons, asked before anything is advertised: their replicas are
+        advertised Healthy once the daemon answers with the limits (``nvct-cli mps-control``
+        runs them, so they outlive this process)."""
+        from nvct.deviceplugin.mps import MpsProbe, gpu_daemons
         from nvct.deviceplugin.mps_watch import Supervised
 
-        shares = [s for s in plan.shares.values() if s.strategy == "mps"]
-        if not shares:
+        probes = gpu_daemons(MpsProbe, self.config, inventory, plan.shares.values())
+        if not probes:
             return None
-        binary = mps_control_binary(Path(self.config.driver_root))
-        if binary is None:
-            raise SharingConfigError(
-                f"no nvidia-cuda-mps-control under {self.config.driver_root}",
-                hint="install the driver's MPS control program, or use time-slicing",
-            )
-        # The daemon starts MPS servers that load libcuda: from a pod, the node's driver is
-        # under the driver root, not where the image's loader looks.
-        library_path = ""
-        if Path(self.config.driver_root) != Path("/"):
-            dirs = dict.fromkeys(os.path.dirname(f.host_path) for f in inventory.files_of("lib"))
-            library_path = ":".join(dirs)
         supervised = [
-            Supervised(
-                MpsDaemon(
-                    binary,
-                    MpsPaths(self.config.dp_mps_root, s.device.uuid),
-                    pinned_memory_mib=s.pinned_memory_mib,
-                    threads=s.active_thread_percentage,
-                    library_path=library_path,
-                ),
-                [d.id for d in devices if d.uuid == s.device.uuid],
-            )
-            for s in shares
+            Supervised(p, [d.id for d in devices if d.uuid == p.paths.uuid], max_pause=1.0)
+            for p in probes
         ]
         watch = MpsWatch(supervised, self.health)
         watch.step()
@@ -327,6 +308,10 @@ def run(config: Config) -> int:
         _error(err.one_line())
         plugin.close()
         return 2
+    except NvctError as err:  # the install (e.g. no nvct-cdi-hook for the CDI spec)
+        _error(err.one_line())
+        plugin.close()
+        return 1
     plugin.write_status()
     health = threading.Thread(target=plugin.check_health, name="health", daemon=True)
     health.start()
