@@ -11,8 +11,9 @@ then edits, as on a node. Images are imported into the ``k8s.io`` namespace with
 
 Everything it started is stopped by pid: containerd (SIGTERM, then SIGKILL), then any process
 whose command line still names D (the runc shims: their ``-address`` is D's socket). Mounts
-left under D are detached before D is removed. containerd 1.6 puts its shims' sockets under
-/run/containerd/s, named by a hash of D's socket, so they never collide with the host's.
+left under D are detached before D is removed. runc keeps its state under D (the handlers'
+``Root`` option); containerd 1.6 puts its shims' sockets under /run/containerd/s whatever its
+config says, named by a hash of D's socket, so they never collide with another containerd's.
 """
 
 from __future__ import annotations
@@ -37,8 +38,6 @@ from integration.harness.processes import end_owned, terminate
 __all__ = ["Containerd", "ContainerdError", "base_config", "snapshotter_for"]
 
 CRI = 'plugins."io.containerd.grpc.v1.cri"'
-# The runc shim's default runc --root (containerd 1.6), a directory per namespace under it.
-RUNC_ROOT = Path("/run/containerd/runc")
 
 
 class ContainerdError(HarnessError):
@@ -88,6 +87,12 @@ state = "{root}/state"
   restrict_oom_score_adj = true
   [{CRI}.containerd]
     snapshotter = "{snapshotter}"
+    default_runtime_name = "runc"
+    [{CRI}.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [{CRI}.containerd.runtimes.runc.options]
+        # runc's state here, not under /run/containerd/runc (nvct's handlers copy the option)
+        Root = "{root}/runc"
   [{CRI}.cni]
     bin_dir = "{root}/cni/bin"
     conf_dir = "{root}/cni/conf"
@@ -260,7 +265,7 @@ class Containerd:
         for i in ids:
             for state in (
                 self.root / "state/io.containerd.runtime.v2.task/k8s.io" / i,
-                RUNC_ROOT / "k8s.io" / i,
+                self.root / "runc/k8s.io" / i,
             ):
                 if state.exists():
                     found.append(f"state {state}")
