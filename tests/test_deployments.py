@@ -331,3 +331,76 @@ def test_uninstall_keeps_the_runtime_while_a_container_runs_with_it(
     assert not (node / "usr/bin/nvct-runtime").exists()
     assert not (node / "var/lib/nvct/node-install.list").exists()
     assert restarts_of(restarts) == 2
+
+
+def _mounted_config(pod: dict, path: str) -> tuple[str, str]:
+    """The ConfigMap and key a container of ``pod`` sees at ``path`` (a file, or a file in a
+    mounted directory)."""
+    (container,) = pod["containers"]
+    for mount in container["volumeMounts"]:
+        inside = path[len(mount["mountPath"]) :].lstrip("/")
+        if path == mount["mountPath"] or path.startswith(mount["mountPath"].rstrip("/") + "/"):
+            (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+            return volume["configMap"]["name"], mount.get("subPath") or inside
+    raise AssertionError(f"nothing is mounted at {path}")
+
+
+def test_the_nodes_get_only_allocated_gpus_and_the_plugin_answers_what_passes_it(
+    node: Path, tmp_path: Path
+) -> None:
+    """README: the manifests turn only-allocated-gpus on. Read what the DaemonSets get (the
+    kustomization lists the manifests as they are: no patches or generators), install it on a
+    node without a config of its own, and check the plugin's answers pass that guard."""
+    from nvct.config import load_config, parse_config
+    from nvct.deviceplugin.guard import envvar_without_guard_pass
+
+    kustomization = yaml.safe_load((DEPLOYMENTS / "kustomization.yaml").read_text())
+    assert set(kustomization) <= {"apiVersion", "kind", "resources"}
+    maps = {d["metadata"]["name"]: d["data"] for _, d in documents() if d["kind"] == "ConfigMap"}
+    pods = {
+        d["metadata"]["name"]: d["spec"]["template"]["spec"]
+        for _, d in documents()
+        if d["kind"] == "DaemonSet"
+    }
+    installer = pods["nvct-installer"]
+    env = {e["name"]: e["value"] for e in installer["containers"][0].get("env", ())}
+    source = env.get("SRC", "/").rstrip("/") + "/etc/nvct/config.toml"  # node-install.sh's
+    name, key = _mounted_config(installer, source)
+    text = maps[name][key]
+    assert parse_config(text.encode(), source=f"configmap {name}").only_allocated_gpus is True
+
+    image = tmp_path / "image"  # the installer's container: its ConfigMap at the mount
+    (image / "etc/nvct").mkdir(parents=True)
+    (image / "etc/nvct/config.toml").write_text(text)
+    (node / "etc/nvct/config.toml").unlink()  # a node nvct never was on
+    done = subprocess.run(
+        [str(DEPLOYMENTS / "node-install.sh"), "install"],
+        env={
+            **os.environ,
+            "HOST": str(node),
+            "SRC": str(image),
+            "NVCT_CLI": str(Path(sys.executable).parent / "nvct-cli"),
+            "RESTART": "true",
+        },
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    on_node = load_config(str(node / "etc/nvct/config.toml"))
+    assert on_node.only_allocated_gpus is True
+
+    plugin = pods["nvct-device-plugin"]
+    command = plugin["containers"][0]["command"]
+    name, key = _mounted_config(plugin, command[command.index("--config") + 1])
+    settings = parse_config(maps[name][key].encode(), source=f"configmap {name}")
+    # runtime-config is the node's file, seen through the plugin's mount of the node's root.
+    (host,) = [
+        m["mountPath"]
+        for m in plugin["containers"][0]["volumeMounts"]
+        for v in plugin["volumes"]
+        if v["name"] == m["name"] and v.get("hostPath", {}).get("path") == "/"
+    ]
+    assert settings.dp_runtime_config == f"{host}/etc/nvct/config.toml"
+    strategies = settings.dp_device_list_strategy
+    assert envvar_without_guard_pass(strategies, on_node.only_allocated_gpus, "node") is None

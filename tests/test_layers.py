@@ -38,8 +38,9 @@ SERVES = {
     "deviceplugin": {"cdi"},
     "doctor": {"deviceplugin"},
 }
-# What doctor may import of the device plugin: never its server, health or allocation internals.
-DOCTOR_READS = {"nvct.deviceplugin.api", "nvct.deviceplugin.devices"}
+# What doctor may import of the device plugin: its API, its advertising rule and its rule for the
+# node's leak guard; never its server, health or allocation internals.
+DOCTOR_READS = {"nvct.deviceplugin.api", "nvct.deviceplugin.devices", "nvct.deviceplugin.guard"}
 
 
 def _unit(module: str) -> str:
