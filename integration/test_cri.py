@@ -40,7 +40,7 @@ def node(
     from integration.simdriver import cached_driver, preset
 
     work = tmp_path_factory.mktemp("cri")
-    node = start_node(work, sim_driver, glibc_rootfs_dir)
+    node = start_node(work, sim_driver)
     try:
         node.add_handler("nvidia-open", sim_driver, node.plugin_work(sim_driver) / "cdi", **OPEN)
         mig = cached_driver(preset("a100x8-570-mig"), Path("/tmp/nvct-test-simdrivers"))

@@ -118,9 +118,10 @@ class Node:
         self.containerd.stop()
 
 
-def start_node(work: Path, sim: Any, rootfs: Path) -> Node:
-    """containerd on the base config, ``nvidia`` configured as its default runtime with the
-    guarded settings, the pause and CUDA-like images imported; both kubelet stand-ins up."""
+def start_node(work: Path, sim: Any) -> Node:
+    """The node, its containerd not started yet: the base config with ``nvidia`` configured
+    as the default runtime (the guarded settings); the device plugin stand-in up. Add handlers,
+    then ``start_containerd``."""
     spec_dir = plugin_work(work, sim) / "cdi"
     spec_dir.mkdir(parents=True)
     guarded = write_nvct_config(
