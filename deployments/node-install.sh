@@ -11,15 +11,27 @@
 # nvct goes where its packages put it (/usr/bin, /usr/libexec/nvct, /usr/share/nvct), so the
 # paths compiled into the native launcher hold on the node; the node needs /usr/bin/python3.
 # What was copied is listed in $HOST/var/lib/nvct/node-install.list, the uninstall's guide.
+#
+# Safe on a live node:
+# - a node without an NVIDIA GPU ($DEV_ROOT/dev/nvidia<N>, DEV_ROOT default $HOST) is left
+#   alone: nothing copied, the engine neither configured nor restarted;
+# - the engine is restarted only when its config changed (running containers survive a
+#   restart; a needless one still costs the node its CRI for a moment);
+# - a newer image replaces the files an earlier run installed, each by rename, so a runtime
+#   binary a container's shim is running keeps its old inode;
+# - uninstall keeps /usr/bin/nvct-runtime while a containerd task still runs with it (its shim
+#   calls the runtime to stop and delete the container): a later uninstall removes it.
 set -eu
 
 HOST=${HOST:-/host}
+DEV_ROOT=${DEV_ROOT:-$HOST}
 SRC=${SRC:-/}
 ENGINE=${ENGINE:-containerd}
 NVCT_CLI=${NVCT_CLI:-/usr/bin/nvct-cli}
 # The engine restart, run in the node's namespaces (the pod has hostPID).
 RESTART=${RESTART:-nsenter -t 1 -m -u -i -n -p -- systemctl restart $ENGINE}
 LIST=$HOST/var/lib/nvct/node-install.list
+RUNTIME=usr/bin/nvct-runtime
 # nvct-cdi-hook: the createContainer hook of the CDI spec the device plugin writes, which the
 # engine runs on the node; /usr/lib/nvct: the gRPC nvct-cli's Kubernetes checks talk with.
 PATHS="usr/bin/nvct-cli usr/bin/nvct-hook usr/bin/nvct-runtime usr/bin/nvidia-container-runtime-hook
@@ -36,42 +48,85 @@ esac
 
 log() { echo "node-install.sh: $*"; }
 
+has_gpu() {
+    for node in "$DEV_ROOT"/dev/nvidia[0-9]*; do
+        [ -e "$node" ] && return 0
+    done
+    return 1
+}
+
+# containerd's state directory on the node (its config's `state`, default /run/containerd).
+containerd_state() {
+    state=$(sed -n 's/^state *= *"\(.*\)".*/\1/p' "$engine_config" 2>/dev/null | head -n 1)
+    echo "$HOST${state:-/run/containerd}"
+}
+
+# Whether a containerd task still runs with nvct-runtime (its shim's options.json names it).
+runtime_in_use() {
+    [ "$ENGINE" = containerd ] || return 1
+    for options in "$(containerd_state)"/io.containerd.runtime.v2.task/*/*/options.json; do
+        [ -f "$options" ] && grep -q "\"/$RUNTIME\"" "$options" && return 0
+    done
+    return 1
+}
+
+config_sum() {
+    if [ -f "$engine_config" ]; then cksum <"$engine_config"; else echo none; fi
+}
+
 install_files() {
     mkdir -p "$(dirname "$LIST")"
+    touch "$LIST"
     : >"$LIST.new"
     for rel in $PATHS; do
         [ -e "$SRC/$rel" ] || continue
-        # Every file and directory under it, each copied only where the node has none.
+        # Every file and directory under it: copied where the node has none, replaced where an
+        # earlier run put it (listed), never over a file of the node's own.
         (cd "$SRC" && find "$rel" \( -type f -o -type l -o -type d \) -print) |
             while IFS= read -r item; do
-                if [ -e "$HOST/$item" ] || [ -L "$HOST/$item" ]; then
-                    continue
-                fi
+                ours=false
+                if grep -qxF "$item" "$LIST"; then ours=true; fi
                 if [ -d "$SRC/$item" ] && [ ! -L "$SRC/$item" ]; then
-                    mkdir -p "$HOST/$item"
-                else
+                    if [ ! -e "$HOST/$item" ]; then
+                        mkdir -p "$HOST/$item"
+                        ours=true
+                    fi
+                elif [ $ours = true ] || { [ ! -e "$HOST/$item" ] && [ ! -L "$HOST/$item" ]; }; then
                     mkdir -p "$(dirname "$HOST/$item")"
-                    cp -a "$SRC/$item" "$HOST/$item"
+                    cp -a "$SRC/$item" "$HOST/$item.nvct-new"
+                    mv -f "$HOST/$item.nvct-new" "$HOST/$item"
+                    ours=true
                 fi
-                echo "$item" >>"$LIST.new"
+                if [ $ours = true ]; then echo "$item" >>"$LIST.new"; fi
             done
     done
-    [ -f "$LIST" ] && cat "$LIST" >>"$LIST.new"
+    cat "$LIST" >>"$LIST.new"
     sort -u "$LIST.new" >"$LIST"
     rm -f "$LIST.new"
 }
 
 remove_files() {
     [ -f "$LIST" ] || return 0
+    kept=
+    if runtime_in_use; then
+        kept=$RUNTIME
+        log "kept /$RUNTIME: containers still run with it (uninstall again once they are gone)"
+    fi
     # Deepest first: files, then the directories this installer made (if left empty).
     sort -r "$LIST" | while IFS= read -r item; do
-        if [ -d "$HOST/$item" ] && [ ! -L "$HOST/$item" ]; then
+        if [ "$item" = "$kept" ]; then
+            continue
+        elif [ -d "$HOST/$item" ] && [ ! -L "$HOST/$item" ]; then
             rmdir "$HOST/$item" 2>/dev/null || true
         else
             rm -f "$HOST/$item"
         fi
     done
-    rm -f "$LIST"
+    if [ -n "$kept" ]; then
+        echo "$kept" >"$LIST"
+    else
+        rm -f "$LIST"
+    fi
 }
 
 configure() {
@@ -79,18 +134,33 @@ configure() {
         --runtime-path /usr/bin/nvct-runtime "$@"
 }
 
+restart_if_changed() {
+    if [ "$1" = "$(config_sum)" ]; then
+        log "$ENGINE's config unchanged: $ENGINE not restarted"
+    else
+        log "restarting $ENGINE"
+        $RESTART
+    fi
+}
+
 install() {
+    if ! has_gpu; then
+        log "no NVIDIA GPU on this node ($DEV_ROOT/dev/nvidia*): nothing installed, $ENGINE left alone"
+        return 0
+    fi
+    before=$(config_sum)
     install_files
     configure
-    log "nvct installed on the node; restarting $ENGINE"
-    $RESTART
+    log "nvct installed on the node"
+    restart_if_changed "$before"
 }
 
 uninstall() {
-    configure --undo
+    before=$(config_sum)
+    if [ -f "$LIST" ]; then configure --undo; fi
     remove_files
-    log "nvct removed from the node; restarting $ENGINE"
-    $RESTART
+    log "nvct removed from the node"
+    restart_if_changed "$before"
 }
 
 case ${1:-run} in

@@ -72,6 +72,8 @@ def test_the_images_installer_installs_and_uninstalls_on_a_node(
         [containerd, "config", "default"], capture_output=True, text=True, check=True
     ).stdout
     (host / "etc/containerd/config.toml").write_text(default)
+    (host / "dev").mkdir()
+    (host / "dev/nvidia0").touch()  # a GPU node: the installer leaves others alone
 
     def node_install(action: str) -> subprocess.CompletedProcess[str]:
         return dockerd.docker(

@@ -80,6 +80,7 @@ def test_v2_handler_copies_runc_options_and_keeps_every_byte() -> None:
     assert new.startswith(SYSTEMD)  # comments, indentation, order: untouched
     assert handlers(new)["nvidia"] == {
         "runtime_type": "io.containerd.runc.v2",
+        "container_annotations": ["cdi.k8s.io/*"],
         "options": {"SystemdCgroup": True, "BinaryName": RUNTIME},
     }
     assert tomllib.loads(new)["imports"] == ["/etc/containerd/conf.d/*.toml"]  # not duplicated
@@ -93,6 +94,7 @@ def test_file_without_runtimes_keeps_runc_alive() -> None:
     assert found["runc"] == {"runtime_type": "io.containerd.runc.v2", "options": {}}
     assert found["nvidia"] == {
         "runtime_type": "io.containerd.runc.v2",
+        "container_annotations": ["cdi.k8s.io/*"],
         "options": {"BinaryName": RUNTIME},
     }
 
@@ -105,6 +107,7 @@ def test_version_3_root_config_gets_a_version_3_handler() -> None:
     assert "io.containerd.grpc.v1.cri" not in data.get("plugins", {})
     assert handlers(new, CRI3)["nvidia"] == {
         "runtime_type": "io.containerd.runc.v2",
+        "container_annotations": ["cdi.k8s.io/*"],
         "options": {"SystemdCgroup": True, "BinaryName": RUNTIME},
     }
 
@@ -184,3 +187,59 @@ def test_undo_leaves_a_foreign_handler() -> None:
 def test_unsupported_version_is_refused() -> None:
     with pytest.raises(EngineConfigError, match="unsupported containerd config version 4"):
         engine.edit("version = 4\n", opts())
+
+
+# `containerd config default` (1.6.20) writes both lists empty in every handler it lists.
+DUMPED_DEFAULT = """version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd]
+  default_runtime_name = "runc"
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    container_annotations = []
+    pod_annotations = []
+    runtime_type = "io.containerd.runc.v2"
+"""
+
+
+@pytest.mark.parametrize("base", [DUMPED_DEFAULT, DEBIAN_DEFAULT, V3, ""])
+def test_the_device_plugins_annotations_reach_nvct_containers_only(base: str) -> None:
+    new = engine.edit(base, opts(containerd_version=2)).new
+    assert new is not None
+    cri = CRI3 if base == V3 else CRI2
+    nvidia = handlers(new, cri)["nvidia"]
+    assert isinstance(nvidia, dict)
+    assert nvidia["container_annotations"] == ["cdi.k8s.io/*"]
+    assert nvidia.get("pod_annotations", []) == []
+    runc = handlers(new, cri)["runc"]
+    assert isinstance(runc, dict) and not runc.get("container_annotations")  # not ours: as it was
+    assert engine.edit(new, opts(undo=True, containerd_version=2)).new == (base or None)
+
+
+def test_a_copied_pod_pattern_that_lets_cdi_through_is_left_out() -> None:
+    wide = DUMPED_DEFAULT.replace(
+        "container_annotations = []", 'container_annotations = ["io.example/*"]'
+    ).replace("pod_annotations = []", 'pod_annotations = ["*/*", "io.example/*"]')
+    edit = engine.edit(wide, opts())
+    assert edit.new is not None
+    nvidia = handlers(edit.new)["nvidia"]
+    assert isinstance(nvidia, dict)
+    assert nvidia["container_annotations"] == ["io.example/*", "cdi.k8s.io/*"]
+    assert nvidia["pod_annotations"] == ["io.example/*"]
+    assert any("pod_annotations ['*/*'] left out" in n for n in edit.notes)
+    assert engine.edit(edit.new, opts(undo=True)).new == wide
+
+
+def test_an_existing_handler_gets_the_container_pattern_and_a_wide_pod_list_is_named() -> None:
+    text = SYSTEMD + (
+        '    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n'
+        '      runtime_type = "io.containerd.runc.v2"\n'
+        '      pod_annotations = ["cdi.k8s.io/*"]\n'
+        '      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]\n'
+        '        BinaryName = "/usr/bin/nvidia-container-runtime"\n'
+    )
+    edit = engine.edit(text, opts())
+    assert edit.new is not None
+    nvidia = handlers(edit.new)["nvidia"]
+    assert isinstance(nvidia, dict)
+    assert nvidia["container_annotations"] == ["cdi.k8s.io/*"]
+    assert any("pod_annotations let cdi.k8s.io/ annotations through" in n for n in edit.notes)
+    assert engine.edit(edit.new, opts()).new == edit.new  # nothing more to do

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -195,6 +196,8 @@ def node(tmp_path: Path) -> Path:
     (host / "etc/containerd/config.toml").write_text(default)
     (host / "etc/nvct").mkdir(parents=True)
     (host / "etc/nvct/config.toml").write_text("# the node's own nvct config\n")
+    (host / "dev").mkdir()
+    (host / "dev/nvidia0").touch()  # a GPU node (the installer looks for /dev/nvidia<N>)
     return host
 
 
@@ -202,20 +205,30 @@ def node(tmp_path: Path) -> Path:
 CDI_HOOK = "usr/bin/nvct-cdi-hook"
 
 
-def test_the_installer_installs_and_uninstalls_exactly(node: Path, tmp_path: Path) -> None:
-    image = tmp_path / "image"  # the image's packaged files
+def packaged_image(image: Path, version: str = "") -> Path:
+    """The image's packaged files (``version`` makes their content differ)."""
     for rel in ("usr/bin/nvct-runtime", "usr/share/nvct/lib/nvct/__init__.py",
                 "usr/libexec/nvct/nvct-runtime", "etc/nvct/config.toml", CDI_HOOK,
                 "usr/lib/nvct/grpc/grpc/__init__.py"):  # fmt: skip
         (image / rel).parent.mkdir(parents=True, exist_ok=True)
-        (image / rel).write_text(f"packaged {rel}\n")
-    before = (node / "etc/containerd/config.toml").read_bytes()
+        (image / rel).write_text(f"packaged {rel}{version}\n")
+    return image
+
+
+def installer(
+    node: Path, image: Path, restarts: Path
+) -> Callable[[str], subprocess.CompletedProcess[str]]:
+    """``node-install.sh ACTION`` on ``node`` from ``image``; each restart adds a line to
+    ``restarts``."""
+    restart = restarts.with_suffix(".sh")  # $RESTART is split into words, not evaluated
+    restart.write_text(f"#!/bin/sh\necho restart >>{restarts}\n")
+    restart.chmod(0o755)
     env = {
         **os.environ,
         "HOST": str(node),
         "SRC": str(image),
         "NVCT_CLI": str(Path(sys.executable).parent / "nvct-cli"),
-        "RESTART": "true",
+        "RESTART": str(restart),
     }
 
     def node_install(action: str) -> subprocess.CompletedProcess[str]:
@@ -224,10 +237,24 @@ def test_the_installer_installs_and_uninstalls_exactly(node: Path, tmp_path: Pat
             [script, action], env=env, capture_output=True, text=True, check=False
         )
 
+    return node_install
+
+
+def restarts_of(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def test_the_installer_installs_and_uninstalls_exactly(node: Path, tmp_path: Path) -> None:
+    image = packaged_image(tmp_path / "image")
+    before = (node / "etc/containerd/config.toml").read_bytes()
+    restarts = tmp_path / "restarts"
+    node_install = installer(node, image, restarts)
+
     done = node_install("install")
     assert done.returncode == 0, done.stdout + done.stderr
     config = (node / "etc/containerd/config.toml").read_text()
     assert 'BinaryName = "/usr/bin/nvct-runtime"' in config
+    assert 'container_annotations = ["cdi.k8s.io/*"]' in config  # the plugin's CDI annotations
     assert (node / "usr/bin/nvct-runtime").read_text() == "packaged usr/bin/nvct-runtime\n"
     assert (node / "usr/share/nvct/lib/nvct/__init__.py").exists()
     # what the plugin's CDI spec runs on the node, and nvct-cli's gRPC
@@ -236,8 +263,10 @@ def test_the_installer_installs_and_uninstalls_exactly(node: Path, tmp_path: Pat
     assert (node / "etc/nvct/config.toml").read_text() == "# the node's own nvct config\n"
     listed = (node / "var/lib/nvct/node-install.list").read_text().split()
     assert "etc/nvct/config.toml" not in listed and "usr/bin/nvct-runtime" in listed
+    assert restarts_of(restarts) == 1
     again = node_install("install")
     assert again.returncode == 0, again.stderr  # idempotent
+    assert restarts_of(restarts) == 1 and "config unchanged" in again.stdout
     done = node_install("uninstall")
     assert done.returncode == 0, done.stdout + done.stderr
     assert (node / "etc/containerd/config.toml").read_bytes() == before
@@ -245,6 +274,63 @@ def test_the_installer_installs_and_uninstalls_exactly(node: Path, tmp_path: Pat
     assert not (node / "usr/share/nvct").exists() and not (node / "usr/libexec/nvct").exists()
     assert not (node / CDI_HOOK).exists() and not (node / "usr/lib/nvct").exists()
     assert (node / "etc/nvct/config.toml").read_text() == "# the node's own nvct config\n"
+    assert restarts_of(restarts) == 2
+
+
+def test_a_node_without_a_gpu_is_left_alone(node: Path, tmp_path: Path) -> None:
+    (node / "dev/nvidia0").unlink()
+    (node / "dev/nvidiactl").touch()  # a driver without a GPU is no GPU
+    before = (node / "etc/containerd/config.toml").read_bytes()
+    restarts = tmp_path / "restarts"
+    node_install = installer(node, packaged_image(tmp_path / "image"), restarts)
+    for action in ("install", "uninstall"):
+        done = node_install(action)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert (node / "etc/containerd/config.toml").read_bytes() == before
+        assert not (node / "usr").exists() and not (node / "var/lib/nvct").exists()
+        assert restarts_of(restarts) == 0
+    assert "no NVIDIA GPU on this node" in node_install("install").stdout
+
+
+def test_a_newer_image_replaces_what_the_older_installed_never_the_nodes_own(
+    node: Path, tmp_path: Path
+) -> None:
+    restarts = tmp_path / "restarts"
+    old = installer(node, packaged_image(tmp_path / "v1"), restarts)
+    assert old("install").returncode == 0
+    runtime = node / "usr/bin/nvct-runtime"
+    inode = runtime.stat().st_ino
+    new = installer(node, packaged_image(tmp_path / "v2", " v2"), restarts)
+    done = new("install")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert runtime.read_text() == "packaged usr/bin/nvct-runtime v2\n"
+    assert runtime.stat().st_ino != inode  # renamed over: a running copy keeps its inode
+    assert (node / CDI_HOOK).read_text().endswith(" v2\n")
+    assert (node / "etc/nvct/config.toml").read_text() == "# the node's own nvct config\n"
+    assert restarts_of(restarts) == 1  # the config did not change again
+
+
+def test_uninstall_keeps_the_runtime_while_a_container_runs_with_it(
+    node: Path, tmp_path: Path
+) -> None:
+    restarts = tmp_path / "restarts"
+    node_install = installer(node, packaged_image(tmp_path / "image"), restarts)
+    before = (node / "etc/containerd/config.toml").read_bytes()
+    assert node_install("install").returncode == 0
+    task = node / "run/containerd/io.containerd.runtime.v2.task/k8s.io/c0ffee"
+    task.mkdir(parents=True)
+    (task / "options.json").write_text('{"binary_name":"/usr/bin/nvct-runtime"}')
+    done = node_install("uninstall")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "kept /usr/bin/nvct-runtime" in done.stdout
+    assert (node / "etc/containerd/config.toml").read_bytes() == before
+    assert (node / "usr/bin/nvct-runtime").exists() and not (node / "usr/share/nvct").exists()
+    shutil.rmtree(task)  # the container is gone: the next uninstall removes the rest
+    done = node_install("uninstall")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not (node / "usr/bin/nvct-runtime").exists()
+    assert not (node / "var/lib/nvct/node-install.list").exists()
+    assert restarts_of(restarts) == 2
 
 
 def _mounted_config(pod: dict, path: str) -> tuple[str, str]:

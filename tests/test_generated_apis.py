@@ -1,6 +1,7 @@
 """Every checked-in gRPC API package holds what its .proto generates (grpcio-tools): the
-device plugin API (v1beta1) and the pod-resources API (v1). Their wire contracts are checked in
-tests/deviceplugin/test_api.py and tests/podresources/test_api.py."""
+device plugin API (v1beta1), the pod-resources API (v1) and the CRI v1 subset the CRI kubelet
+stand-in speaks (integration/cri). Their wire contracts are checked in
+tests/deviceplugin/test_api.py, tests/podresources/test_api.py and tests/test_cri_api.py."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import sys
 import pytest
 
 
-@pytest.mark.parametrize("package", ["nvct.deviceplugin.api", "nvct.podresources.api"])
+@pytest.mark.parametrize(
+    "package", ["nvct.deviceplugin.api", "nvct.podresources.api", "integration.cri"]
+)
 def test_generated_modules_are_current(package: str) -> None:
     pytest.importorskip("grpc_tools")
     done = subprocess.run(

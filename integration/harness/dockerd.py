@@ -29,6 +29,7 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from integration.harness import CommandFailed, HarnessError, run_command, tail
+from integration.harness.processes import end_owned
 
 __all__ = ["Dockerd", "DockerdError", "DockerdFactory", "process_alive"]
 
@@ -296,15 +297,7 @@ class Dockerd:
 
     def _end(self, pid: int) -> None:
         """SIGTERM, then SIGKILL, a process of this daemon (checked by its command line)."""
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            if not self._owns(pid):
-                return
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-            deadline = time.monotonic() + (self.stop_timeout if sig == signal.SIGTERM else 5)
-            while time.monotonic() < deadline and self._owns(pid):
-                time.sleep(0.05)
-        if self._owns(pid):
+        if not end_owned(pid, self._owns, self.stop_timeout):
             raise DockerdError(f"process {pid} ({_cmdline(pid)}) survived SIGKILL")
 
     def _owns(self, pid: int) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from nvct.doctor.containerd_annotations import check_annotations
 from nvct.doctor.context import DoctorContext
 from nvct.doctor.processes import ProcessInfo, find_processes
 from nvct.doctor.result import PASS, CheckResult, failed, passed, skipped, warned
@@ -63,6 +64,9 @@ def check_containerd(ctx: DoctorContext) -> list[CheckResult]:
     results = [config]
     if config.status == PASS:
         results.append(_check_dump(ctx))
+    annotations = check_annotations(loaded)
+    if annotations is not None:
+        results.append(annotations)
     results.append(restart_check(RESTART, "containerd", daemon, files, RESTART_FIX))
     return results
 

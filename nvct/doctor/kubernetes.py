@@ -1,6 +1,7 @@
 """The Kubernetes node checks: kubelet.sock, nvct-device-plugin registered and serving (see
-``k8s_plugin``), the RuntimeClass handler (``k8s_runtime``), the CDI spec the plugin names, and
-the MIG strategy against the GPUs.
+``k8s_plugin``), the RuntimeClass handler (``k8s_runtime``), the CDI spec the plugin names, a
+``cdi-cri`` answer against containerd's CDI support (``k8s_cdi_cri``), and the MIG strategy
+against the GPUs.
 
 They run on a node that looks like a Kubernetes node (the kubelet's device-plugins directory
 exists) or when asked (``--kubernetes``); elsewhere one SKIP says why. What the plugin advertises
@@ -23,7 +24,7 @@ from nvct.config import with_table
 from nvct.deviceplugin.devices import DeviceConfigError, Resource, resources
 from nvct.deviceplugin.guard import FIX as GUARD_FIX
 from nvct.deviceplugin.guard import envvar_without_guard_pass
-from nvct.doctor import k8s_plugin, k8s_runtime
+from nvct.doctor import k8s_cdi_cri, k8s_plugin, k8s_runtime
 from nvct.doctor.cdi import drift_of, recorded_version
 from nvct.doctor.context import DoctorContext
 from nvct.doctor.result import CheckResult, failed, passed, skipped, warned
@@ -71,6 +72,7 @@ def check_kubernetes(ctx: DoctorContext) -> list[CheckResult]:
         k8s_runtime.check_runtime_class(ctx),
         check_guard(plugin),
         check_cdi_spec(plugin, inventory),
+        k8s_cdi_cri.check_cdi_cri(plugin),
         check_mig_strategy(plugin, inventory),
     ]
 

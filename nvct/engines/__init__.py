@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from nvct.base.errors import EngineConfigError
+from nvct.base.release import parse_release
 from nvct.engines.files import Applied, FileChange, apply_change, read_config
 
 ENGINES = ("docker", "containerd", "crio", "podman")
@@ -153,10 +153,7 @@ def program_release(program: str) -> tuple[tuple[int, int], str] | None:
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
-    match = re.search(r"(?:\s|^)v?(\d+)\.(\d+)(\.\d+)?\S*", done.stdout)
-    if match is None:
-        return None
-    return (int(match.group(1)), int(match.group(2))), match.group(0).strip()
+    return parse_release(done.stdout)
 
 
 def refuse_before(

@@ -17,6 +17,13 @@ handler (``SystemdCgroup`` ...), sets ``runtime_type = "io.containerd.runc.v2"``
 ``options.BinaryName``. A file that defines any runtime replaces containerd's built-in
 runtime map, so when the default ``runc`` handler is not in the file it is added too.
 
+The handler's ``container_annotations`` gets ``cdi.k8s.io/*``: containerd copies a container's
+CRI annotations into the OCI spec only where that list matches, and without it the device
+plugin's ``cdi-annotations`` answer never reaches nvct-runtime on a containerd without CDI of
+its own (1.6, or 1.7 with ``enable_cdi`` off). ``pod_annotations`` is never widened (a pod's own
+``cdi.k8s.io/`` annotation would then name GPUs past the scheduler): patterns of the copied
+handler that let one through are left out of nvct's handler.
+
 ``--cdi`` sets ``enable_cdi = true`` and ``cdi_spec_dirs`` in the CRI plugin's table (CDI
 arrived in containerd 1.7; an older one ignores the keys without a word, so it is refused by
 name). Both are marked lines (or a marked block), so ``--undo`` takes exactly them away.
@@ -31,6 +38,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from nvct.base import cri_annotations
 from nvct.base.errors import EngineConfigError
 from nvct.engines import (
     RUNTIME_BINARY,
@@ -129,6 +137,11 @@ def _configure(source: str, data: dict[str, Any], version: int, opts: EngineOpti
             handler["options"] = {"BinaryName": opts.runtime_path}
         elif handler["options"].get("BinaryName") != opts.runtime_path:
             handler["options"]["BinaryName"] = opts.runtime_path
+        passed = runtimes[name].get("container_annotations") or []
+        if not cri_annotations.cdi_patterns(passed):
+            handler["container_annotations"] = [*passed, cri_annotations.CDI_PATTERN]
+        if cri_annotations.cdi_patterns(runtimes[name].get("pod_annotations") or []):
+            notes.append(_POD_ANNOTATIONS_NOTE.format(name=name))
     else:
         base_name = next(
             (n for n in (default_name, "runc", "crun") if n in runtimes and n != name), None
@@ -137,6 +150,7 @@ def _configure(source: str, data: dict[str, Any], version: int, opts: EngineOpti
         if base_name:
             notes.append(f"options copied from runtime {base_name!r}")
         wanted["runtime_type"] = RUNC_V2
+        notes.extend(_annotation_lists(wanted))
         options = wanted.pop("options", {})
         options["BinaryName"] = opts.runtime_path
         wanted["options"] = options
@@ -159,6 +173,28 @@ def _configure(source: str, data: dict[str, Any], version: int, opts: EngineOpti
     if new == source:
         return Edit(source, ())
     return Edit(new, tuple(notes))
+
+
+_POD_ANNOTATIONS_NOTE = (
+    "runtime {name!r}: its pod_annotations let cdi.k8s.io/ annotations through (any pod can "
+    "then name GPUs itself): remove those patterns (`nvct-cli doctor` flags them)"
+)
+
+
+def _annotation_lists(handler: dict[str, Any]) -> list[str]:
+    """Set a new handler's annotation lists: the device plugin's ``cdi.k8s.io/*`` for its
+    containers, and none of it for pods; the notes that say what changed from the copy."""
+    notes = []
+    passed = list(handler.get("container_annotations") or [])
+    if not cri_annotations.cdi_patterns(passed):
+        passed.append(cri_annotations.CDI_PATTERN)
+    handler["container_annotations"] = passed
+    pod = list(handler.get("pod_annotations") or [])
+    widened = cri_annotations.cdi_patterns(pod)
+    if widened:
+        handler["pod_annotations"] = [p for p in pod if p not in widened]
+        notes.append(f"pod_annotations {widened} left out: a pod could name GPUs itself")
+    return notes
 
 
 def _enable_cdi(

@@ -67,3 +67,44 @@ def test_containerd_restart_needed(tmp_path) -> None:
     result = by_name(containerd.check_containerd(ctx), containerd.RESTART)
     assert result.status == WARN and "99-nvct.toml changed" in result.message
     assert result.fix == "restart containerd: systemctl restart containerd"
+
+
+def _handler(tmp_path, lines: str, cri_lines: str = "") -> None:
+    root = tmp_path / "containerd/config.toml"
+    root.parent.mkdir(parents=True)
+    root.write_text(
+        f'version = 2\n[plugins."io.containerd.grpc.v1.cri"]\n{cri_lines}'
+        '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n'
+        f"{lines}"
+        '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]\n'
+        'BinaryName = "/usr/bin/nvct-runtime"\n'
+    )
+
+
+def _annotations(tmp_path):
+    ctx = context(tmp_path, run=FakeCommands({"config dump": DUMP_WITH}))
+    return by_name(containerd.check_containerd(ctx), "containerd-annotations")
+
+
+def test_a_pod_pattern_letting_cdi_through_fails(tmp_path) -> None:
+    _handler(tmp_path, 'container_annotations = ["cdi.k8s.io/*"]\npod_annotations = ["*/*"]\n')
+    result = _annotations(tmp_path)
+    assert result.status == FAIL
+    assert "pod_annotations = ['*/*']" in result.message and "runtimes.nvidia" in result.message
+    assert result.fix.startswith("remove those patterns from pod_annotations")
+
+
+def test_container_annotations_closed_warns_unless_containerd_does_cdi(tmp_path) -> None:
+    _handler(tmp_path, 'container_annotations = []\npod_annotations = ["io.example/*"]\n')
+    closed = _annotations(tmp_path)
+    assert closed.status == WARN and "never reaches nvct-runtime" in closed.message
+    assert closed.fix.startswith("nvct-cli configure --runtime containerd")
+    other = tmp_path / "cdi-on"
+    _handler(other, "container_annotations = []\n", "enable_cdi = true\n")
+    assert _annotations(other).status == PASS
+
+
+def test_the_configured_handler_passes(tmp_path) -> None:
+    _handler(tmp_path, 'container_annotations = ["cdi.k8s.io/*"]\n')
+    result = _annotations(tmp_path)
+    assert result.status == PASS and "nvidia" in result.message
