@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from integration.harness.processes import until
 from integration.simdriver import SimDriver, inject
 
 
@@ -60,7 +61,9 @@ def test_daemon_takes_commands_and_quits(
     )
     started = subprocess.run([exe, "-d"], env=env, capture_output=True, timeout=10, check=False)
     assert started.returncode == 0  # forks; the parent returns at once
-    pid = int((tmp / "pipe/nvidia-cuda-mps-control.pid").read_text())
+    pid_file = tmp / "pipe/nvidia-cuda-mps-control.pid"
+    assert until(lambda: pid_file.exists() and bool(pid_file.read_text()), 10)  # the child's
+    pid = int(pid_file.read_text())
     assert _alive(pid)
     assert (tmp / "pipe/control").exists()
     again = subprocess.run(
