@@ -185,8 +185,10 @@ class CriKubelet:
         annotations: Mapping[str, str] | None = None,
         qos: str = "besteffort",
         namespace: str = "default",
+        privileged: bool = False,
     ) -> Pod:
-        """RunPodSandbox of a host-network pod; ``handler``: its RuntimeClass's handler."""
+        """RunPodSandbox of a host-network pod; ``handler``: its RuntimeClass's handler;
+        ``privileged``: it may run privileged containers (a DaemonSet such as nvct's)."""
         self._pods += 1
         uid = f"0000{self._pods:04d}-{time.monotonic_ns() % 10**12:012d}-nvct-test"
         logs = self.log_root / f"{namespace}_{name}_{uid}"
@@ -205,7 +207,8 @@ class CriKubelet:
                 security_context=cri.LinuxSandboxSecurityContext(
                     namespace_options=cri.NamespaceOption(
                         network=cri.NODE, pid=cri.CONTAINER, ipc=cri.POD
-                    )
+                    ),
+                    privileged=privileged,
                 ),
             ),
         )

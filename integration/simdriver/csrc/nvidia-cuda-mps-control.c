@@ -3,7 +3,9 @@
  * logs to $CUDA_MPS_LOG_DIRECTORY/control.log (default /var/log/nvidia-mps), keeps the
  * defaults it is given, records every command to <control dir>/mps-commands and exits on
  * `quit`. Without arguments it is the client: each stdin line is sent to the daemon and its
- * answer printed, as `echo quit | nvidia-cuda-mps-control` does with the real one. */
+ * answer printed, as `echo quit | nvidia-cuda-mps-control` does with the real one. A client
+ * names its answer FIFO within the pipe directory, so a client in a container that mounts
+ * the directory elsewhere is answered too. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -160,7 +162,9 @@ static int daemon_main(int foreground)
         if (tab == NULL)
             continue;
         *tab = '\0';
-        snprintf(resp, sizeof(resp), "%s", line);
+        if (strchr(line, '/') != NULL) /* a name in the pipe directory, never a path */
+            continue;
+        path_in(resp, sizeof(resp), pipe_dir, line);
         record(tab + 1);
         logf_line(tab + 1);
         quit = handle(tab + 1, out, sizeof(out));
@@ -179,12 +183,18 @@ static int daemon_main(int foreground)
 
 static int client_main(void)
 {
-    char ctl[4096], resp[4096], cmd[LINE], req[LINE + 4200], buf[4096];
+    char ctl[4096], resp[4096], cmd[LINE], req[LINE + 4200], buf[4096], name[64];
+    struct timespec now;
     int fd, rc = 0;
     ssize_t n;
 
     path_in(ctl, sizeof(ctl), pipe_dir, "control");
-    snprintf(resp, sizeof(resp), "%s/.client.%d", pipe_dir, (int)getpid());
+    /* The answer's FIFO is named relative to the pipe directory: the daemon and a client in a
+     * container see that directory at different paths (as the real MPS's sockets there are
+     * found by both). Pid and time: clients of other PID namespaces may share a pid. */
+    clock_gettime(CLOCK_REALTIME, &now);
+    snprintf(name, sizeof(name), ".client.%d.%ld", (int)getpid(), (long)now.tv_nsec);
+    path_in(resp, sizeof(resp), pipe_dir, name);
     while (fgets(cmd, sizeof(cmd), stdin) != NULL) {
         cmd[strcspn(cmd, "\n")] = '\0';
         if (cmd[0] == '\0')
@@ -199,7 +209,7 @@ static int client_main(void)
             close(fd);
             return 1;
         }
-        snprintf(req, sizeof(req), "%s\t%s\n", resp, cmd);
+        snprintf(req, sizeof(req), "%s\t%s\n", name, cmd);
         if (write(fd, req, strlen(req)) < 0)
             rc = 1;
         close(fd);
