@@ -144,6 +144,8 @@ def test_unknown_and_unhealthy_devices_are_refused_and_a_lost_gpu_stays_latched(
     assert time.monotonic() - began < 1.0
     assert "recovered: cleared by an operator" in plugin.output()
     assert "no GPU is latched" in cli("device-plugin-health", kubelet)
+    inject.xid(plugin.control, sim_driver.spec.gpus[2].minor, 94)  # the new event set has it
+    assert kubelet.wait(lambda: kubelet.devices(GPU).get(lost) == "Unhealthy", timeout=5)
 
 
 def cli(command: str, kubelet: Kubelet, *args: str, proc_root: Path | None = None) -> str:
