@@ -88,6 +88,7 @@ class Health:
         self._conditions: dict[str, GpuCondition] = {}
         self._asks: dict[str, str] = {}  # NVML's recovery action, while it asks for one
         self._stamp: tuple[int, int] | None = None  # the latch file as last read
+        self._written: set[tuple[str, str]] = set()  # (UUID, hold) this process latched
         self._lock = threading.RLock()  # the NVML and the MPS watchers both report
 
     def xid(self, device: str, xid: int, now: float) -> Transition | None:
@@ -181,6 +182,7 @@ class Health:
             return []  # a broken file releases nothing
         out = []
         with self._lock:
+            self._written = {w for w in self._written if w[0] in latched}
             for device, hold in list(self._holds.items()):
                 if hold.hold != TRANSIENT and self.uuids.get(device) not in latched:
                     del self._holds[device]
@@ -212,8 +214,12 @@ class Health:
     def _latch(self, device: str, effect: Effect) -> None:
         if self.latches is None or device not in self.uuids:
             return
+        written = (self.uuids[device], effect.hold)
+        if written in self._written:
+            return  # another replica of the same GPU wrote it: one file write per event
         try:
             self.latches.add(self.uuids[device], effect.reason, effect.hold)
+            self._written.add(written)
         except (NvctError, OSError) as err:  # the hold still stands in this process
             log.warning("latch_not_written", device=device, error=str(err))
 
@@ -240,8 +246,10 @@ class Health:
     def _release(self, device: str) -> None:
         if self.latches is None or device not in self.uuids:
             return
+        uuid = self.uuids[device]
+        self._written = {w for w in self._written if w[0] != uuid}
         try:
-            self.latches.release(self.uuids[device])
+            self.latches.release(uuid)
         except (NvctError, OSError) as err:
             log.warning("latch_not_released", device=device, error=str(err))
 

@@ -161,3 +161,13 @@ def test_a_remap_failure_stays_until_cleared_even_across_boots(tmp_path: Path) -
     assert [t.health for t in rebooted.reload(now=1)] == [HEALTHY]
     assert rebooted.condition("GPU-b", failed, now=2) is None  # the same flag: accepted
     assert rebooted.state["GPU-b"] == HEALTHY
+
+
+def test_a_remap_failure_after_a_reset_xid_makes_the_latch_a_service_hold(tmp_path: Path) -> None:
+    h = plugin_health(tmp_path)
+    h.xid("GPU-a::0", 48, now=0)
+    h.xid("GPU-a::1", 48, now=0)  # the same GPU's other replica: already written
+    assert latches(tmp_path).load()["GPU-a"].hold == "reset"
+    h.condition("GPU-a::0", GpuCondition(recovery_action=0, remap_failure=True), now=1)
+    entry = latches(tmp_path, "boot-2").load()["GPU-a"]  # kept in a later boot
+    assert (entry.hold, entry.reason) == ("service", "row remapping failed: the GPU needs service")

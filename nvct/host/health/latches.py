@@ -81,9 +81,11 @@ class LatchFile:
         return st.st_mtime_ns, st.st_ino
 
     def add(self, uuid: str, reason: str, hold: str) -> None:
-        """Latch ``uuid`` (kept when it is latched already: the first reason stays)."""
+        """Latch ``uuid``; one latched already keeps its first reason, unless this hold is
+        for service and that one was not."""
         with self._locked() as (entries, _accepted):
-            if uuid not in entries or not self._current(entries[uuid]):
+            old = entries.get(uuid)
+            if old is None or not self._current(old) or (hold == SERVICE != old.hold):
                 entries[uuid] = Latch(uuid, reason, hold, self.boot, time.time())
 
     def remove(self, uuid: str) -> Latch | None:
