@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from integration.conftest import NVCT_BIN, write_nvct_config
 from integration.harness.bundles import BundleFactory, run_runc
+from integration.harness.nvidia_cdi import nvidia_yaml
 
 pytestmark = [pytest.mark.runc, pytest.mark.root]
 
@@ -223,3 +225,86 @@ devices:
         "--folder",
         "/usr/lib/x86_64-linux-gnu",
     ]
+
+
+def engine_applied(spec: dict[str, Any], name: str) -> dict[str, Any]:
+    """What an engine with CDI on (CRI-O; containerd with enable_cdi) puts in a container's OCI
+    spec for the device ``name`` of ``spec``, by the CDI library's rules: the spec's and the
+    device's edits, nodes by container path, mounts, hooks per stage, env."""
+    (device,) = [d for d in spec["devices"] if f"{spec['kind']}={d['name']}" == name]
+    out: dict[str, Any] = {"devices": [], "mounts": [], "hooks": {}, "env": []}
+    for edits in (spec.get("containerEdits") or {}, device["containerEdits"]):
+        for node in edits.get("deviceNodes") or ():
+            st = os.stat(node.get("hostPath") or node["path"])
+            out["devices"].append(
+                {
+                    "path": node["path"],
+                    "type": "c",
+                    "major": os.major(st.st_rdev),
+                    "minor": os.minor(st.st_rdev),
+                    "fileMode": 0o20666,
+                    "uid": 0,
+                    "gid": 0,
+                }
+            )
+        out["mounts"] += [
+            {"destination": m["containerPath"], "source": m["hostPath"], "options": m["options"]}
+            for m in edits.get("mounts") or ()
+        ]
+        for hook in edits.get("hooks") or ():
+            entry = {k: hook[k] for k in ("path", "args") if hook.get(k)}
+            out["hooks"].setdefault(hook["hookName"], []).append(entry)
+        out["env"] += edits.get("env") or []
+    return out
+
+
+def test_a_device_the_engine_already_injected_is_not_injected_again(
+    runc_bundle_factory: BundleFactory, container_id: str, sim_driver: Any, tmp_path: Path
+) -> None:
+    """CRI-O (and containerd with CDI on) resolve the plugin's cdi.k8s.io annotation
+    themselves and still hand it on: nvct-runtime then finds the device's nodes, mounts and
+    hook in the spec already, and adds none of them twice (a hook would run twice)."""
+    spec_dir = tmp_path / "cdi"
+    spec_dir.mkdir()
+    hook_log = tmp_path / "hook.log"
+    hook = tmp_path / "nvidia-cdi-hook"
+    hook.write_text(f'#!/bin/sh\necho "$@" >> {hook_log}\ncat > /dev/null\n')
+    hook.chmod(0o755)
+    text = nvidia_yaml(sim_driver) + (
+        f"  hooks:\n  - hookName: createContainer\n    path: {hook}\n"
+        "    args: [nvidia-cdi-hook, update-ldcache]\n"
+    )
+    (spec_dir / "nvidia.yaml").write_text(text)
+    config = write_nvct_config(
+        tmp_path / "nvct" / "config.toml", sim_driver, **{"cdi.spec-dirs": f'["{spec_dir}"]'}
+    )
+    applied = engine_applied(yaml.safe_load(text), "nvidia.com/gpu=1")
+    script = f"{SCRIPT}; echo ===; cat /proc/self/mountinfo"
+    bundle = runc_bundle_factory(["/bin/sh", "-c", script], [])
+    oci = json.loads((bundle / "config.json").read_text())
+    oci["process"]["env"] += applied["env"]
+    oci["mounts"] += applied["mounts"]
+    oci["hooks"] = applied["hooks"]
+    oci["linux"]["devices"] = applied["devices"]
+    oci["linux"]["resources"]["devices"] = [
+        *oci["linux"]["resources"].get("devices", []),
+        *(
+            {"allow": True, "type": "c", "major": d["major"], "minor": d["minor"], "access": "rwm"}
+            for d in applied["devices"]
+        ),
+    ]
+    oci["annotations"] = {"cdi.k8s.io/nvct-device-plugin_gpu": "nvidia.com/gpu=1"}
+    (bundle / "config.json").write_text(json.dumps(oci))
+    result = run(bundle, container_id, config)
+    assert result.returncode == 0, result.stderr
+    smi, devs, env, mountinfo = result.stdout.split("===")
+    assert smi_uuids(smi) == [sim_driver.spec.gpus[1].uuid]
+    assert gpu_nodes(devs) == ["nvidia1"]
+    assert hook_log.read_text().split() == ["update-ldcache"]  # ran once
+    targets = [line.split()[4] for line in mountinfo.strip().splitlines()]
+    assert targets.count("/usr/bin/nvidia-smi") == 1
+    assert env.count("NVIDIA_VISIBLE_DEVICES=") == 1
+    edited = json.loads((bundle / "config.json").read_text())
+    paths = [d["path"] for d in edited["linux"]["devices"]]
+    assert sorted(paths) == sorted(set(paths)) == ["/dev/nvidia1", "/dev/nvidiactl"]
+    assert len(edited["hooks"]["createContainer"]) == 1

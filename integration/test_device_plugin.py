@@ -3,6 +3,7 @@ gRPC on Unix sockets, on the simulated driver; its answers applied to real conta
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -20,7 +21,7 @@ from integration.harness.deviceplugin import PluginProcess, apply, uuids
 from integration.harness.podman import podman_run, spec_in_cdi_dir
 from integration.kubelet.standin import Kubelet, sockets
 from integration.simdriver import inject
-from nvct.base.plugin_files import CDI_SPEC_NAME
+from nvct.base.plugin_files import CDI_KIND, CDI_SPEC_NAME
 
 pytestmark = [pytest.mark.root]
 GPU = "nvidia.com/gpu"
@@ -89,11 +90,11 @@ def test_a_plugin_started_before_the_kubelet_registers_when_it_appears(
         (
             "cdi-annotations",
             lambda r, u: (
-                dict(r.annotations) == {"cdi.k8s.io/nvct-device-plugin_gpu": f"nvidia.com/gpu={u}"}
+                dict(r.annotations) == {"cdi.k8s.io/nvct-device-plugin_gpu": f"{CDI_KIND}={u}"}
                 and not r.envs
             ),
         ),
-        ("cdi-cri", lambda r, u: [d.name for d in r.cdi_devices] == [f"nvidia.com/gpu={u}"]),
+        ("cdi-cri", lambda r, u: [d.name for d in r.cdi_devices] == [f"{CDI_KIND}={u}"]),
     ],
 )
 def test_allocate_answers_per_strategy(
@@ -104,6 +105,50 @@ def test_allocate_answers_per_strategy(
     uuid = uuids(sim_driver)[1]
     response = kubelet.allocate(GPU, [uuid])
     assert check(response, uuid), response
+
+
+def test_index_ids_reach_only_the_container_the_kubelet_keeps_uuids(
+    kubelet, plugin_factory, sim_driver
+) -> None:
+    """``device-id-strategy = index``: ListAndWatch and Allocate's device IDs stay UUIDs (the
+    kubelet's checkpoint must survive a GPU falling off the bus); every answer form tells the
+    container the index, and the CDI name it gives is one the plugin's spec defines."""
+    strategies = "volume-mounts,cdi-annotations,cdi-cri"
+    plugin = plugin_factory("--device-id-strategy", "index", "--device-list-strategy", strategies)
+    assert kubelet.wait(lambda: GPU in kubelet.plugins and kubelet.plugins[GPU].updates)
+    assert sorted(kubelet.devices(GPU)) == sorted(uuids(sim_driver))
+    response = kubelet.allocate(GPU, [uuids(sim_driver)[1]])
+    assert [(m.host_path, m.container_path) for m in response.mounts] == [
+        ("/dev/null", "/var/run/nvidia-container-devices/1")
+    ]
+    assert dict(response.annotations) == {"cdi.k8s.io/nvct-device-plugin_gpu": f"{CDI_KIND}=1"}
+    assert [d.name for d in response.cdi_devices] == [f"{CDI_KIND}=1"]
+    spec = json.loads((plugin.work / "cdi" / CDI_SPEC_NAME).read_text())
+    assert spec["kind"] == CDI_KIND and "1" in {d["name"] for d in spec["devices"]}
+
+
+def test_an_envvar_plugin_on_a_guarded_node_says_so_at_start(
+    kubelet, plugin_factory, sim_driver, tmp_path
+) -> None:
+    """The node's nvct-runtime (its config.toml, as the plugin's pod sees it) has
+    only-allocated-gpus on: every envvar answer is dropped there, and the plugin says so once,
+    as a JSON log line and on stderr; it still serves (the operator decides)."""
+    node = write_nvct_config(
+        tmp_path / "node" / "config.toml", sim_driver, **{"request.only-allocated-gpus": "true"}
+    )
+    plugin = plugin_factory(
+        "--device-list-strategy", "envvar", **{"device-plugin.runtime-config": f'"{node}"'}
+    )
+    assert kubelet.wait(lambda: GPU in kubelet.plugins and kubelet.plugins[GPU].updates)
+    out = plugin.output()
+    problem = (
+        "device-list-strategy envvar answers only NVIDIA_VISIBLE_DEVICES, which this node's "
+        f"nvct-runtime ignores (request.only-allocated-gpus is on in {node}): pods get no GPU"
+    )
+    assert f"nvct-device-plugin: error: {problem} (fix: set [device-plugin]" in out
+    events = [json.loads(ln) for ln in out.splitlines() if ln.startswith("{")]
+    (said,) = [e for e in events if e.get("event") == "envvar_ignored_by_guard"]
+    assert said["problem"] == problem and said["level"] == "error"
 
 
 def test_unknown_and_unhealthy_devices_are_refused_and_a_lost_gpu_stays_latched(
@@ -240,6 +285,27 @@ def test_nvml_failing_at_start(tmp_path, sim_driver, kubelet) -> None:
     assert waiting.stop() == 0
 
 
+def test_no_cdi_hook_installed_is_one_line_not_a_traceback(
+    tmp_path, sim_driver, kubelet, monkeypatch
+) -> None:
+    """Seen on a real GPU machine with nvct's modules but no console scripts: the CDI spec
+    needs nvct-cdi-hook, and the plugin died with a traceback instead of saying so."""
+    monkeypatch.setenv("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+    elsewhere = (
+        "import sys; sys.executable = '/nonexistent/python'; "
+        "sys.argv = ['/nonexistent/nvct-device-plugin', *sys.argv[1:]]; "
+        "from nvct.deviceplugin.__main__ import main; sys.exit(main())"
+    )
+    plugin = PluginProcess(
+        tmp_path, sim_driver, kubelet.plugin_dir, program=(sys.executable, "-c", elsewhere)
+    )
+    plugin.start()
+    assert plugin.proc is not None and plugin.proc.wait(timeout=30) == 1
+    assert "Traceback" not in plugin.output(), plugin.output()
+    errors = [ln for ln in plugin.output().splitlines() if ln.startswith("nvct-device-plugin:")]
+    assert len(errors) == 1 and "cannot find nvct-cdi-hook" in errors[0], plugin.output()
+
+
 # --- the answers applied to real containers, as containerd's CRI plugin applies them ---------
 
 
@@ -321,7 +387,7 @@ def test_cdi_cri_names_resolved_by_a_cdi_engine_give_exactly_the_allocated_gpu(
     response = kubelet.allocate(GPU, [uuid])
     assert not response.envs and not response.mounts and not response.annotations
     names = [d.name for d in response.cdi_devices]
-    assert names == [f"nvidia.com/gpu={uuid}"]
+    assert names == [f"{CDI_KIND}={uuid}"]
     with spec_in_cdi_dir() as path:
         shutil.copyfile(plugin.work / "cdi" / CDI_SPEC_NAME, path)
         result = podman_run(podman, names, "nvidia-smi -L; echo ===; ls /dev")
@@ -444,6 +510,6 @@ def test_mig_mixed_gives_one_resource_and_socket_per_profile(tmp_path, kubelet) 
         assert {"nvidia-gpu.sock", "nvidia-mig-3g.40gb.sock"} <= names
         mig = sorted(expected["nvidia.com/mig-3g.40gb"])[0]
         answer = kubelet.allocate("nvidia.com/mig-3g.40gb", [mig])
-        assert [d.name for d in answer.cdi_devices] == [f"nvidia.com/gpu={mig}"]
+        assert [d.name for d in answer.cdi_devices] == [f"{CDI_KIND}={mig}"]
     finally:
         plugin.stop()

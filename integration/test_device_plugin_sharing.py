@@ -5,11 +5,13 @@ restarted, quit on SIGTERM), and two containers sharing one GPU at once through 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +20,11 @@ import pytest
 
 from integration.conftest import NVCT_BIN, write_nvct_config
 from integration.harness.bundles import BundleFactory, run_runc
-from integration.harness.deviceplugin import apply, uuids
+from integration.harness.deviceplugin import MpsControlProcess, apply, uuids
+from integration.harness.processes import until
 from integration.kubelet.standin import Kubelet, sockets
 from integration.simdriver import inject
+from nvct.base.plugin_files import CDI_KIND
 
 pytestmark = [pytest.mark.root]
 GPU = "nvidia.com/gpu"
@@ -57,10 +61,10 @@ def test_gpu_0_sliced_by_four_the_others_whole(kubelet, plugin_factory, sim_driv
     assert kubelet.devices(GPU) == dict.fromkeys([*replicas(ids[0], 4), *ids[1:]], "Healthy")
     assert sockets(kubelet.plugin_dir) == ["kubelet.sock", "nvidia-gpu.sock"]
     answer = kubelet.allocate(GPU, [f"{ids[0]}::2"])
-    assert [d.name for d in answer.cdi_devices] == [f"nvidia.com/gpu={ids[0]}"]  # ::n stripped
+    assert [d.name for d in answer.cdi_devices] == [f"{CDI_KIND}={ids[0]}"]  # ::n stripped
     # a replica and a whole GPU: no fail-requests-greater-than-one here
     both = kubelet.allocate(GPU, [f"{ids[0]}::1", ids[2]])
-    assert [d.name for d in both.cdi_devices] == [f"nvidia.com/gpu={u}" for u in (ids[0], ids[2])]
+    assert [d.name for d in both.cdi_devices] == [f"{CDI_KIND}={u}" for u in (ids[0], ids[2])]
     with pytest.raises(grpc.RpcError) as refused:
         kubelet.allocate(GPU, [f"{ids[0]}::0", f"{ids[0]}::3"])
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -97,7 +101,7 @@ def test_renamed_shared_gpus_are_their_own_resource_and_socket(
     assert kubelet.plugins[SHARED].endpoint == "nvidia-gpu.shared.sock"
     assert {"nvidia-gpu.sock", "nvidia-gpu.shared.sock"} <= set(sockets(kubelet.plugin_dir))
     one = kubelet.allocate(SHARED, [f"{ids[1]}::3"])
-    assert [d.name for d in one.cdi_devices] == [f"nvidia.com/gpu={ids[1]}"]
+    assert [d.name for d in one.cdi_devices] == [f"{CDI_KIND}={ids[1]}"]
     with pytest.raises(grpc.RpcError) as refused:
         kubelet.allocate(SHARED, [f"{ids[0]}::0", f"{ids[1]}::0"])
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -130,22 +134,43 @@ def test_two_replicas_of_one_gpu_with_warn_are_told_to_the_container(
 # --- MPS -----------------------------------------------------------------------------------
 
 
+@pytest.fixture
+def mps_control(tmp_path: Path) -> Iterator[Callable[..., MpsControlProcess]]:
+    """Starts ``nvct-cli mps-control`` for a plugin; at the end stops them all, and kills any
+    daemon a SIGKILLed one left."""
+    started: list[MpsControlProcess] = []
+
+    def make(plugin: Any, config: Path | None = None) -> MpsControlProcess:
+        control = MpsControlProcess(plugin, tmp_path / "mps", config=config).start()
+        started.append(control)
+        return control
+
+    yield make
+    for control in started:
+        if control.proc is not None and control.proc.poll() is None:
+            control.stop()
+    for pid_file in (tmp_path / "mps").glob(f"*/pipe/{PID_FILE}"):
+        with contextlib.suppress(ValueError, ProcessLookupError):
+            pid = int(pid_file.read_text())
+            if "nvidia-cuda-mps-control" in Path(f"/proc/{pid}/cmdline").read_text():
+                os.kill(pid, signal.SIGKILL)
+
+
+MPS_RULES = sharing(
+    '{devices = ["1"], strategy = "mps", replicas = 2, rename = true}',
+    '{devices = ["2"], strategy = "mps", replicas = 4, pinned-memory-mib = 1000,'
+    " active-thread-percentage = 30, rename = true}",
+)
+
+
 def test_mps_limits_applied_before_advertising_daemon_restarted_and_quit(
-    kubelet, plugin_factory, sim_driver, tmp_path
+    kubelet, plugin_factory, mps_control, sim_driver, tmp_path
 ) -> None:
     ids = uuids(sim_driver)
     uuid = ids[1]
-    plugin = plugin_factory(
-        "--mps-root",
-        str(tmp_path / "mps"),
-        start=False,
-        **sharing(
-            '{devices = ["1"], strategy = "mps", replicas = 2, rename = true}',
-            '{devices = ["2"], strategy = "mps", replicas = 4, pinned-memory-mib = 1000,'
-            " active-thread-percentage = 30, rename = true}",
-        ),
-    )
+    plugin = plugin_factory("--mps-root", str(tmp_path / "mps"), start=False, **MPS_RULES)
     pipe = plugin.work / "mps" / uuid / "pipe"
+    control = mps_control(plugin)
     plugin.start()
     seen: dict[str, list[tuple[str, str]]] = {}  # per GPU: the commands when first advertised
     deadline = time.monotonic() + 30
@@ -154,15 +179,17 @@ def test_mps_limits_applied_before_advertising_daemon_restarted_and_quit(
         for gpu in advertised - set(seen):
             seen[gpu] = inject.mps_commands(plugin.control)
         time.sleep(0.002)
-    assert sorted(seen) == sorted(ids[1:3]), plugin.output()
+    assert sorted(seen) == sorted(ids[1:3]), plugin.output() + control.output()
     mine = [c for p, c in seen[uuid] if p == str(pipe)]
     memory = sim_driver.spec.gpus[1].memory_mib // 2
-    assert mine == [
+    limits = [
         f"set_default_device_pinned_mem_limit 0 {memory}M",
         "set_default_active_thread_percentage 50",
         "get_default_device_pinned_mem_limit 0",
         "get_default_active_thread_percentage",
-    ], plugin.output()
+    ]
+    # mps-control set and read them back; the plugin then asked for both before advertising
+    assert mine[:4] == limits and mine[4:6] == limits[2:], mine
     other = [c for p, c in seen[ids[2]] if p == str(plugin.work / "mps" / ids[2] / "pipe")]
     assert other[:2] == [
         "set_default_device_pinned_mem_limit 0 1000M",
@@ -212,18 +239,123 @@ def test_mps_limits_applied_before_advertising_daemon_restarted_and_quit(
     mountinfo = Path(f"/proc/{second}/mountinfo").read_text().splitlines()
     shm = [ln.split()[3] for ln in mountinfo if ln.split()[4] == "/dev/shm"]
     assert shm and shm[-1].endswith(f"/mps/{uuid}/shm"), shm  # the last mounted covers the rest
-    again = [c for p, c in inject.mps_commands(plugin.control) if p == str(pipe)]
-    assert again[4:] == mine  # limits re-applied and read back
-    assert '"mps_daemon_died"' in plugin.output()
+    assert '"mps_daemon_died"' in control.output() and '"mps_daemon_died"' in plugin.output()
 
-    assert plugin.stop() == 0
+    assert plugin.stop() == 0  # the plugin quits no daemon: they are mps-control's
+    assert not [c for _, c in inject.mps_commands(plugin.control) if c == "quit"]
+    assert running(second)
+    assert control.stop() == 0
     quits = [p for p, c in inject.mps_commands(plugin.control) if c == "quit"]
     assert sorted(quits) == sorted([str(pipe), str(plugin.work / "mps" / ids[2] / "pipe")])
     assert not running(second) and not (pipe / PID_FILE).exists()
 
 
+def test_mps_daemons_and_their_clients_outlive_a_plugin_restart(
+    kubelet, plugin_factory, mps_control, sim_driver, tmp_path
+) -> None:
+    """The plugin SIGKILLed (a crash; an upgrade or config change restarts its pod): every
+    daemon runs on, a client connected before keeps talking to the same daemon, and the
+    restarted plugin advertises the replicas Healthy within a second of registering."""
+    uuid = uuids(sim_driver)[1]
+    plugin = plugin_factory("--mps-root", str(tmp_path / "mps"), start=False, **MPS_RULES)
+    pipe = plugin.work / "mps" / uuid / "pipe"
+    mps_control(plugin)
+    plugin.start()
+    healthy = dict.fromkeys(replicas(uuid, 2), "Healthy")
+    assert kubelet.wait(lambda: healthy.items() <= kubelet.devices(SHARED).items())
+    daemon = int((pipe / PID_FILE).read_text())
+    client = subprocess.Popen(  # an MPS client with the pipe open, as a CUDA process has it
+        [str(sim_driver.bin_dir / "nvidia-cuda-mps-control")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **sim_driver.env(plugin.dev_root), "CUDA_MPS_PIPE_DIRECTORY": str(pipe)},
+    )
+    try:
+        assert client.stdin is not None and client.stdout is not None
+        client.stdin.write("get_default_active_thread_percentage\n")
+        client.stdin.flush()
+        assert client.stdout.readline().strip() == "50.0"
+        sets_before = [c for _, c in inject.mps_commands(plugin.control) if c.startswith("set_")]
+        assert plugin.proc is not None
+        plugin.proc.kill()
+        plugin.proc.wait()
+        time.sleep(1.5)  # longer than a probe period: nothing noticed the plugin's death
+        assert running(daemon) and int((pipe / PID_FILE).read_text()) == daemon
+
+        before = kubelet.plugins[SHARED].at
+        again = plugin_factory("--mps-root", str(tmp_path / "mps"), start=False, **MPS_RULES)
+        again.start()
+        assert kubelet.wait(lambda: kubelet.plugins[SHARED].at != before), again.output()
+        registered = kubelet.plugins[SHARED].at
+        assert kubelet.wait(lambda: healthy.items() <= kubelet.devices(SHARED).items())
+        assert time.monotonic() - registered < 1.0, again.output()
+        client.stdin.write("get_default_active_thread_percentage\n")
+        client.stdin.flush()
+        assert client.stdout.readline().strip() == "50.0"  # the same connection, answered
+        assert running(daemon) and int((pipe / PID_FILE).read_text()) == daemon
+        sets_after = [c for _, c in inject.mps_commands(plugin.control) if c.startswith("set_")]
+        assert sets_after == sets_before  # never restarted, never re-limited
+    finally:
+        client.kill()
+        client.wait()
+
+
+def test_mps_control_keeps_daemons_with_its_limits_and_replaces_others(
+    kubelet, plugin_factory, mps_control, sim_driver, tmp_path
+) -> None:
+    """A new mps-control (its pod restarted without taking the daemons, or a host service
+    restarted) keeps a daemon that answers with the configured limits, and replaces one
+    that answers with others."""
+    uuid = uuids(sim_driver)[1]
+    plugin = plugin_factory("--mps-root", str(tmp_path / "mps"), start=False, **MPS_RULES)
+    pipe = plugin.work / "mps" / uuid / "pipe"
+    first = mps_control(plugin)
+    plugin.start()
+    healthy = dict.fromkeys(replicas(uuid, 2), "Healthy")
+    assert kubelet.wait(lambda: healthy.items() <= kubelet.devices(SHARED).items())
+    daemon = int((pipe / PID_FILE).read_text())
+    first.kill()
+    kept = mps_control(plugin)
+    assert until(lambda: '"mps_daemon_ready"' in kept.output(), timeout=10)
+    assert '"adopted": true' in kept.output(), kept.output()
+    assert int((pipe / PID_FILE).read_text()) == daemon and running(daemon)
+    kept.kill()
+
+    other = write_nvct_config(
+        tmp_path / "other" / "config.toml",
+        sim_driver,
+        **sharing(
+            '{devices = ["1"], strategy = "mps", replicas = 2, rename = true,'
+            " active-thread-percentage = 20}",
+        ),
+    )
+    replaced = mps_control(plugin, other)
+    assert until(lambda: '"mps_daemon_ready"' in replaced.output(), timeout=10)
+    assert not running(daemon)
+    assert (str(pipe), "quit") in inject.mps_commands(plugin.control)
+    # the plugin, still configured for 50 %, takes its replicas out and says why
+    gone = dict.fromkeys(replicas(uuid, 2), "Unhealthy")
+    assert kubelet.wait(lambda: gone.items() <= kubelet.devices(SHARED).items(), timeout=5)
+    assert until(lambda: "20.0% active threads, not" in plugin.output(), timeout=5)
+
+
+def test_the_plugin_without_mps_control_advertises_no_mps_replica_and_says_why(
+    kubelet, plugin_factory, mps_control, sim_driver, tmp_path
+) -> None:
+    uuid = uuids(sim_driver)[1]
+    plugin = plugin_factory("--mps-root", str(tmp_path / "mps"), **MPS_RULES)
+    assert until(lambda: '"mps_daemon_failed"' in plugin.output(), timeout=10)
+    assert "nvct-cli mps-control" in plugin.output()
+    time.sleep(0.5)
+    assert not [d for d in kubelet.devices(SHARED) if d.startswith(uuid)]
+    mps_control(plugin)
+    healthy = dict.fromkeys(replicas(uuid, 2), "Healthy")
+    assert kubelet.wait(lambda: healthy.items() <= kubelet.devices(SHARED).items(), timeout=5)
+
+
 def test_a_stale_pid_file_never_kills_another_process(
-    kubelet, plugin_factory, sim_driver, tmp_path
+    kubelet, plugin_factory, mps_control, sim_driver, tmp_path
 ) -> None:
     uuid = uuids(sim_driver)[0]
     pipe = tmp_path / "mps" / uuid / "pipe"
@@ -233,10 +365,11 @@ def test_a_stale_pid_file_never_kills_another_process(
         (pipe / PID_FILE).write_text(f"{other.pid}\n")
         rule = '{devices = ["0"], strategy = "mps", replicas = 2, rename = true}'
         plugin = plugin_factory("--mps-root", str(tmp_path / "mps"), **sharing(rule))
+        control = mps_control(plugin)
         healthy = dict.fromkeys(replicas(uuid, 2), "Healthy")
         assert kubelet.wait(lambda: kubelet.devices(SHARED) == healthy), plugin.output()
         assert other.poll() is None and int((pipe / PID_FILE).read_text()) != other.pid
-        assert plugin.stop() == 0
+        assert control.stop() == 0
         assert other.poll() is None
     finally:
         other.kill()
@@ -323,6 +456,7 @@ def _smi_uuids(stdout: str) -> list[str]:
 def test_two_containers_share_one_gpu_at_once(
     kubelet,
     plugin_factory,
+    mps_control,
     sim_driver,
     runc_bundle_factory: BundleFactory,
     tmp_path: Path,
@@ -336,6 +470,8 @@ def test_two_containers_share_one_gpu_at_once(
         str(tmp_path / "mps"),
         **sharing(f'{{devices = ["2"], strategy = "{strategy}", replicas = 2, rename = true}}'),
     )
+    if strategy == "mps":
+        mps_control(plugin)
     assert kubelet.wait(lambda: len(kubelet.devices(SHARED)) == 2), plugin.output()
     runtime_config = write_nvct_config(
         tmp_path / "runtime" / "config.toml",
@@ -383,6 +519,6 @@ def test_mig_slices(tmp_path, kubelet) -> None:
         assert kubelet.plugins[resource].endpoint == f"nvidia-mig-{mig.profile}.shared.sock"
         assert mig.uuid not in kubelet.devices(f"nvidia.com/mig-{mig.profile}")
         answer = kubelet.allocate(resource, [f"{mig.uuid}::1"])
-        assert [d.name for d in answer.cdi_devices] == [f"nvidia.com/gpu={mig.uuid}"]
+        assert [d.name for d in answer.cdi_devices] == [f"{CDI_KIND}={mig.uuid}"]
     finally:
         plugin.stop()

@@ -26,6 +26,7 @@ CHECKS = (
     "device-plugin",
     "device-plugin-devices",
     "runtime-class",
+    "device-plugin-guard",
     "device-plugin-cdi-spec",
     "mig-strategy",
 )

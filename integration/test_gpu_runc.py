@@ -874,3 +874,52 @@ def test_gbm_backend_link_resolves_in_the_container(
     result = run_through("shim", runc_bundle_factory, container_id, config, script, env)
     assert "resolves" in result.stdout, result.stdout + result.stderr
     assert result.stdout.splitlines()[0].endswith("/libnvidia-allocator.so.1")
+
+
+def test_a_driver_under_its_own_prefix_and_an_ldconfig_wrapper_give_a_working_gpu(
+    runc_bundle_factory: BundleFactory,
+    glibc_rootfs_dir: Path,
+    container_id: str,
+    sim_driver: Any,
+    tmp_path: Path,
+) -> None:
+    """The layout of the real GPU machine nvct was checked on: the driver under
+    /usr/local/nvidia with wrapper scripts in /usr/bin, and Ubuntu's /sbin/ldconfig wrapping
+    ldconfig.real. An image whose ld.so.cache cannot be merged makes nvct run ldconfig."""
+    from integration.simdriver.layouts import own_prefix
+
+    ldconfig = Path(os.path.realpath(shutil.which("ldconfig") or "/sbin/ldconfig"))
+    if b"ld-linux" in ldconfig.read_bytes()[:4096]:
+        pytest.skip(f"{ldconfig} is not statically linked")
+    root = tmp_path / "driver"
+    subprocess.run(["cp", "-a", str(sim_driver.driver_root), str(root)], check=True)
+    own_prefix(root)
+    sbin = tmp_path / "sbin"
+    sbin.mkdir()
+    (sbin / "ldconfig").write_text('#!/bin/sh\nexec /sbin/ldconfig.real "$@"\n')
+    (sbin / "ldconfig").chmod(0o755)
+    shutil.copy(ldconfig, sbin / "ldconfig.real")
+    config = tmp_path / "c" / "config.toml"
+    config.parent.mkdir()
+    config.write_text(
+        f'driver-root = "{root}"\ndev-root = "{sim_driver.dev_root}"\n'
+        f'proc-root = "{sim_driver.proc_root}"\nldconfig = "{sbin / "ldconfig"}"\n'
+        f'cache-dir = "{tmp_path / "cache"}"\n[log]\nfile = "{tmp_path / "nvct.log"}"\n'
+    )
+    image = tmp_path / "image"
+    shutil.copytree(glibc_rootfs_dir, image, symlinks=True)
+    (image / "etc/ld.so.cache").write_bytes(b"not a cache")  # only ldconfig can decide
+    bundle = runc_bundle_factory(
+        ["/bin/sh", "-c", "nvidia-smi -L"], ["NVIDIA_VISIBLE_DEVICES=1"], rootfs=image
+    )
+    result = run_runc(
+        bundle, container_id, runtime=str(NVCT_BIN / "nvct-runtime"), env=shim_env(config)
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert smi_uuids(result.stdout) == [sim_driver.spec.gpus[1].uuid]
+    prepared = [
+        json.loads(line)
+        for line in (tmp_path / "nvct.log").read_text().splitlines()
+        if '"container_prepared"' in line
+    ]
+    assert prepared and prepared[-1]["ld_cache"] == "ldconfig", prepared

@@ -1,6 +1,8 @@
 """request.only-allocated-gpus: with nvct-runtime as a node's default runtime, a container
 whose image sets NVIDIA_VISIBLE_DEVICES=all but that the device plugin allocated nothing gets no
-GPU; one with an allocation (a volume-mount list or a CDI annotation) gets exactly that."""
+GPU, nor does one that mounts a directory of its own (an emptyDir) where the device plugin's
+volume-mounts answer mounts /dev/null; one with an allocation (a volume-mount list or a CDI
+annotation) gets exactly that."""
 
 from __future__ import annotations
 
@@ -90,3 +92,23 @@ def test_a_cdi_annotation_allocation_gives_exactly_that_gpu(
     nodes, smi = gpus_seen(run(bundle, container_id, guarded))
     assert "nvidia1" in nodes and not {"nvidia0", "nvidia2", "nvidia3"} & set(nodes)
     assert smi.count("UUID: GPU-") == 1 and sim_driver.spec.gpus[1].uuid in smi
+
+
+def test_a_directory_mounted_as_the_device_list_gives_no_gpu(
+    runc_bundle_factory: BundleFactory, container_id: str, guarded: Path, tmp_path: Path
+) -> None:
+    """What any pod's emptyDir at /var/run/nvidia-container-devices/all is: a bind mount of an
+    ordinary directory. NVIDIA's toolkit counts only a /dev/null source; so does nvct."""
+    empty_dir = tmp_path / "pods" / "volumes" / "kubernetes.io~empty-dir" / "all"
+    empty_dir.mkdir(parents=True)
+    mount = {
+        "destination": "/var/run/nvidia-container-devices/all",
+        "source": str(empty_dir),
+        "type": "bind",
+        "options": ["rbind", "rw"],
+    }
+    mounts = [*runc_spec()["mounts"], mount]
+    bundle = runc_bundle_factory(["/bin/sh", "-c", SCRIPT], IMAGE_ENV, extra={"mounts": mounts})
+    nodes, smi = gpus_seen(run(bundle, container_id, guarded))
+    assert nodes == []
+    assert "UUID: GPU-" not in smi

@@ -87,6 +87,7 @@ from integration.harness.packages import (
 from integration.harness.shimd import ShimDaemon
 from integration.harness.skips import need_binary, need_docker, need_root, require
 from integration.kubelet.standin import Kubelet, sockets
+from nvct.base.plugin_files import CDI_KIND
 
 pytestmark = [pytest.mark.slow]
 
@@ -289,6 +290,28 @@ def test_device_plugin_unit(packages: Packages, fmt: str, tmp_path: Path) -> Non
     assert unit["Service.ProtectSystem"] == ["full"]  # /usr, /boot, /etc; not /var or /run
     assert unit["Service.NoNewPrivileges"] == ["yes"]
     assert (root / "usr/share/man/man1/nvct-device-plugin.1.gz").is_file()
+
+
+@pytest.mark.parametrize("fmt", ["deb", "rpm"])
+def test_mps_control_unit(packages: Packages, fmt: str, tmp_path: Path) -> None:
+    """Both formats ship packaging/nvct-mps-control.service: the packaged nvct-cli's
+    mps-control, a unit apart from the plugin's (restarting the plugin leaves the daemons)."""
+    name = "nvct-mps-control.service"
+    if fmt == "deb":
+        root = extract_deb(packages.deb, tmp_path / "root")
+        unit_path = root / "lib/systemd/system" / name
+    else:
+        root = extract_rpm(packages.rpm, tmp_path / "root")
+        unit_path = root / "usr/lib/systemd/system" / name
+    assert unit_path.read_bytes() == (PACKAGING / name).read_bytes()
+    unit = unit_settings(unit_path.read_text())
+    (command,) = unit["Service.ExecStart"]
+    program, subcommand = command.split()
+    assert (program, subcommand) == ("/usr/bin/nvct-cli", "mps-control")
+    assert os.access(root / program.lstrip("/"), os.X_OK)
+    assert unit["Unit.Before"] == [PLUGIN_UNIT]
+    assert unit["Service.RestartPreventExitStatus"] == ["2"]
+    assert not [k for k in unit if k.split(".", 1)[1] in {"PrivateDevices", "DevicePolicy"}]
 
 
 @pytest.mark.parametrize("fmt", ["deb", "rpm"])
@@ -588,7 +611,7 @@ def test_installed_device_plugin_registers_and_answers_allocate(
         ids = [gpu.uuid for gpu in sim_driver.spec.gpus]
         assert kubelet.devices(GPU) == dict.fromkeys(ids, "Healthy")
         response = kubelet.allocate(GPU, [ids[1]])
-        assert [d.name for d in response.cdi_devices] == [f"nvidia.com/gpu={ids[1]}"]
+        assert [d.name for d in response.cdi_devices] == [f"{CDI_KIND}={ids[1]}"]
         spec = (tmp_path / "cdi" / "nvct-device-plugin.json").read_text()
         assert ids[1] in spec
         assert plugin.proc is not None

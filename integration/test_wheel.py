@@ -49,6 +49,14 @@ def test_the_wheel_is_a_platform_wheel_whose_nvct_runtime_is_native(wheel_venv: 
     assert wheel.name.endswith("-py3-none-linux_x86_64.whl") or "-py3-none-linux_" in wheel.name
     with zipfile.ZipFile(wheel) as z:
         entry_points = z.read("nvct-0.1.0.dist-info/entry_points.txt").decode()
+        metadata = z.read("nvct-0.1.0.dist-info/METADATA").decode()
+    # YAML CDI specs (NVIDIA's nvidia.yaml) are read by every install, not only the packages'.
+    requires = [
+        ln.split(":", 1)[1].strip()
+        for ln in metadata.splitlines()
+        if ln.startswith("Requires-Dist:")
+    ]
+    assert any(r.startswith("PyYAML") and "extra ==" not in r for r in requires), requires
     assert "nvct-runtime=" not in entry_points.replace(" ", "")
     assert "nvct-cli=" in entry_points.replace(" ", "")
     assert (wheel_venv / "nvct-runtime").read_bytes()[:4] == b"\x7fELF"

@@ -99,6 +99,7 @@ def _schema() -> dict[str, Any]:
                     "plugin-dir": abspath,
                     "cdi-spec-dir": abspath,
                     "host-driver-root": {"type": "string", "pattern": "^(/.*)?$"},
+                    "runtime-config": {"type": "string", "pattern": "^(/.*)?$"},
                     "sysfs-root": abspath,
                     "fail-on-init-error": boolean,
                     "quiet-period": {"type": "number", "minimum": 0},
@@ -224,6 +225,7 @@ class Config:
     dp_plugin_dir: str = DEFAULT_PLUGIN_DIR
     dp_cdi_spec_dir: str = "/var/run/cdi"
     dp_host_driver_root: str = ""
+    dp_runtime_config: str = ""  # the node's nvct-runtime config as the plugin sees it
     dp_sysfs_root: str = "/sys"
     dp_fail_on_init_error: bool = True
     dp_quiet_period: float = 30.0
@@ -273,6 +275,7 @@ _KEYMAP: dict[tuple[str, ...], str] = {
     ("device-plugin", "plugin-dir"): "dp_plugin_dir",
     ("device-plugin", "cdi-spec-dir"): "dp_cdi_spec_dir",
     ("device-plugin", "host-driver-root"): "dp_host_driver_root",
+    ("device-plugin", "runtime-config"): "dp_runtime_config",
     ("device-plugin", "sysfs-root"): "dp_sysfs_root",
     ("device-plugin", "fail-on-init-error"): "dp_fail_on_init_error",
     ("device-plugin", "quiet-period"): "dp_quiet_period",

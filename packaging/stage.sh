@@ -27,6 +27,7 @@
 #                                   nvct-cli also appends /usr/lib/nvct/grpc)
 #   /usr/bin/nvct-device-plugin     the Kubernetes device plugin (private tree + grpc), run by
 #   $SYSTEMD_UNITDIR/nvct-device-plugin.service   (packaging/nvct-device-plugin.service)
+#   $SYSTEMD_UNITDIR/nvct-mps-control.service     (packaging/nvct-mps-control.service)
 #   /usr/bin/nvct-runtime           native launcher (nvct/runtime/launch/launcher.c, an ELF): runc
 #                                   directly, or for a GPU create the shim daemon, else
 #                                   /usr/libexec/nvct/nvct-runtime (Python)
@@ -190,7 +191,8 @@ install -m 0644 packaging/nvct-cdi-refresh.service packaging/nvct-cdi-refresh.pa
     "$destdir$unitdir/"
 # The device plugin's unit: shipped, never enabled by the packages (a node without a kubelet
 # does not want it).
-install -m 0644 packaging/nvct-device-plugin.service "$destdir$unitdir/"
+install -m 0644 packaging/nvct-device-plugin.service packaging/nvct-mps-control.service \
+    "$destdir$unitdir/"
 
 # 3. Configuration and the OCI hook for podman / CRI-O.
 install -D -m 0644 config/config.toml "$destdir/etc/nvct/config.toml"

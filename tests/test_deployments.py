@@ -47,7 +47,13 @@ def test_kustomization_lists_every_manifest() -> None:
 def test_workloads_run_nvcts_image_with_no_token_and_only_what_they_need() -> None:
     workloads = [doc for _, doc in documents() if doc["kind"] == "DaemonSet"]
     names = {w["metadata"]["name"] for w in workloads}
-    assert names >= {"nvct-installer", "nvct-labeller", "nvct-device-plugin", "nvct-exporter"}
+    assert names >= {
+        "nvct-installer",
+        "nvct-labeller",
+        "nvct-device-plugin",
+        "nvct-exporter",
+        "nvct-mps-control",
+    }
     accounts = {d["metadata"]["name"] for _, d in documents() if d["kind"] == "ServiceAccount"}
     roles = [d for _, d in documents() if d["kind"] in ("Role", "ClusterRole")]
     assert roles == []  # none of them uses the Kubernetes API
@@ -142,6 +148,38 @@ def test_the_labeller_command_is_one_nvct_cli_accepts() -> None:
     assert volume["configMap"]["name"] == "nvct-device-plugin"
 
 
+def test_mps_control_reads_the_device_plugins_config_and_shares_its_mps_root() -> None:
+    """One ConfigMap for both (the limits the plugin expects are the ones the daemons get),
+    the command parses, and the daemons' directory is the plugin's, at the same host path."""
+    from nvct.cli.main import cli
+    from nvct.config import parse_config
+
+    (control,) = [d for _, d in documents() if d["kind"] == "DaemonSet"
+                  and d["metadata"]["name"] == "nvct-mps-control"]  # fmt: skip
+    (plugin,) = [d for _, d in documents() if d["kind"] == "DaemonSet"
+                 and d["metadata"]["name"] == "nvct-device-plugin"]  # fmt: skip
+    spec = control["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    command = container["command"]
+    assert command[0] == "nvct-cli" and "mps-control" in command
+    cli.make_context("nvct-cli", command[1:], resilient_parsing=True)
+    config_path = command[command.index("--config") + 1]
+
+    def volume_of(pod: dict, path: str) -> dict:
+        mounts = pod["containers"][0]["volumeMounts"]
+        (mount,) = [m for m in mounts if path.startswith(m["mountPath"])]
+        (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+        return volume
+
+    assert volume_of(spec, config_path)["configMap"]["name"] == "nvct-device-plugin"
+    (config_map,) = [d for _, d in documents() if d["kind"] == "ConfigMap"
+                     and d["metadata"]["name"] == "nvct-device-plugin"]  # fmt: skip
+    root = parse_config(config_map["data"]["config.toml"].encode(), source="configmap").dp_mps_root
+    plugin_spec = plugin["spec"]["template"]["spec"]
+    assert volume_of(spec, root)["hostPath"] == volume_of(plugin_spec, root)["hostPath"]
+    assert volume_of(spec, root)["hostPath"]["path"] == root
+
+
 @pytest.fixture
 def node(tmp_path: Path) -> Path:
     """A node's root: containerd's own default config (from the real binary), a file of the
@@ -207,3 +245,76 @@ def test_the_installer_installs_and_uninstalls_exactly(node: Path, tmp_path: Pat
     assert not (node / "usr/share/nvct").exists() and not (node / "usr/libexec/nvct").exists()
     assert not (node / CDI_HOOK).exists() and not (node / "usr/lib/nvct").exists()
     assert (node / "etc/nvct/config.toml").read_text() == "# the node's own nvct config\n"
+
+
+def _mounted_config(pod: dict, path: str) -> tuple[str, str]:
+    """The ConfigMap and key a container of ``pod`` sees at ``path`` (a file, or a file in a
+    mounted directory)."""
+    (container,) = pod["containers"]
+    for mount in container["volumeMounts"]:
+        inside = path[len(mount["mountPath"]) :].lstrip("/")
+        if path == mount["mountPath"] or path.startswith(mount["mountPath"].rstrip("/") + "/"):
+            (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+            return volume["configMap"]["name"], mount.get("subPath") or inside
+    raise AssertionError(f"nothing is mounted at {path}")
+
+
+def test_the_nodes_get_only_allocated_gpus_and_the_plugin_answers_what_passes_it(
+    node: Path, tmp_path: Path
+) -> None:
+    """README: the manifests turn only-allocated-gpus on. Read what the DaemonSets get (the
+    kustomization lists the manifests as they are: no patches or generators), install it on a
+    node without a config of its own, and check the plugin's answers pass that guard."""
+    from nvct.config import load_config, parse_config
+    from nvct.deviceplugin.guard import envvar_without_guard_pass
+
+    kustomization = yaml.safe_load((DEPLOYMENTS / "kustomization.yaml").read_text())
+    assert set(kustomization) <= {"apiVersion", "kind", "resources"}
+    maps = {d["metadata"]["name"]: d["data"] for _, d in documents() if d["kind"] == "ConfigMap"}
+    pods = {
+        d["metadata"]["name"]: d["spec"]["template"]["spec"]
+        for _, d in documents()
+        if d["kind"] == "DaemonSet"
+    }
+    installer = pods["nvct-installer"]
+    env = {e["name"]: e["value"] for e in installer["containers"][0].get("env", ())}
+    source = env.get("SRC", "/").rstrip("/") + "/etc/nvct/config.toml"  # node-install.sh's
+    name, key = _mounted_config(installer, source)
+    text = maps[name][key]
+    assert parse_config(text.encode(), source=f"configmap {name}").only_allocated_gpus is True
+
+    image = tmp_path / "image"  # the installer's container: its ConfigMap at the mount
+    (image / "etc/nvct").mkdir(parents=True)
+    (image / "etc/nvct/config.toml").write_text(text)
+    (node / "etc/nvct/config.toml").unlink()  # a node nvct never was on
+    done = subprocess.run(
+        [str(DEPLOYMENTS / "node-install.sh"), "install"],
+        env={
+            **os.environ,
+            "HOST": str(node),
+            "SRC": str(image),
+            "NVCT_CLI": str(Path(sys.executable).parent / "nvct-cli"),
+            "RESTART": "true",
+        },
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    on_node = load_config(str(node / "etc/nvct/config.toml"))
+    assert on_node.only_allocated_gpus is True
+
+    plugin = pods["nvct-device-plugin"]
+    command = plugin["containers"][0]["command"]
+    name, key = _mounted_config(plugin, command[command.index("--config") + 1])
+    settings = parse_config(maps[name][key].encode(), source=f"configmap {name}")
+    # runtime-config is the node's file, seen through the plugin's mount of the node's root.
+    (host,) = [
+        m["mountPath"]
+        for m in plugin["containers"][0]["volumeMounts"]
+        for v in plugin["volumes"]
+        if v["name"] == m["name"] and v.get("hostPath", {}).get("path") == "/"
+    ]
+    assert settings.dp_runtime_config == f"{host}/etc/nvct/config.toml"
+    strategies = settings.dp_device_list_strategy
+    assert envvar_without_guard_pass(strategies, on_node.only_allocated_gpus, "node") is None

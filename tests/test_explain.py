@@ -212,7 +212,7 @@ def inspect_doc(**host: Any) -> dict[str, Any]:
         "Name": "/train",
         "Config": {"Env": ["PATH=/bin", "NVIDIA_DRIVER_CAPABILITIES=compute"]},
         "HostConfig": {"Runtime": "nvidia", **host},
-        "Mounts": [{"Destination": "/data"}],
+        "Mounts": [{"Source": "/srv/data", "Destination": "/data"}],
     }
 
 
@@ -223,7 +223,7 @@ def test_inspect_gpus_request_privilege_and_mounts() -> None:
             DeviceRequests=[{"Count": -1, "Capabilities": [["gpu", "utility"]]}],
         )
     )
-    assert inp.privileged and inp.mounts == ("/data",)
+    assert inp.privileged and inp.mounts == (("/srv/data", "/data"),)
     assert inp.env["NVIDIA_VISIBLE_DEVICES"] == "all"
     assert inp.env["NVIDIA_DRIVER_CAPABILITIES"] == "utility"  # dockerd's entry comes later
     assert inp.source == "container train (runtime nvidia)"

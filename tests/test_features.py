@@ -137,9 +137,8 @@ def test_imex_request_brings_the_imex_daemon_and_its_config(h100x4, tmp_path) ->
 
     root = tmp_path / "driver"
     subprocess.run(["cp", "-a", str(h100x4.driver_root), str(root)], check=True)
-    for rel in ("usr/bin/nvidia-imex", "usr/bin/nvidia-imex-ctl"):
-        (root / rel).write_text("#!/bin/sh\n")
-        (root / rel).chmod(0o755)
+    for rel in ("usr/bin/nvidia-imex", "usr/bin/nvidia-imex-ctl"):  # any ELF executable
+        subprocess.run(["cp", str(root / "usr/bin/nvidia-smi"), str(root / rel)], check=True)
     (root / "etc/nvidia-imex").mkdir(parents=True)
     (root / "etc/nvidia-imex/config.cfg").write_text("SERVER_PORT=50000\n")
     dev_root, proc_root = with_feature_nodes(h100x4, tmp_path)

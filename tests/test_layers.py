@@ -34,12 +34,13 @@ FRONTENDS = {"runtime", "hook", "cli", "cdi", "doctor", "engines", "deviceplugin
 # doctor asks the device plugin over its gRPC API and applies its advertising rule (only those:
 # see below).
 SERVES = {
-    "cli": {"doctor", "engines", "cdi", "exporter"},
+    "cli": {"doctor", "engines", "cdi", "exporter", "deviceplugin"},
     "deviceplugin": {"cdi"},
     "doctor": {"deviceplugin"},
 }
-# What doctor may import of the device plugin: never its server, health or allocation internals.
-DOCTOR_READS = {"nvct.deviceplugin.api", "nvct.deviceplugin.devices"}
+# What doctor may import of the device plugin: its API, its advertising rule and its rule for the
+# node's leak guard; never its server, health or allocation internals.
+DOCTOR_READS = {"nvct.deviceplugin.api", "nvct.deviceplugin.devices", "nvct.deviceplugin.guard"}
 
 
 def _unit(module: str) -> str:

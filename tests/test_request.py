@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from nvct.base.errors import RequestError, RequirementError
 from nvct.config import CAPABILITIES, Config
-from nvct.request.inputs import is_privileged
+from nvct.request.inputs import is_privileged, request_inputs
 from nvct.request.parse import parse_request, request_from_spec
 
 CONFIG = Config()
@@ -204,6 +204,38 @@ def test_device_mounts_the_config_refuses_are_reported() -> None:
         "1 volume mount(s) under /var/run/nvidia-container-devices/ ignored: "
         "request.accept-volume-mounts is false",
     )
+
+
+@pytest.mark.parametrize("guard", ["only_allocated_gpus", "accept_volume_mounts"])
+def test_only_dev_null_mounts_under_the_device_dir_are_a_gpu_request(guard: str) -> None:
+    """NVIDIA's rule: the device plugin mounts /dev/null there; a directory of the pod's own
+    (an emptyDir at .../all) or any other file is no GPU request, and is reported."""
+    config = Config(**{guard: True})
+    emptydir = "/var/lib/kubelet/pods/p/volumes/kubernetes.io~empty-dir/x"
+    spec = {
+        "process": {"env": [], "capabilities": {"bounding": []}},
+        "mounts": [
+            {"destination": "/var/run/nvidia-container-devices/all", "source": emptydir},
+            {"destination": "/var/run/nvidia-container-devices/0", "source": "/etc/hostname"},
+        ],
+    }
+    request = request_from_spec(spec, config)
+    assert request.visible == "void"
+    assert request.ignored == (
+        "2 volume mount(s) under /var/run/nvidia-container-devices/ ignored: their source is "
+        "not /dev/null (a device plugin's volume-mounts answer mounts /dev/null there)",
+    )
+    # The plugin's answer beside it still counts, and only it (Go's Clean: //dev/null too).
+    spec["mounts"].append(
+        {"destination": "/var/run/nvidia-container-devices/GPU-7", "source": "//dev/./null"}
+    )
+    request = request_from_spec(spec, config)
+    assert (request.visible, request.devices) == ("list", ("GPU-7",))
+    # The work-order cache must not take one for the other.
+    spec["mounts"][-1]["source"] = emptydir
+    assert request_from_spec(spec, config).visible == "void"
+    dev_null = {**spec, "mounts": [{**m, "source": "/dev/null"} for m in spec["mounts"]]}
+    assert request_inputs(spec) != request_inputs(dev_null)
 
 
 def test_features_without_a_gpu_request_are_reported() -> None:

@@ -7,9 +7,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -18,8 +19,39 @@ from integration.harness.bundles import runc_spec
 from integration.harness.processes import terminate
 from integration.kubelet.standin import Kubelet
 
+P = TypeVar("P", bound="SimProcess")
 
-class PluginProcess:
+
+class SimProcess:
+    """An nvct program as a real process on the simulated driver: its own log, and this
+    test's NVML events and state (the plugin's device nodes, its control directory)."""
+
+    argv: list[str]
+    log: Path
+    dev_root: Path
+    control: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self: P) -> P:
+        self.control.mkdir(parents=True, exist_ok=True)
+        env = {
+            **os.environ,
+            "NVCT_SIM_DEV_ROOT": str(self.dev_root),
+            "NVCT_SIM_CONTROL_DIR": str(self.control),  # this test's NVML events and state
+        }
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=out, env=env)
+        return self
+
+    def stop(self) -> int:
+        assert self.proc is not None
+        return terminate(self.proc)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+class PluginProcess(SimProcess):
     """``python -m nvct.deviceplugin`` (or ``program``, e.g. the installed
     /usr/bin/nvct-device-plugin) with a config for the simulated driver."""
 
@@ -47,25 +79,27 @@ class PluginProcess:
         ]  # fmt: skip
         self.log = work / "plugin.log"
         self.control = work / "nvml-control"
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc = None
 
-    def start(self) -> PluginProcess:
-        self.control.mkdir(parents=True, exist_ok=True)
-        env = {
-            **os.environ,
-            "NVCT_SIM_DEV_ROOT": str(self.dev_root),
-            "NVCT_SIM_CONTROL_DIR": str(self.control),  # this test's NVML events and state
-        }
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=out, env=env)
-        return self
 
-    def stop(self) -> int:
+class MpsControlProcess(SimProcess):
+    """``nvct-cli mps-control`` with a plugin's config, roots and simulated-driver controls:
+    the MPS daemons that plugin's probes ask."""
+
+    def __init__(self, plugin: PluginProcess, mps_root: Path, *, config: Path | None = None):
+        self.argv = [
+            sys.executable, "-m", "nvct.cli.main", "--config", str(config or plugin.config),
+            "--dev-root", str(plugin.dev_root), "mps-control", "--mps-root", str(mps_root),
+        ]  # fmt: skip
+        self.log = plugin.work / f"mps-control-{time.monotonic_ns()}.log"  # one per process
+        self.dev_root, self.control = plugin.dev_root, plugin.control
+        self.proc = None
+
+    def kill(self) -> None:
+        """SIGKILL: what its pod's end does to it, without the cgroup taking the daemons."""
         assert self.proc is not None
-        return terminate(self.proc)
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
+        self.proc.kill()
+        self.proc.wait()
 
 
 def numa_sysfs(work: Path, sim: Any) -> None:

@@ -72,6 +72,7 @@ def spec_in_cdi_dir(suffix: str = ".json") -> Iterator[Path]:
     """A path in /var/run/cdi unique to this test; the file (and a backup beside it) is
     removed afterwards."""
     path = CDI_DIR / f"nvct-test-{uuid.uuid4().hex[:12]}{suffix}"
+    CDI_DIR.mkdir(parents=True, exist_ok=True)  # /var/run is a tmpfs: gone after a reboot
     try:
         yield path
     finally:

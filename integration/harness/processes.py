@@ -1,9 +1,12 @@
-"""Stopping a daemon a test started, by its own Popen (never by name)."""
+"""Stopping a daemon a test started, by its own Popen (never by name); waiting for what it
+writes."""
 
 from __future__ import annotations
 
 import signal
 import subprocess
+import time
+from collections.abc import Callable
 
 
 def terminate(proc: subprocess.Popen[bytes], timeout: float = 15) -> int:
@@ -15,3 +18,14 @@ def terminate(proc: subprocess.Popen[bytes], timeout: float = 15) -> int:
     except subprocess.TimeoutExpired:
         proc.kill()
         return proc.wait()
+
+
+def until(predicate: Callable[[], bool], timeout: float) -> bool:
+    """Whether ``predicate`` held within ``timeout`` seconds, asked every 10 ms: for what
+    nothing notifies of, such as a log's content."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True

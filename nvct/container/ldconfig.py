@@ -82,13 +82,7 @@ def start_ldconfig(
     Raises:
         ApplyError: the host's ldconfig cannot be opened.
     """
-    try:
-        exe = os.open(ldconfig, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError as err:
-        raise ApplyError(
-            f"cannot open ldconfig {ldconfig}: {err.strerror}",
-            hint="set ldconfig in nvct's config.toml to the host's ldconfig",
-        ) from err
+    exe = open_host_ldconfig(ldconfig)
     argv = ["ldconfig", "-X", "-f", "/etc/ld.so.conf", "-C", "/etc/ld.so.cache", *dirs]
     read_end, write_end = os.pipe()
     pid = os.fork()
@@ -109,6 +103,34 @@ def start_ldconfig(
     os.close(write_end)
     os.close(exe)
     return Ldconfig(pid, read_end)
+
+
+def open_host_ldconfig(ldconfig: str) -> int:
+    """A descriptor of the host's ldconfig executable: ``ldconfig`` itself, or, where that is
+    a script (Ubuntu's ``/sbin/ldconfig`` wraps ``/sbin/ldconfig.real``), the ``.real`` beside
+    it. A script is never run: its interpreter would be the image's ``/bin/sh`` inside the
+    chroot (and a script cannot be executed by a close-on-exec descriptor at all).
+
+    Raises:
+        ApplyError: no ELF ldconfig at that path or beside it.
+    """
+    for path in (ldconfig, ldconfig + ".real"):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as err:
+            if path == ldconfig:
+                raise ApplyError(
+                    f"cannot open ldconfig {ldconfig}: {err.strerror}",
+                    hint="set ldconfig in nvct's config.toml to the host's ldconfig",
+                ) from err
+            break
+        if os.pread(fd, 4, 0) == b"\x7fELF":
+            return fd
+        os.close(fd)
+    raise ApplyError(
+        f"ldconfig {ldconfig} is not an ELF executable and there is no {ldconfig}.real beside it",
+        hint="set ldconfig in nvct's config.toml to the host's ldconfig binary, not a wrapper",
+    )
 
 
 def _sandbox(rootfs: Rootfs, binds: Sequence[tuple[str, str]]) -> int:

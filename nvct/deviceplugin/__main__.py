@@ -21,9 +21,16 @@ import grpc
 import structlog
 
 from nvct.base.atomic import write_atomic
+from nvct.base.defaults import config_path
 from nvct.base.errors import NvctError
 from nvct.base.log import configure_stdout_structlog
-from nvct.base.plugin_files import CDI_SPEC_NAME, KUBELET_SOCKET, STATUS_FILE
+from nvct.base.plugin_files import (
+    CDI_CLASS,
+    CDI_SPEC_NAME,
+    CDI_VENDOR,
+    KUBELET_SOCKET,
+    STATUS_FILE,
+)
 from nvct.base.plugin_status import SETTINGS, status_bytes
 from nvct.config import Config, load_config, setting_field
 from nvct.deviceplugin.allocate import STRATEGIES, SharingPolicy
@@ -34,13 +41,15 @@ from nvct.deviceplugin.devices import (
     PluginDevice,
     resources,
 )
+from nvct.deviceplugin.guard import FIX as GUARD_FIX
+from nvct.deviceplugin.guard import envvar_without_guard_pass, node_guard
 from nvct.deviceplugin.health import Health
 from nvct.deviceplugin.mps_watch import MpsWatch
 from nvct.deviceplugin.preferred import pcie_score
 from nvct.deviceplugin.server import Endpoint, ResourceService
 from nvct.deviceplugin.topology import read_topology
 from nvct.host.health.latches import LatchFile, boot_id
-from nvct.host.sharing import SharingConfigError, mps_control_binary, plan_sharing
+from nvct.host.sharing import SharingConfigError, plan_sharing
 
 WATCH_S = 0.05
 MPS_WATCH_S = 0.1
@@ -97,7 +106,6 @@ class Plugin:
         found = resources(
             inventory,
             mig_strategy=config.dp_mig_strategy,
-            id_strategy=config.dp_device_id_strategy,
             sysfs_root=Path(config.dp_sysfs_root),
             plan=plan,
         )
@@ -153,37 +161,18 @@ class Plugin:
         return True
 
     def _mps(self, plan: Any, devices: list[PluginDevice], inventory: Any) -> MpsWatch | None:
-        """The MPS GPUs' daemons, started before anything is advertised."""
-        from nvct.deviceplugin.mps import MpsDaemon, MpsPaths
+        """The MPS GPUs' daemons, asked before anything is advertised: their replicas are
+        advertised Healthy once the daemon answers with the limits (``nvct-cli mps-control``
+        runs them, so they outlive this process)."""
+        from nvct.deviceplugin.mps import MpsProbe, gpu_daemons
         from nvct.deviceplugin.mps_watch import Supervised
 
-        shares = [s for s in plan.shares.values() if s.strategy == "mps"]
-        if not shares:
+        probes = gpu_daemons(MpsProbe, self.config, inventory, plan.shares.values())
+        if not probes:
             return None
-        binary = mps_control_binary(Path(self.config.driver_root))
-        if binary is None:
-            raise SharingConfigError(
-                f"no nvidia-cuda-mps-control under {self.config.driver_root}",
-                hint="install the driver's MPS control program, or use time-slicing",
-            )
-        # The daemon starts MPS servers that load libcuda: from a pod, the node's driver is
-        # under the driver root, not where the image's loader looks.
-        library_path = ""
-        if Path(self.config.driver_root) != Path("/"):
-            dirs = dict.fromkeys(os.path.dirname(f.host_path) for f in inventory.files_of("lib"))
-            library_path = ":".join(dirs)
         supervised = [
-            Supervised(
-                MpsDaemon(
-                    binary,
-                    MpsPaths(self.config.dp_mps_root, s.device.uuid),
-                    pinned_memory_mib=s.pinned_memory_mib,
-                    threads=s.active_thread_percentage,
-                    library_path=library_path,
-                ),
-                [d.id for d in devices if d.uuid == s.device.uuid],
-            )
-            for s in shares
+            Supervised(p, [d.id for d in devices if d.uuid == p.paths.uuid], max_pause=1.0)
+            for p in probes
         ]
         watch = MpsWatch(supervised, self.health)
         watch.step()
@@ -206,10 +195,12 @@ class Plugin:
         """Write the CDI spec the answers name (before registering); its device names."""
         if not {"cdi-cri", "cdi-annotations"} & set(self.config.dp_device_list_strategy):
             return frozenset()
-        from nvct.cdi.spec import build_spec, device_names, hook_program, to_json
+        from nvct.cdi.spec import SpecOptions, build_spec, device_names, hook_program, to_json
         from nvct.host.arch import host_arch
 
-        spec = build_spec(inventory, self.config, host_arch(), strategy="both", hook=hook_program())
+        # Its own kind: the node's nvidia.com/gpu spec may sit in the same directory.
+        options = SpecOptions(strategy="both", vendor=CDI_VENDOR, cls=CDI_CLASS)
+        spec = build_spec(inventory, self.config, host_arch(), options=options, hook=hook_program())
         if self.config.dp_host_driver_root:
             spec = _on_host(spec, str(self.config.driver_root), self.config.dp_host_driver_root)
         path = Path(self.config.dp_cdi_spec_dir) / CDI_SPEC_NAME
@@ -336,6 +327,10 @@ def run(config: Config) -> int:
         _error(err.one_line())
         plugin.close()
         return 2
+    except NvctError as err:  # the install (e.g. no nvct-cdi-hook for the CDI spec)
+        _error(err.one_line())
+        plugin.close()
+        return 1
     plugin.write_status()
     health = threading.Thread(target=plugin.check_health, name="health", daemon=True)
     health.start()
@@ -401,7 +396,25 @@ def cli(config_file: str | None, **flags: Any) -> int:
         overrides["dp_device_list_strategy"] = chosen
     config = dataclasses.replace(config, **overrides)
     log.info("starting", settings=json.loads(json.dumps(_settings(config), default=str)))
+    try:
+        _check_guard(config, config_path(config_file)[0])
+    except NvctError as err:
+        _error(err.one_line())
+        return 2
     return run(config)
+
+
+def _check_guard(config: Config, own_file: str) -> None:
+    """Say, at start, when the node's leak guard drops every answer this plugin gives.
+
+    Raises:
+        ConfigError: runtime-config names an invalid config.
+    """
+    guarded, where = node_guard(config, own_file)
+    problem = envvar_without_guard_pass(config.dp_device_list_strategy, guarded, where)
+    if problem is not None:
+        log.error("envvar_ignored_by_guard", problem=problem, fix=GUARD_FIX)
+        print(f"nvct-device-plugin: error: {problem} (fix: {GUARD_FIX})", file=sys.stderr)
 
 
 def _settings(config: Config) -> dict[str, Any]:

@@ -1,15 +1,18 @@
 """Allocate: what a container gets for the devices kubelet chose, per device-list strategy.
 
-- ``envvar``: ``NVIDIA_VISIBLE_DEVICES=<ids>`` (UUIDs or indices by ``id-strategy``);
+- ``envvar``: ``NVIDIA_VISIBLE_DEVICES=<ids>``;
 - ``volume-mounts``: ``NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices`` and one
   mount ``/dev/null`` -> ``/var/run/nvidia-container-devices/<id>`` per device;
 - ``cdi-annotations``: ``cdi.k8s.io/nvct-device-plugin_<resource>`` = the CDI names;
 - ``cdi-cri`` (default): the CDI names in ``cdi_devices`` (containerd >= 1.7, CRI-O, with CDI).
 
-CDI names are the devices of the spec the plugin wrote (``nvidia.com/gpu=<uuid>``, or the
-index name where the spec has no UUID name). nvct-runtime resolves every form itself, so
-engines without CDI support get the same devices. A device never advertised, or unhealthy, is
-refused; a container never gets more than kubelet asked for.
+The kubelet's IDs are UUIDs; ``id-strategy`` says what the container is told: UUIDs, or
+indices (``0``, ``gpu:mig`` for MIG), in every form (NVIDIA's
+uniqueDeviceIDsFromAnnotatedDeviceIDs). CDI names are the devices of the spec the plugin
+wrote, of its own kind (``k8s.device-plugin.nvct.io/gpu=<uuid>`` or ``=<index>``).
+nvct-runtime resolves every form itself, so engines without CDI support get the same devices.
+A device never advertised, or unhealthy, is refused; a container never gets more than kubelet
+asked for.
 
 Replicas (``<uuid>::<n>``) are stripped to their GPU and de-duplicated. A container given two
 replicas of one GPU is told, never silently: refused (``replicas-of-one-gpu = "error"``), or
@@ -26,13 +29,13 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from nvct.base.errors import NvctError
+from nvct.base.plugin_files import CDI_KIND
 from nvct.deviceplugin.devices import PluginDevice
 from nvct.deviceplugin.health import HEALTHY
 from nvct.deviceplugin.mps import CONTAINER_SHM, MpsPaths
 
 STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
 DEVICE_MOUNT_DIR = "/var/run/nvidia-container-devices"
-CDI_KIND = "nvidia.com/gpu"
 ANNOTATION_PREFIX = "cdi.k8s.io/"
 REPLICAS_ENV = "NVCT_SHARED_GPU_REPLICAS"
 MPS_PIPE_ENV = "CUDA_MPS_PIPE_DIRECTORY"
@@ -108,7 +111,7 @@ def allocate(
         answer.mounts.extend(("/dev/null", f"{DEVICE_MOUNT_DIR}/{v}") for v in visible)
     if not {"cdi-annotations", "cdi-cri"} & set(strategies):
         return answer
-    names = [_cdi_name(d, cdi_names) for d in chosen]
+    names = [_cdi_name(d, cdi_names, id_strategy) for d in chosen]
     if "cdi-annotations" in strategies:
         key = f"{ANNOTATION_PREFIX}nvct-device-plugin_{resource.split('/', 1)[1]}"
         answer.annotations[key] = ",".join(names)
@@ -155,13 +158,13 @@ def _shared(
             return  # one device: refused above otherwise
 
 
-def _cdi_name(device: PluginDevice, names: Collection[str]) -> str:
+def _cdi_name(device: PluginDevice, names: Collection[str], id_strategy: str) -> str:
     by_uuid = f"{CDI_KIND}={device.uuid}"
-    if by_uuid in names:
-        return by_uuid
     by_index = f"{CDI_KIND}={device.index}"
-    if by_index in names:
-        return by_index
+    order = (by_index, by_uuid) if id_strategy == "index" else (by_uuid, by_index)
+    for name in order:
+        if name in names:
+            return name
     raise AllocationError(
         f"the CDI spec names no device {device.uuid} (nor {device.index})",
         unhealthy=True,

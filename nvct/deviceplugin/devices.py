@@ -4,8 +4,10 @@ From nvct's inventory (the same discovery the runtime uses): full GPUs as ``nvid
 MIG devices by strategy (``none``: MIG devices are not advertised; ``single``: each MIG device
 as ``nvidia.com/gpu``, when every GPU is in MIG mode with one profile; ``mixed``: one resource
 ``nvidia.com/mig-<profile>`` per profile, the other GPUs staying ``nvidia.com/gpu``). A
-device's ID is its UUID (or its index, ``gpu:mig`` for MIG), its NUMA node the GPU's sysfs
-``numa_node``.
+device's ID, what the kubelet sees and checkpoints, is always its UUID: indices shift when a GPU
+falls off the bus, and the kubelet would then map running pods onto other GPUs.
+``device-id-strategy = "index"`` changes only what a container is told (``allocate``), as
+NVIDIA's plugin does. Its NUMA node is the GPU's sysfs ``numa_node``.
 
 Shared GPUs (``nvct.host.sharing``) are advertised as replicas ``<uuid>::<n>``, NVIDIA's IDs, so
 tools that strip ``::n`` keep working; renamed ones as ``<resource>.shared`` or the resource
@@ -24,7 +26,7 @@ from nvct.host.sharing import SharingPlan, shareable
 
 VENDOR = "nvidia.com"
 MIG_STRATEGIES = ("none", "single", "mixed")
-ID_STRATEGIES = ("uuid", "index")
+ID_STRATEGIES = ("uuid", "index")  # what a container is told (allocate)
 
 
 class DeviceConfigError(NvctError):
@@ -35,7 +37,7 @@ class DeviceConfigError(NvctError):
 class PluginDevice:
     """One advertised device."""
 
-    id: str  # what kubelet sees (UUID or index)
+    id: str  # what kubelet sees: the UUID (<uuid>::<n> for a replica)
     uuid: str  # GPU- or MIG- UUID
     index: str  # nvidia-smi index, gpu:mig for MIG devices
     gpu: int  # the physical GPU's index
@@ -79,7 +81,6 @@ def resources(
     inventory: Inventory,
     *,
     mig_strategy: str,
-    id_strategy: str,
     sysfs_root: Path,
     plan: SharingPlan | None = None,
 ) -> tuple[Resource, ...]:
@@ -92,10 +93,6 @@ def resources(
     if mig_strategy not in MIG_STRATEGIES:
         raise DeviceConfigError(
             f"MIG strategy {mig_strategy!r}", hint=f"use one of {', '.join(MIG_STRATEGIES)}"
-        )
-    if id_strategy not in ID_STRATEGIES:
-        raise DeviceConfigError(
-            f"device ID strategy {id_strategy!r}", hint=f"use one of {', '.join(ID_STRATEGIES)}"
         )
     by_name: dict[str, list[PluginDevice]] = {}
     migs = [(g, m) for g in inventory.gpus if g.mig_enabled for m in g.migs]
@@ -114,7 +111,7 @@ def resources(
         gpu = gpus[found.gpu]
         name = f"mig-{found.profile}" if found.is_mig and mig_strategy == "mixed" else "gpu"
         device = PluginDevice(
-            found.uuid if id_strategy == "uuid" else found.index,
+            found.uuid,
             found.uuid,
             found.index,
             gpu.index,

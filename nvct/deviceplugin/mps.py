@@ -1,4 +1,5 @@
-"""One MPS control daemon per MPS-shared GPU: started, limited, watched and restarted.
+"""One MPS control daemon per MPS-shared GPU: started, limited and found again through its
+control pipe.
 
 The driver's ``nvidia-cuda-mps-control -d`` runs as on a host, with ``CUDA_VISIBLE_DEVICES`` the
 GPU's UUID and its pipe and log directories under ``<mps-root>/<uuid>/``. Its clients' limits
@@ -10,8 +11,13 @@ MPS clients and server exchange POSIX shared memory there, so each container get
 directory as its ``/dev/shm`` (as NVIDIA mounts ``<mpsRoot>/shm``), and sees neither the host's
 ``/dev/shm`` nor another GPU's clients' segments.
 
-The daemon forks away from the plugin, so it is watched by the pid in its pid file (a zombie
-counts as dead; it is reaped when the plugin is its reaper, as PID 1 of a pod).
+Who owns the daemons: ``nvct-cli mps-control`` (``mps_control``), a process of its own (its own
+DaemonSet, or a host service), never the device plugin. A container's processes die with it —
+runc kills the whole cgroup when it deletes a container — so daemons started by the plugin died
+with every plugin restart (a crash, an upgrade, a config change), and their clients' work with
+them. The plugin only asks each daemon, through its pipe, for the limits it runs with
+(``MpsProbe``). Pids are never the way to find a daemon again: the supervisor and the plugin
+may live in different PID namespaces, and a pid file can outlive its process.
 """
 
 from __future__ import annotations
@@ -21,16 +27,22 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 from nvct.base.errors import NvctError
-from nvct.host.sharing import MPS_CONTROL
+from nvct.config import Config
+from nvct.host.inventory import Inventory
+from nvct.host.sharing import MPS_CONTROL, Share, SharingConfigError, mps_control_binary
 
 PID_FILE = "nvidia-cuda-mps-control.pid"
 CONTAINER_ROOT = "/mps"  # where a container finds its GPU's pipe directory
 CONTAINER_SHM = "/dev/shm"  # noqa: S108 - the container's POSIX shm, the daemon's shm directory
 COMMAND_TIMEOUT_S = 5.0
+GET_MEMORY = "get_default_device_pinned_mem_limit 0"
+GET_THREADS = "get_default_active_thread_percentage"
 START_TIMEOUT_S = 5.0
 # The mount namespace: /dev/shm is the GPU's shm directory, then the daemon itself.
 _LAUNCH = 'mount --bind -- "$1" /dev/shm && shift && exec "$@"'
@@ -94,6 +106,7 @@ class MpsDaemon:
         self.pinned_memory_mib = pinned_memory_mib
         self.threads = threads
         self.pid: int | None = None
+        self.adopted = False
         self.env = {
             **os.environ,
             "CUDA_VISIBLE_DEVICES": paths.uuid,
@@ -112,10 +125,18 @@ class MpsDaemon:
         """
         for directory in (self.paths.pipe, self.paths.log, self.paths.shm):
             os.makedirs(directory, mode=0o755, exist_ok=True)
+        answer = self.limits_answered()
+        if answer == (self.pinned_memory_mib, self.threads):
+            self.pid = self._visible_pid()  # an earlier supervisor's: kept, clients and all
+            self.adopted = True
+            return
+        if answer is not None:  # other limits: replaced, so the config holds
+            self.quit()
         stale = self._pid_file()
         if stale is not None and alive(stale) and is_control(stale):
-            self.pid = stale  # a plugin before this one started it
+            self.pid = stale  # an earlier one that no longer answers
             self.stop()
+        self.adopted = False
         argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c", _LAUNCH]
         argv += ["nvct-mps", self.paths.shm, str(self.binary), "-d"]
         try:
@@ -149,8 +170,8 @@ class MpsDaemon:
         memory = f"{self.pinned_memory_mib}M"
         self._first_command(f"set_default_device_pinned_mem_limit 0 {memory}")
         self.command(f"set_default_active_thread_percentage {self.threads}")
-        got_memory = self.command("get_default_device_pinned_mem_limit 0")
-        got_threads = self.command("get_default_active_thread_percentage")
+        got_memory = self.command(GET_MEMORY)
+        got_threads = self.command(GET_THREADS)
         if _mib(got_memory) != self.pinned_memory_mib or _number(got_threads) != self.threads:
             raise MpsError(
                 f"the MPS daemon of {self.paths.uuid} answers pinned memory {got_memory!r} and "
@@ -195,12 +216,41 @@ class MpsDaemon:
             time.sleep(0.01)
 
     def alive(self) -> bool:
-        """Whether the daemon still runs."""
-        return self.pid is not None and alive(self.pid)
+        """Whether the daemon still runs: by its pid where this process sees it, else by its
+        pipe (an adopted daemon of another PID namespace)."""
+        if self.pid is not None:
+            return alive(self.pid)
+        return self.adopted and self.limits_answered() is not None
+
+    def limits_answered(self) -> tuple[int | None, float | None] | None:
+        """(pinned memory MiB, active thread percentage) as the daemon on the pipe answers
+        them, in one client call; None when no daemon answers there."""
+        if not os.path.exists(os.path.join(self.paths.pipe, "control")):
+            return None
+        try:
+            answer = self.command(f"{GET_MEMORY}\n{GET_THREADS}")
+        except MpsError:
+            return None
+        lines = answer.splitlines()
+        if len(lines) != 2:
+            return None
+        return _mib(lines[0]), _number(lines[1])
+
+    def quit(self, timeout: float = 5.0) -> None:
+        """``quit`` through the pipe and wait until nothing answers there (a daemon found by
+        its pipe, whatever PID namespace it is in)."""
+        with contextlib.suppress(MpsError):
+            self.command("quit")
+        deadline = time.monotonic() + timeout
+        while self.limits_answered() is not None and time.monotonic() < deadline:
+            time.sleep(0.02)
 
     def stop(self, timeout: float = 5.0) -> None:
         """``quit``, then SIGKILL if it is still there after ``timeout``."""
         if self.pid is None:
+            if self.adopted:
+                self.quit(timeout)
+                self.adopted = False
             return
         with contextlib.suppress(MpsError):
             self.command("quit")
@@ -219,6 +269,11 @@ class MpsDaemon:
             return int(Path(self.paths.pipe, PID_FILE).read_text().split()[0])
         except (OSError, ValueError, IndexError):
             return None
+
+    def _visible_pid(self) -> int | None:
+        """The daemon's pid from its pid file when this process sees that very daemon."""
+        pid = self._pid_file()
+        return pid if pid is not None and alive(pid) and is_control(pid) else None
 
     def _wait_pid(self) -> int:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -269,3 +324,86 @@ def _number(answer: str) -> float | None:
         return float(answer.strip())
     except ValueError:
         return None
+
+
+PROBE_EVERY_S = 0.5  # how often the plugin asks a daemon that answered before
+
+
+class MpsProbe(MpsDaemon):
+    """A GPU's daemon as the device plugin sees it: asked through its pipe for the limits it
+    runs with, never started or stopped here (``nvct-cli mps-control`` owns it)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._answered_at = -float("inf")
+
+    def start(self) -> None:
+        """Whether the daemon answers with the configured limits (a probe starts nothing).
+
+        Raises:
+            MpsError: no daemon answers on the pipe, or it runs with other limits.
+        """
+        answer = self.limits_answered()
+        if answer is None:
+            raise MpsError(
+                f"no MPS control daemon answers in {self.paths.pipe}",
+                hint="run nvct-cli mps-control on this node with the device plugin's config "
+                "(deployments/mps-control.yaml)",
+            )
+        memory, threads = answer
+        if (memory, threads) != (self.pinned_memory_mib, self.threads):
+            raise MpsError(
+                f"the MPS control daemon of {self.paths.uuid} runs with pinned memory "
+                f"{memory} MiB and {threads}% active threads, not {self.pinned_memory_mib} MiB "
+                f"and {self.threads}%",
+                hint="give nvct-cli mps-control the device plugin's config",
+            )
+        self._answered_at = time.monotonic()
+
+    def alive(self) -> bool:
+        """Whether the daemon answered with the limits within ``PROBE_EVERY_S``, or does now."""
+        if time.monotonic() - self._answered_at < PROBE_EVERY_S:
+            return True
+        if self.limits_answered() == (self.pinned_memory_mib, self.threads):
+            self._answered_at = time.monotonic()
+            return True
+        return False
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Nothing: the daemon outlives the plugin."""
+
+
+D = TypeVar("D", bound=MpsDaemon)
+
+
+def gpu_daemons(
+    kind: type[D], config: Config, inventory: Inventory, shares: Iterable[Share]
+) -> list[D]:
+    """One ``kind`` (a daemon to run, or a probe of one) per MPS-shared device of ``shares``.
+
+    Raises:
+        SharingConfigError: the driver root has no ``nvidia-cuda-mps-control``.
+    """
+    binary = mps_control_binary(Path(config.driver_root))
+    if binary is None:
+        raise SharingConfigError(
+            f"no nvidia-cuda-mps-control under {config.driver_root}",
+            hint="install the driver's MPS control program, or use time-slicing",
+        )
+    # The daemon starts MPS servers that load libcuda: from a pod, the node's driver is
+    # under the driver root, not where the image's loader looks.
+    library_path = ""
+    if Path(config.driver_root) != Path("/"):
+        dirs = dict.fromkeys(os.path.dirname(f.host_path) for f in inventory.files_of("lib"))
+        library_path = ":".join(dirs)
+    return [
+        kind(
+            binary,
+            MpsPaths(config.dp_mps_root, s.device.uuid),
+            pinned_memory_mib=s.pinned_memory_mib,
+            threads=s.active_thread_percentage,
+            library_path=library_path,
+        )
+        for s in shares
+        if s.strategy == "mps"
+    ]

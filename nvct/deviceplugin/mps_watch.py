@@ -1,6 +1,11 @@
 """The MPS GPUs' daemons, supervised: a GPU's replicas are advertised only once its daemon
 answers with the limits applied, go Unhealthy when it dies, and Healthy again once it was
-restarted and the limits re-applied."""
+restarted and the limits re-applied.
+
+Two users: ``nvct-cli mps-control`` supervises the daemons it runs (``MpsDaemon``, started and
+restarted here, one "replica" per GPU); the device plugin supervises probes of them
+(``MpsProbe``: starting one only asks the daemon for its limits), so its replicas follow what
+the daemons answer without the plugin owning them."""
 
 from __future__ import annotations
 
@@ -12,10 +17,12 @@ from dataclasses import dataclass
 import structlog
 
 from nvct.deviceplugin.health import Health, Transition
-from nvct.deviceplugin.mps import MpsDaemon, MpsError
+from nvct.deviceplugin.mps import PROBE_EVERY_S, MpsDaemon, MpsError
 
 RETRY_MAX_S = 10.0
-RESTART_AFTER_S = 0.3  # a dead daemon's replicas are Unhealthy at least this long
+# A dead daemon is restarted no sooner: the device plugin, which asks each daemon every
+# PROBE_EVERY_S, then hears of the death, and so does the kubelet.
+RESTART_AFTER_S = 2 * PROBE_EVERY_S
 
 log = structlog.get_logger("nvct-device-plugin")
 
@@ -29,6 +36,7 @@ class Supervised:
     ready: bool = False
     retry_at: float = 0.0
     pause: float = 0.5
+    max_pause: float = RETRY_MAX_S
 
 
 class MpsWatch:
@@ -50,9 +58,8 @@ class MpsWatch:
         with self.lock:
             for s in self.supervised if not self.closed else ():
                 if s.ready and not s.daemon.alive():
-                    reason = (
-                        f"MPS control daemon (pid {s.daemon.pid}) of {s.daemon.paths.uuid} died"
-                    )
+                    pid = f" (pid {s.daemon.pid})" if s.daemon.pid is not None else ""
+                    reason = f"MPS control daemon{pid} of {s.daemon.paths.uuid} died"
                     log.warning("mps_daemon_died", gpu=s.daemon.paths.uuid, pid=s.daemon.pid)
                     s.ready, s.retry_at, s.pause = False, now() + RESTART_AFTER_S, 0.5
                     # reported before the restart, which waits so that kubelet hears of it
@@ -66,7 +73,7 @@ class MpsWatch:
             s.daemon.start()
         except MpsError as err:
             log.error("mps_daemon_failed", gpu=s.daemon.paths.uuid, error=err.one_line())
-            s.retry_at, s.pause = now() + s.pause, min(s.pause * 2, RETRY_MAX_S)
+            s.retry_at, s.pause = now() + s.pause, min(s.pause * 2, s.max_pause)
             reason = f"MPS control daemon not ready: {err.one_line()}"
             return [t for r in s.replicas if (t := self.health.block(r, reason))]
         s.ready = True
@@ -74,6 +81,7 @@ class MpsWatch:
             "mps_daemon_ready",
             gpu=s.daemon.paths.uuid,
             pid=s.daemon.pid,
+            adopted=s.daemon.adopted,
             pinned_memory_mib=s.daemon.pinned_memory_mib,
             active_thread_percentage=s.daemon.threads,
         )

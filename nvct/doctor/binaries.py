@@ -6,6 +6,8 @@ import os
 import sys
 from pathlib import Path
 
+from nvct.base.errors import ApplyError
+from nvct.container.ldconfig import open_host_ldconfig
 from nvct.doctor.context import DoctorContext
 from nvct.doctor.result import CheckResult, failed, passed
 
@@ -80,6 +82,12 @@ def check_ldconfig(ctx: DoctorContext) -> CheckResult:
     """The host ldconfig nvct runs over containers' roots exists."""
     path = Path(ctx.config.ldconfig)
     if path.is_file() and os.access(path, os.X_OK):
+        try:
+            os.close(open_host_ldconfig(str(path)))
+        except ApplyError as err:
+            return failed(LDCONFIG, err.message, err.hint or "")
+        if interpreter_of(str(path)) is not None:
+            return passed(LDCONFIG, f"ldconfig {path} (a wrapper script: nvct runs {path}.real)")
         return passed(LDCONFIG, f"ldconfig {path}")
     return failed(
         LDCONFIG,

@@ -11,25 +11,19 @@ that names only some of the GPUs (``--device-id``) is current while those device
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from nvct.doctor.context import DoctorContext
 from nvct.doctor.result import CheckResult, failed, passed, warned
+from nvct.host.cdi_specs import load_spec_file
 
 NAME = "cdi-spec"
 KIND = "nvidia.com/gpu"
 VERSION_ANNOTATION = "nvct.driver-version"
 VERSION_ENV = "NVCT_CDI_DRIVER_VERSION"
 SUFFIXES = (".json", ".yaml", ".yml")
-_KIND_RE = re.compile(r"^kind:\s*['\"]?([^'\"\s#]+)", re.MULTILINE)
-_VERSION_RES = (
-    re.compile(r"^\s+['\"]?nvct\.driver-version['\"]?:\s*['\"]?([^'\"\s#]+)", re.MULTILINE),
-    re.compile(r"^\s*-\s*['\"]?NVCT_CDI_DRIVER_VERSION=([^'\"\s#]+)", re.MULTILINE),
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,25 +32,6 @@ class CdiSpec:
 
     path: Path
     driver_version: str | None
-
-
-def _parse(text: str, path: Path) -> tuple[str | None, str | None]:
-    """(kind, recorded driver version) of a spec; YAML without PyYAML by two regexes."""
-    data: Any = None
-    if path.suffix == ".json":
-        data = json.loads(text)
-    else:
-        try:
-            import yaml
-        except ImportError:
-            kind = _KIND_RE.search(text)
-            versions = [m.group(1) for r in _VERSION_RES for m in [r.search(text)] if m]
-            return (kind.group(1) if kind else None), (versions[0] if versions else None)
-        data = yaml.safe_load(text)
-    if not isinstance(data, dict):
-        return None, None
-    kind = data.get("kind")
-    return (str(kind) if kind else None), recorded_version(data)
 
 
 def recorded_version(data: dict[str, Any]) -> str | None:
@@ -82,12 +57,12 @@ def find_specs(dirs: tuple[Path, ...]) -> tuple[list[CdiSpec], list[str]]:
             continue
         for path in files:
             try:
-                kind, version = _parse(path.read_text(), path)
-            except Exception as err:  # any parse error is a finding, not a crash
-                errors.append(f"{path}: {type(err).__name__}: {str(err).splitlines()[0][:120]}")
+                data = load_spec_file(path)
+            except ValueError as err:  # names the file and why
+                errors.append(str(err).splitlines()[0][:240])
                 continue
-            if kind == KIND:
-                specs.append(CdiSpec(path, version))
+            if data.get("kind") == KIND:
+                specs.append(CdiSpec(path, recorded_version(data)))
     return specs, errors
 
 
@@ -160,8 +135,6 @@ def _drift(ctx: DoctorContext, path: Path) -> str | None:
     or nothing to compare with)."""
     if ctx.cdi_generate is None:
         return None
-    from nvct.host.cdi_specs import load_spec_file
-
     try:
         on_disk = load_spec_file(path)
     except ValueError:  # read once already by find_specs; gone or changed since

@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nvct.base.errors import ConfigError
-from nvct.base.plugin_files import CDI_SPEC_NAME, KUBELET_SOCKET
+from nvct.base.plugin_files import CDI_KIND, CDI_SPEC_NAME, KUBELET_SOCKET
 from nvct.base.plugin_status import SETTINGS, read_status
 from nvct.config import with_table
 from nvct.deviceplugin.devices import DeviceConfigError, Resource, resources
+from nvct.deviceplugin.guard import FIX as GUARD_FIX
+from nvct.deviceplugin.guard import envvar_without_guard_pass
 from nvct.doctor import k8s_plugin, k8s_runtime
 from nvct.doctor.cdi import drift_of, recorded_version
 from nvct.doctor.context import DoctorContext
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
 NAME = "kubernetes"
 KUBELET = "kubelet-socket"
 CDI_SPEC = "device-plugin-cdi-spec"
+GUARD = "device-plugin-guard"
 MIG = "mig-strategy"
 NO_DRIVER = "the driver's GPUs are unknown (see the nvml check)"
 CDI_STRATEGIES = ("cdi-cri", "cdi-annotations")
@@ -66,6 +69,7 @@ def check_kubernetes(ctx: DoctorContext) -> list[CheckResult]:
         kubelet,
         *k8s_plugin.check_plugin(ctx, directory, kubelet_mtime),
         k8s_runtime.check_runtime_class(ctx),
+        check_guard(plugin),
         check_cdi_spec(plugin, inventory),
         check_mig_strategy(plugin, inventory),
     ]
@@ -133,9 +137,24 @@ def advertised(ctx: DoctorContext, inventory: Inventory) -> tuple[Resource, ...]
     return resources(
         inventory,
         mig_strategy=ctx.config.dp_mig_strategy,
-        id_strategy=ctx.config.dp_device_id_strategy,
         sysfs_root=ctx.sysfs_root,
         plan=plan,
+    )
+
+
+def check_guard(ctx: DoctorContext) -> CheckResult:
+    """The plugin's device-list strategy against this node's leak guard
+    (``request.only-allocated-gpus``, which drops every ``NVIDIA_VISIBLE_DEVICES``)."""
+    strategies = ctx.config.dp_device_list_strategy
+    where = ctx.config_file or "the node's config.toml"
+    problem = envvar_without_guard_pass(strategies, ctx.config.only_allocated_gpus, where)
+    if problem is not None:
+        return failed(GUARD, problem, GUARD_FIX)
+    state = "on" if ctx.config.only_allocated_gpus else "off"
+    return passed(
+        GUARD,
+        f"request.only-allocated-gpus is {state}; the plugin answers "
+        f"{', '.join(strategies)}, which nvct-runtime accepts",
     )
 
 
@@ -154,6 +173,15 @@ def check_cdi_spec(ctx: DoctorContext, inventory: Inventory | None) -> CheckResu
     )
     from nvct.host.cdi_specs import load_spec_file
 
+    read = [str(d) for d in ctx.cdi_dirs]
+    if path.parent not in ctx.cdi_dirs:
+        return failed(
+            CDI_SPEC,
+            f"the plugin writes its CDI spec to {path.parent}; the engines read {', '.join(read)}"
+            ": the CDI names it answers resolve nowhere",
+            'set [device-plugin] cdi-spec-dir = "/var/run/cdi" (read by containerd, CRI-O and '
+            "nvct-runtime alike)",
+        )
     if not path.exists():
         return failed(
             CDI_SPEC,
@@ -164,6 +192,14 @@ def check_cdi_spec(ctx: DoctorContext, inventory: Inventory | None) -> CheckResu
         spec = load_spec_file(path)
     except ValueError as err:
         return failed(CDI_SPEC, str(err), fix)
+    if spec.get("kind") != CDI_KIND:
+        return failed(
+            CDI_SPEC,
+            f"{path} is of kind {spec.get('kind')}, the plugin's answers name {CDI_KIND}: an "
+            "older nvct-device-plugin wrote it, and it collides with the node's nvidia.com/gpu "
+            "spec",
+            fix,
+        )
     if inventory is None:
         return warned(CDI_SPEC, f"{path} parses; {NO_DRIVER}, so it is not compared", "")
     try:

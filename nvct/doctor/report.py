@@ -8,6 +8,7 @@ from typing import Any
 from nvct.doctor import (
     binaries,
     cdi,
+    cdi_conflicts,
     cgroup,
     containerd,
     crio,
@@ -99,6 +100,7 @@ def run_doctor(
     results += crio.check_crio(ctx)
     results.append(cgroup.check_cgroup(ctx, docker_state.info if docker_state else None))
     results += cdi.check_cdi(ctx, facts.version)
+    results += cdi_conflicts.check_cdi_conflicts(ctx)
     results += kubernetes.check_kubernetes(ctx)
     results.append(sharing.check_sharing(ctx, facts))
     return DoctorReport(tuple(results))

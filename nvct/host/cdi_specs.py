@@ -3,7 +3,8 @@
 Read from the spec directories (default ``/etc/cdi`` then ``/var/run/cdi``) by the CDI rules:
 ``*.json`` and ``*.yaml`` files, each a spec of one kind (``vendor/class``); a device of the
 same name in a later directory replaces an earlier one (dynamic specs override static ones);
-two of the same name in one directory are a conflict and neither is used. A file that cannot be
+two of the same name in one directory are a conflict and that name is not used at all (from
+no directory: the CDI library's rule, which containerd and CRI-O follow). A file that cannot be
 read or is not a spec is a problem named on one line, and the other files stay usable.
 """
 
@@ -17,8 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nvct.base.cdi_names import KIND
+from nvct.base.cdi_names import KIND, split_qualified
 from nvct.base.errors import RequestError
+from nvct.base.plugin_files import CDI_KIND as PLUGIN_KIND
+from nvct.base.plugin_files import CDI_SPEC_NAME as PLUGIN_SPEC
 from nvct.host.fingerprint import CDI_SUFFIXES
 
 SUFFIXES = CDI_SUFFIXES
@@ -37,11 +40,40 @@ class CdiDevice:
 
 
 @dataclass(frozen=True, slots=True)
+class Conflict:
+    """A device name two spec files of one directory define: neither is used."""
+
+    name: str
+    first: str
+    second: str
+
+    def line(self) -> str:
+        """The problem in one line."""
+        return f"{self.name} is defined by both {self.first} and {self.second}: neither is used"
+
+    def fix(self) -> str:
+        """Which file to remove or regenerate."""
+        kind, _ = split_qualified(self.name)
+        stale = [p for p in (self.first, self.second) if Path(p).name == PLUGIN_SPEC]
+        if stale:  # nvct-device-plugin before it had a kind of its own
+            return (
+                f"restart nvct-device-plugin: it rewrites {stale[0]} as {PLUGIN_KIND}, "
+                f"apart from the node's {kind} spec"
+            )
+        return (
+            f"keep one {kind} spec per directory: remove {self.second} (or {self.first}), or "
+            "regenerate one with a vendor of its own (nvct-cli cdi generate --vendor <domain> "
+            "--output <file>)"
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class CdiSpecs:
-    """The devices found, and a line per file that could not be used."""
+    """The devices found, a line per file that could not be used, and the names in conflict."""
 
     devices: Mapping[str, CdiDevice]
     problems: tuple[str, ...]
+    conflicts: tuple[Conflict, ...] = ()
 
     def resolve(self, names: Sequence[str]) -> list[CdiDevice]:
         """The devices named, in order.
@@ -52,18 +84,22 @@ class CdiSpecs:
         unknown = [n for n in names if n not in self.devices]
         if not unknown:
             return [self.devices[n] for n in names]
+        conflict = next((c for c in self.conflicts if c.name in unknown), None)
+        if conflict is not None:
+            raise RequestError(f"CDI device {conflict.line()}", hint=conflict.fix())
         known = sorted(self.devices)
         shown = ", ".join(known[:_SHOWN_NAMES]) + (" ..." if len(known) > _SHOWN_NAMES else "")
         problems = f"; unreadable: {'; '.join(self.problems)}" if self.problems else ""
         raise RequestError(
             f"unknown CDI device {unknown[0]!r} (known: {shown or 'none'}){problems}",
-            hint="generate the spec (nvct-cli cdi generate --output /var/run/cdi/nvidia.yaml) "
+            hint="generate the spec (nvct-cli cdi generate --output /etc/cdi/nvidia.yaml) "
             "or name a listed device",
         )
 
 
 def load_spec_file(path: Path) -> dict[str, Any]:
-    """Parse one spec file (YAML needs PyYAML, imported only for YAML files).
+    """Parse one spec file (PyYAML, a dependency of every install, is imported only for YAML
+    files: nvct-runtime's hot path reads none).
 
     Raises:
         ValueError: unreadable, not JSON/YAML, or not a mapping; the message names the file.
@@ -84,7 +120,8 @@ def load_spec_file(path: Path) -> dict[str, Any]:
             import yaml
         except ImportError as err:
             raise ValueError(
-                f"{path} is YAML and PyYAML is not installed (pip install PyYAML)"
+                f"{path} is YAML and PyYAML, a dependency of nvct, cannot be imported ({err}): "
+                "reinstall nvct (its package, or pip install nvct)"
             ) from err
         try:
             data = yaml.safe_load(raw)
@@ -112,6 +149,8 @@ def load_cdi_specs(dirs: Sequence[str | Path]) -> CdiSpecs:
     """Every device of the specs in ``dirs``, by the CDI rules (see the module doc)."""
     devices: dict[str, CdiDevice] = {}
     problems: list[str] = []
+    conflicts: list[Conflict] = []
+    in_conflict: set[str] = set()
     for directory in map(Path, dirs):
         try:
             files = spec_files(directory)
@@ -119,7 +158,6 @@ def load_cdi_specs(dirs: Sequence[str | Path]) -> CdiSpecs:
             problems.append(f"cannot list {directory}: {err.strerror}")
             continue
         here: dict[str, CdiDevice] = {}
-        conflicts: set[str] = set()
         for path in files:
             try:
                 found = _devices_of(path, load_spec_file(path))
@@ -128,14 +166,17 @@ def load_cdi_specs(dirs: Sequence[str | Path]) -> CdiSpecs:
                 continue
             for device in found:
                 if device.name in here:
-                    conflicts.add(device.name)
-                    problems.append(
-                        f"{device.name} is defined by both {here[device.name].path} and "
-                        f"{path}: neither is used"
-                    )
+                    clash = Conflict(device.name, here[device.name].path, str(path))
+                    in_conflict.add(device.name)
+                    conflicts.append(clash)
+                    problems.append(clash.line())
                 here[device.name] = device
-        devices.update((n, d) for n, d in here.items() if n not in conflicts)
-    return CdiSpecs(devices, tuple(problems))
+        devices.update(here)
+    # As the CDI library does: a name in conflict is used from no directory at all, so
+    # nvct-runtime resolves exactly what containerd and CRI-O resolve.
+    for name in in_conflict:
+        devices.pop(name, None)
+    return CdiSpecs(devices, tuple(problems), tuple(conflicts))
 
 
 def _devices_of(path: Path, spec: dict[str, Any]) -> list[CdiDevice]:

@@ -19,7 +19,7 @@ from nvct.host.arch import Arch
 from nvct.host.inventory import Inventory
 from nvct.plan.compose import plan_container
 from nvct.plan.model import Plan, RootfsLayout
-from nvct.request.inputs import env_map, is_privileged
+from nvct.request.inputs import env_map, is_privileged, mount_pairs
 from nvct.request.parse import Request, parse_request, request_from_spec
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ class ContainerInput:
 
     source: str
     env: Mapping[str, str]
-    mounts: tuple[str, ...] = ()
+    mounts: tuple[tuple[str, str], ...] = ()  # (source, destination)
     privileged: bool = True
     rootfs: Path | None = None
     spec: Mapping[str, Any] | None = None  # the OCI spec, when there is one
@@ -100,9 +100,7 @@ def input_from_bundle(bundle: Path, spec: Mapping[str, Any]) -> ContainerInput:
     return ContainerInput(
         source=f"bundle {bundle}",
         env=env_map(process.get("env") or ()),
-        mounts=tuple(
-            str(m.get("destination", "")) for m in spec.get("mounts") or () if isinstance(m, dict)
-        ),
+        mounts=tuple(mount_pairs(spec)),
         privileged=is_privileged(spec),
         rootfs=rootfs,
         spec=spec,
@@ -139,7 +137,10 @@ def input_from_inspect(data: Mapping[str, Any]) -> ContainerInput:
     return ContainerInput(
         source=f"container {name} (runtime {runtime})",
         env=env_map(env_list),
-        mounts=tuple(str(m.get("Destination", "")) for m in data.get("Mounts") or ()),
+        mounts=tuple(
+            (str(m.get("Source", "")), str(m.get("Destination", "")))
+            for m in data.get("Mounts") or ()
+        ),
         privileged=privileged,
         rootfs=Path(merged) if merged else None,
         notes=tuple(notes),

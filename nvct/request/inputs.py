@@ -41,9 +41,13 @@ def is_privileged(spec: Mapping[str, Any]) -> bool:
     return "CAP_SYS_ADMIN" in (bounding or ())
 
 
-def mount_destinations(spec: Mapping[str, Any]) -> list[str]:
-    """Destinations of the spec's mounts."""
-    return [str(m.get("destination", "")) for m in spec.get("mounts") or () if isinstance(m, dict)]
+def mount_pairs(spec: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(source, destination)`` of each of the spec's mounts."""
+    return [
+        (str(m.get("source", "")), str(m.get("destination", "")))
+        for m in spec.get("mounts") or ()
+        if isinstance(m, dict)
+    ]
 
 
 def cdi_annotations(spec: Mapping[str, Any]) -> dict[str, str]:
@@ -68,6 +72,7 @@ def request_inputs(spec: Mapping[str, Any]) -> str:
         for k, v in env.items()
         if k.startswith(("NVIDIA_", "DOCKER_RESOURCE_")) or k == "CUDA_VERSION"
     )
-    mounts = sorted(m for m in mount_destinations(spec) if m.startswith(DEVICE_MOUNT_DIR))
+    # The source too: only a /dev/null source makes a device-list mount (request.parse).
+    mounts = sorted([s, d] for s, d in mount_pairs(spec) if d.startswith(DEVICE_MOUNT_DIR))
     cdi = sorted(cdi_annotations(spec).items())
     return fastjson.dumps([relevant, mounts, is_privileged(spec), *([cdi] if cdi else [])])

@@ -8,6 +8,7 @@ keep working: ``NVIDIA_VISIBLE_DEVICES``, ``NVIDIA_DRIVER_CAPABILITIES``,
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -22,7 +23,7 @@ from nvct.request.inputs import (
     cdi_annotations,
     env_map,
     is_privileged,
-    mount_destinations,
+    mount_pairs,
 )
 from nvct.request.requirements import Requirement, parse_requirement
 
@@ -68,7 +69,7 @@ def request_from_spec(spec: Mapping[str, Any], config: Config) -> Request:
     process = spec.get("process") or {}
     return parse_request(
         env_map(process.get("env") or ()),
-        mounts=mount_destinations(spec),
+        mounts=mount_pairs(spec),
         privileged=is_privileged(spec),
         annotations=cdi_annotations(spec),
         config=config,
@@ -98,12 +99,13 @@ def operator_request(env: Mapping[str, str], config: Config) -> Request:
 def parse_request(
     env: Mapping[str, str],
     *,
-    mounts: Sequence[str] = (),
+    mounts: Sequence[tuple[str, str]] = (),
     privileged: bool = True,
     annotations: Mapping[str, str] | None = None,
     config: Config,
 ) -> Request:
-    """Apply the toolkit's env rules and nvct's policy.
+    """Apply the toolkit's env rules and nvct's policy; ``mounts`` are the container's
+    ``(source, destination)`` pairs.
 
     Raises:
         RequestError: a capability is unknown or the device list is malformed.
@@ -128,7 +130,7 @@ def parse_request(
 
 def _parse(
     env: Mapping[str, str],
-    mounts: Sequence[str],
+    mounts: Sequence[tuple[str, str]],
     privileged: bool,
     config: Config,
     ignored: list[str],
@@ -150,11 +152,7 @@ def _parse(
     tokens: list[str] | None = None
     source = VISIBLE_DEVICES
 
-    mount_tokens = [
-        m[len(DEVICE_MOUNT_DIR) :].strip("/")
-        for m in mounts
-        if m.startswith(DEVICE_MOUNT_DIR) and m[len(DEVICE_MOUNT_DIR) :].strip("/")
-    ]
+    mount_tokens = _device_mounts(mounts, ignored)
     if mount_tokens and not (config.accept_volume_mounts or config.only_allocated_gpus):
         ignored.append(
             f"{len(mount_tokens)} volume mount(s) under {DEVICE_MOUNT_DIR} ignored: "
@@ -229,6 +227,37 @@ def _parse(
             ignored=ignored,
         ),
     )
+
+
+def _device_mounts(mounts: Sequence[tuple[str, str]], ignored: list[str]) -> list[str]:
+    """The device tokens of the mounts under ``DEVICE_MOUNT_DIR`` whose source is /dev/null.
+
+    What a device plugin's volume-mounts answer mounts there is /dev/null (NVIDIA's toolkit
+    counts no other source): any pod can mount a directory of its own (an emptyDir) at
+    ``/var/run/nvidia-container-devices/all``, and that must not be a GPU request.
+    """
+    tokens: list[str] = []
+    other = 0
+    for source, destination in mounts:
+        token = destination[len(DEVICE_MOUNT_DIR) :].strip("/")
+        if not destination.startswith(DEVICE_MOUNT_DIR) or not token:
+            continue
+        if _clean(source) == "/dev/null":
+            tokens.append(token)
+        else:
+            other += 1
+    if other:
+        ignored.append(
+            f"{other} volume mount(s) under {DEVICE_MOUNT_DIR} ignored: their source is not "
+            "/dev/null (a device plugin's volume-mounts answer mounts /dev/null there)"
+        )
+    return tokens
+
+
+def _clean(path: str) -> str:
+    """``path`` as Go's filepath.Clean writes it (POSIX keeps a leading ``//``; Go does not)."""
+    cleaned = posixpath.normpath(path) if path else ""
+    return "/" + cleaned.lstrip("/") if cleaned.startswith("/") else cleaned
 
 
 def _cdi_request(names: list[str], source: str, decisions: list[str]) -> Request:

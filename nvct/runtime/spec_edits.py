@@ -104,15 +104,31 @@ def remove_gpu_hooks(spec: dict[str, Any]) -> bool:
 
 
 def add_cdi_edits(spec: dict[str, Any], order: WorkOrder) -> None:
-    """The variables, OCI hooks and groups of a work order made from CDI devices (in place)."""
+    """The variables, OCI hooks and groups of a work order made from CDI devices (in place).
+
+    Idempotent, as ``edit_spec`` is: an engine with CDI on (CRI-O, containerd with
+    ``enable_cdi``) may already have applied the same devices, since it resolves the
+    ``cdi.k8s.io/*`` annotations nvct-runtime also sees; a hook already there is not added
+    again (it would run twice).
+    """
     if order.get("env"):
         process = spec.setdefault("process", {})
         names = {e.partition("=")[0] for e in order["env"]}
         kept = [e for e in process.get("env") or () if e.partition("=")[0] not in names]
         process["env"] = [*kept, *order["env"]]  # CDI's variables replace the image's
     for stage, hook in order.get("hooks") or ():
-        spec.setdefault("hooks", {}).setdefault(stage, []).append(hook)
+        present = spec.setdefault("hooks", {}).setdefault(stage, [])
+        if not any(_same_hook(hook, h) for h in present):
+            present.append(hook)
     if order.get("additional_gids"):
         user = spec.setdefault("process", {}).setdefault("user", {})
         gids = user.setdefault("additionalGids", [])
         gids += [g for g in order["additional_gids"] if g not in gids]
+
+
+def _same_hook(ours: dict[str, Any], theirs: Any) -> bool:
+    """Whether two OCI hooks are one (an engine omits empty fields, as the OCI types do)."""
+    if not isinstance(theirs, dict):
+        return False
+    keys = ("path", "args", "env", "timeout")
+    return all((ours.get(k) or None) == (theirs.get(k) or None) for k in keys)

@@ -37,7 +37,7 @@ def test_cdi_spec_missing_old_and_current(tmp_path) -> None:
     assert any("unreadable CDI spec" in r.message for r in cdi.check_cdi(ctx, "550.54.15"))
 
 
-def test_cdi_yaml_without_pyyaml_is_read_by_regex(tmp_path, monkeypatch) -> None:
+def test_cdi_yaml_is_read_by_pyyaml_and_a_missing_pyyaml_is_named(tmp_path, monkeypatch) -> None:
     import sys
 
     spec = tmp_path / "cdi/nvidia.yaml"
@@ -46,9 +46,14 @@ def test_cdi_yaml_without_pyyaml_is_read_by_regex(tmp_path, monkeypatch) -> None
         '---\ncdiVersion: "0.5.0"\nkind: "nvidia.com/gpu"\ncontainerEdits:\n  env:\n'
         '  - "NVIDIA_VISIBLE_DEVICES=void"\n  - "NVCT_CDI_DRIVER_VERSION=550.54.15"\n'
     )
-    monkeypatch.setitem(sys.modules, "yaml", None)
     specs, errors = cdi.find_specs((tmp_path / "cdi",))
     assert not errors and specs == [cdi.CdiSpec(spec, "550.54.15")]
+    # An install that lost its dependency: the file and the fix, no guess by regex.
+    monkeypatch.setitem(sys.modules, "yaml", None)
+    specs, errors = cdi.find_specs((tmp_path / "cdi",))
+    assert specs == [] and len(errors) == 1
+    assert errors[0].startswith(f"{spec} is YAML and PyYAML, a dependency of nvct, cannot be")
+    assert errors[0].endswith("reinstall nvct (its package, or pip install nvct)")
 
 
 @pytest.mark.root
@@ -112,3 +117,34 @@ def test_a_spec_that_drifted_from_the_driver_is_stale(
     assert result.status == FAIL
     assert f"{path} is stale: {said}" in result.message
     assert result.fix == f"nvct-cli cdi generate --output {path}"
+
+
+def test_names_two_specs_of_one_directory_define_and_which_file_to_remove(tmp_path) -> None:
+    from nvct.doctor.cdi_conflicts import check_cdi_conflicts
+
+    run_cdi = tmp_path / "run-cdi"
+    ctx = context(tmp_path, cdi_dirs=(tmp_path / "etc-cdi", run_cdi))
+    device = {"name": "0", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0"}]}}
+    spec = {"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu", "devices": [device]}
+    run_cdi.mkdir(parents=True)
+    (run_cdi / "nvidia.yaml").write_text(json.dumps(spec))  # JSON is YAML
+    [fine] = check_cdi_conflicts(ctx)
+    assert fine.status == PASS
+    (run_cdi / "nvct.json").write_text(json.dumps(spec))
+    [clash] = check_cdi_conflicts(ctx)
+    assert clash.status == FAIL
+    assert clash.message.startswith(
+        f"{run_cdi / 'nvct.json'} and {run_cdi / 'nvidia.yaml'} both define 1 CDI device(s) "
+        "(nvidia.com/gpu=0): neither definition is used"
+    )
+    assert clash.fix.startswith(
+        f"keep one nvidia.com/gpu spec per directory: remove {run_cdi / 'nvidia.yaml'} "
+        f"(or {run_cdi / 'nvct.json'})"
+    )
+    # The device plugin's spec from before it had a kind of its own: restarting it fixes that.
+    (run_cdi / "nvct.json").rename(run_cdi / "nvct-device-plugin.json")
+    [old_plugin] = check_cdi_conflicts(ctx)
+    assert old_plugin.fix.startswith(
+        f"restart nvct-device-plugin: it rewrites {run_cdi / 'nvct-device-plugin.json'} as "
+        "k8s.device-plugin.nvct.io/gpu"
+    )

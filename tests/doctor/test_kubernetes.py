@@ -20,9 +20,9 @@ from typing import Any
 import grpc
 import pytest
 
-from nvct.base.plugin_files import STATUS_FILE
+from nvct.base.plugin_files import CDI_CLASS, CDI_KIND, CDI_VENDOR, STATUS_FILE
 from nvct.base.plugin_status import status_bytes
-from nvct.cdi.spec import build_spec
+from nvct.cdi.spec import SpecOptions, build_spec
 from nvct.deviceplugin.api import v1beta1_pb2 as api
 from nvct.deviceplugin.api import v1beta1_pb2_grpc as rpc
 from nvct.doctor import FAIL, PASS, SKIP, WARN, CheckResult, k8s_plugin, k8s_runtime, kubernetes
@@ -353,7 +353,8 @@ def test_no_engine_config_at_all(tmp_path) -> None:
 
 def plugin_spec(sim: Any, tmp: Path) -> dict[str, Any]:
     """The spec nvct-device-plugin writes (both name forms, the hook)."""
-    return build_spec(sim.inventory, sim_config(sim, tmp), host_arch(), strategy="both", hook=HOOK)
+    options = SpecOptions(strategy="both", vendor=CDI_VENDOR, cls=CDI_CLASS)
+    return build_spec(sim.inventory, sim_config(sim, tmp), host_arch(), options=options, hook=HOOK)
 
 
 def cdi_ctx(sim: Any, tmp: Path, **config: Any) -> Any:
@@ -409,8 +410,20 @@ def test_plugin_cdi_spec_stale(recorded_h100x4, tmp_path) -> None:
     drifted = kubernetes.check_cdi_spec(ctx, sim.inventory)
     assert drifted.status == FAIL
     assert drifted.message == f"{path} is stale: the common mounts changed"
+    # Written by a plugin from before its spec had a kind of its own.
+    write_spec(tmp_path, {**plugin_spec(sim, tmp_path), "kind": "nvidia.com/gpu"})
+    kind = kubernetes.check_cdi_spec(ctx, sim.inventory)
+    assert kind.status == FAIL
+    assert kind.message == (
+        f"{path} is of kind nvidia.com/gpu, the plugin's answers name {CDI_KIND}: an older "
+        "nvct-device-plugin wrote it, and it collides with the node's nvidia.com/gpu spec"
+    )
     older = dataclasses.replace(sim.inventory, driver_version="535.104.05")
-    write_spec(tmp_path, build_spec(older, sim_config(sim, tmp_path), host_arch(), hook=HOOK))
+    options = SpecOptions(vendor=CDI_VENDOR, cls=CDI_CLASS)
+    write_spec(
+        tmp_path,
+        build_spec(older, sim_config(sim, tmp_path), host_arch(), options=options, hook=HOOK),
+    )
     version = kubernetes.check_cdi_spec(ctx, sim.inventory)
     assert version.status == FAIL
     assert "was written for driver 535.104.05, the driver is 550.54.15" in version.message
@@ -531,10 +544,11 @@ def test_the_report_lists_every_kubernetes_check(
         ("device-plugin", PASS),
         ("device-plugin-devices", PASS),
         ("runtime-class", PASS),
+        ("device-plugin-guard", PASS),
         ("device-plugin-cdi-spec", PASS),
         ("mig-strategy", PASS),
     ]
-    assert report.to_text()[-1] == "OK: 6 PASS"
+    assert report.to_text()[-1] == "OK: 7 PASS"
 
 
 def test_without_grpc_a_socket_is_a_warning_saying_why(
@@ -552,3 +566,41 @@ def test_without_grpc_a_socket_is_a_warning_saying_why(
     )
     assert "reinstall the nvct package built for Python" in serving.message
     assert devices.status == PASS
+
+
+def test_plugin_cdi_spec_dir_the_engines_do_not_read(recorded_h100x4, tmp_path) -> None:
+    sim = recorded_h100x4
+    ctx = cdi_ctx(sim, tmp_path, dp_cdi_spec_dir=str(tmp_path / "elsewhere"))
+    result = kubernetes.check_cdi_spec(ctx, sim.inventory)
+    assert result.status == FAIL
+    assert result.message == (
+        f"the plugin writes its CDI spec to {tmp_path / 'elsewhere'}; the engines read "
+        f"{tmp_path / 'cdi'}: the CDI names it answers resolve nowhere"
+    )
+    assert result.fix.startswith('set [device-plugin] cdi-spec-dir = "/var/run/cdi"')
+
+
+def test_an_envvar_only_plugin_on_a_guarded_node_is_named_with_the_fix(
+    recorded_h100x4, tmp_path, plugin_dir
+) -> None:
+    """The guard drops NVIDIA_VISIBLE_DEVICES from every source, the plugin's too."""
+    sim = recorded_h100x4
+    node = context(tmp_path, sim_config(sim, tmp_path, only_allocated_gpus=True))
+    node = dataclasses.replace(node, config_file="/etc/nvct/config.toml")
+    settings = {"device-list-strategy": ["envvar"]}
+    (plugin_dir / STATUS_FILE).write_bytes(status_bytes({"nvidia.com/gpu": []}, settings))
+    plugin = kubernetes.as_the_plugin_runs(node, plugin_dir)
+    dropped = kubernetes.check_guard(plugin)
+    assert dropped.status == FAIL
+    assert dropped.message == (
+        "device-list-strategy envvar answers only NVIDIA_VISIBLE_DEVICES, which this node's "
+        "nvct-runtime ignores (request.only-allocated-gpus is on in /etc/nvct/config.toml): "
+        "pods get no GPU"
+    )
+    assert dropped.fix.startswith('set [device-plugin] device-list-strategy = ["cdi-cri"')
+    settings = {"device-list-strategy": ["envvar", "cdi-annotations"]}
+    (plugin_dir / STATUS_FILE).write_bytes(status_bytes({"nvidia.com/gpu": []}, settings))
+    accepted = kubernetes.check_guard(kubernetes.as_the_plugin_runs(node, plugin_dir))
+    assert accepted.status == PASS and "only-allocated-gpus is on" in accepted.message
+    unguarded = context(tmp_path, sim_config(sim, tmp_path))
+    assert kubernetes.check_guard(unguarded).status == PASS

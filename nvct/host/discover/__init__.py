@@ -50,10 +50,12 @@ def discover_inventory(
         driver_root, configs, arch, {f.host_path for f in libs}
     )
     warnings += platform_warnings
+    binaries, binary_warnings = discover_binaries(driver_root, library)
+    warnings += binary_warnings
     files = (
         libs
         + platform
-        + discover_binaries(driver_root)
+        + binaries
         + discover_ipcs(driver_root)
         + discover_firmware(driver_root, report.driver_version)
         + configs

@@ -18,19 +18,36 @@ from nvct.host.discover.rootpath import resolve_in_root
 from nvct.host.inventory import DriverFile
 
 
-def discover_binaries(driver_root: Path) -> tuple[DriverFile, ...]:
-    """Each driver binary, first found in the usual bin dirs, if it is an executable file."""
-    out = []
+def discover_binaries(
+    driver_root: Path, nvml: Path | None = None
+) -> tuple[tuple[DriverFile, ...], tuple[str, ...]]:
+    """Each driver binary, first found in the usual bin dirs as an executable ELF file; and a
+    warning for each wrapper script passed over.
+
+    A driver installed under its own prefix (GKE and COS: ``/usr/local/nvidia/{bin,lib64}``)
+    keeps its binaries in the ``bin`` beside the library directory of ``nvml``, and may put
+    shell wrappers in ``/usr/bin`` that exec them by their host path: such a wrapper mounted
+    into a container names a path the container does not have, so only ELF files count.
+    """
+    directories = [f"/{d}" for d in BINARY_DIRS]
+    if nvml is not None and nvml.is_relative_to(driver_root):
+        beside = "/" + str(nvml.parent.parent.relative_to(driver_root) / "bin")
+        if beside not in directories:
+            directories.append(beside)
+    out: list[DriverFile] = []
+    warnings: list[str] = []
     for cap, names in BINARIES.items():
         for name in names:
-            for directory in BINARY_DIRS:
-                found = resolve_in_root(driver_root, f"/{directory}/{name}")
-                if found is not None and _is_executable(found):
-                    out.append(
-                        DriverFile(host_path=str(found), kind="bin", capability=cap, name=name)
-                    )
-                    break
-    return tuple(out)
+            for directory in directories:
+                found = resolve_in_root(driver_root, f"{directory}/{name}")
+                if found is None or not _is_executable(found):
+                    continue
+                if not _is_elf(found):
+                    warnings.append(f"{found} is not an ELF executable (a wrapper?): skipped")
+                    continue
+                out.append(DriverFile(host_path=str(found), kind="bin", capability=cap, name=name))
+                break
+    return tuple(out), tuple(warnings)
 
 
 def discover_ipcs(driver_root: Path) -> tuple[DriverFile, ...]:
@@ -70,6 +87,14 @@ def discover_graphics_configs(driver_root: Path) -> tuple[DriverFile, ...]:
                     DriverFile(host_path=str(found), kind="config", capability=cap, name=rel)
                 )
     return tuple(out)
+
+
+def _is_elf(path: Path) -> bool:
+    try:
+        with path.open("rb") as f:
+            return f.read(4) == b"\x7fELF"
+    except OSError:
+        return False
 
 
 def _is_executable(path: Path) -> bool:
