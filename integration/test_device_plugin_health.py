@@ -155,9 +155,14 @@ def test_the_recovery_action_decides_where_the_driver_reports_it(tmp_path, kubel
     """Driver 570 reports NVML's recovery action: an XID 48 holds the GPU while the action
     asks for a reset and a row remap is pending, and releases it once both are clear."""
     sim = _sim("a100x8-570-mig")
-    plugin = PluginProcess(tmp_path, sim, kubelet.plugin_dir).start()
+    plugin = PluginProcess(tmp_path, sim, kubelet.plugin_dir)
+    asking = sim.spec.gpus[5]  # asks for a node reboot before the plugin starts
+    inject.set_condition(plugin.control, asking.minor, recovery_action=2)
+    plugin.start()
     try:
         assert kubelet.wait(lambda: GPU in kubelet.plugins and kubelet.plugins[GPU].updates, 15)
+        assert kubelet.plugins[GPU].history[0][asking.uuid] == "Unhealthy"  # never advertised
+        assert _status(kubelet)[asking.uuid]["reason"] == "NVML recovery action: node reboot"
         gpu = sim.spec.gpus[4]
         inject.set_condition(plugin.control, gpu.minor, recovery_action=1, remap_pending=True)
         inject.xid(plugin.control, gpu.minor, 48)

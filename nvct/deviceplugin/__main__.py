@@ -151,6 +151,7 @@ class Plugin:
                 )
             self.endpoints.append(endpoint)
         self.watch.watch(devices)
+        self._report(self.watch.first_look(self.health))  # before the first ListAndWatch
         log.info(
             "devices",
             resources={r.name: [d.id for d in r.devices] for r in found},

@@ -93,6 +93,30 @@ class NvmlWatch:
             out += self._conditions(health, now(), only=touched)
         else:
             time.sleep(SLICE_MS / 1000)
+        answered_again = self._answers(health, now, out)
+        at = now()
+        if answered_again or (self._lost and at >= self._reinit_at):
+            self._reinit(answered_again, at)
+        if at >= self._condition_at:
+            self._condition_at = at + CONDITION_S
+            out += self._conditions(health, at)
+        return out
+
+    def first_look(
+        self, health: Health, now: Callable[[], float] = time.monotonic
+    ) -> list[Transition]:
+        """Ask every device once, before anything is advertised: whether it answers, and its
+        GPU's condition (a GPU whose recovery action asks for a reset is never advertised
+        Healthy)."""
+        out: list[Transition] = []
+        self._answers(health, now, out)
+        self._condition_at = now() + CONDITION_S
+        return out + self._conditions(health, now())
+
+    def _answers(self, health: Health, now: Callable[[], float], out: list[Transition]) -> bool:
+        """Ask each device whether it answers (into ``out``); whether a lost one answers
+        again."""
+        nvml = self.nvml
         answered_again = False
         for uuid, handle in self.handles.items():
             try:
@@ -106,13 +130,7 @@ class NvmlWatch:
             for device_id in self.ids[uuid]:
                 if (t := health.answered(device_id, ok, detail, now())) is not None:
                     out.append(t)
-        at = now()
-        if answered_again or (self._lost and at >= self._reinit_at):
-            self._reinit(answered_again, at)
-        if at >= self._condition_at:
-            self._condition_at = at + CONDITION_S
-            out += self._conditions(health, at)
-        return out
+        return answered_again
 
     def _event(self, health: Health, event: Any, at: float) -> list[Transition]:
         nvml = self.nvml
