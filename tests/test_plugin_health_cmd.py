@@ -52,7 +52,15 @@ def test_clearing_what_is_not_latched_is_one_line(
     err = capsys.readouterr().err
     assert err.startswith("nvct-cli: error: not latched: GPU-nope") and err.count("\n") == 1
     (tmp_path / "nvct-health").mkdir()
-    (tmp_path / "nvct-health/latched.json").write_text("{broken")
-    assert run(proc, tmp_path) == 1
-    err = capsys.readouterr().err
-    assert "latched.json" in err and "remove it" in err and err.count("\n") == 1
+    bad = [
+        "{broken",
+        '{"latched": []}',
+        '{"latched": {"GPU-a": {"reason": "x", "hold": "reset", "boot_id": "b", "since": "now"}}}',
+        '{"latched": {"GPU-a": {"reason": "x", "hold": "forever", "boot_id": "b", "since": 1}}}',
+        '{"latched": {}, "accepted": [1]}',
+    ]
+    for text in bad:
+        (tmp_path / "nvct-health/latched.json").write_text(text)
+        assert run(proc, tmp_path) == 1, text
+        err = capsys.readouterr().err
+        assert "latched.json" in err and "remove it" in err and err.count("\n") == 1, err

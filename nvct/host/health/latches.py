@@ -24,7 +24,7 @@ from typing import Any
 
 from nvct.base.atomic import write_atomic
 from nvct.base.errors import NvctError
-from nvct.host.health.policy import SERVICE
+from nvct.host.health.policy import RESET, SERVICE
 
 LATCH_DIR = "nvct-health"  # a directory: older kubelets sweep every plain file of plugin-dir
 LATCH_FILE = "latched.json"
@@ -116,9 +116,12 @@ class LatchFile:
                 hint="remove it to forget every latched GPU (they may need a reset)",
             ) from err
         try:
-            entries = {u: Latch(uuid=u, **e) for u, e in data["latched"].items()}
-            return entries, set(data.get("accepted", []))
-        except (KeyError, TypeError, AttributeError) as err:
+            entries = {u: _latch(u, e) for u, e in data["latched"].items()}
+            accepted = data.get("accepted", [])
+            if not all(isinstance(u, str) for u in accepted):
+                raise TypeError("accepted: not a list of UUIDs")
+            return entries, set(accepted)
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
             raise NvctError(
                 f"{self.path} is not nvct's latch file ({err})",
                 hint="remove it to forget every latched GPU (they may need a reset)",
@@ -137,6 +140,18 @@ class LatchFile:
                 write_atomic(str(self.path), _dump(entries, accepted), 0o644)
         finally:
             os.close(fd)
+
+
+def _latch(uuid: str, entry: dict[str, Any]) -> Latch:
+    latch = Latch(uuid=uuid, **entry)
+    if not (
+        isinstance(latch.reason, str)
+        and latch.hold in (RESET, SERVICE)
+        and isinstance(latch.boot_id, str)
+        and isinstance(latch.since, int | float)
+    ):
+        raise ValueError(f"{uuid}: {entry}")
+    return latch
 
 
 def _dump(entries: dict[str, Latch], accepted: set[str]) -> bytes:
