@@ -86,8 +86,10 @@ class NvmlWatch:
             for _ in range(DRAIN):
                 try:
                     event = nvml.nvmlEventSetWait_v2(self.events, 0 if touched else SLICE_MS)
-                except nvml.NVMLError:
-                    break  # timeout, or nothing to report
+                except nvml.NVMLError as err:  # timeout: nothing to report
+                    if not touched and getattr(err, "value", None) != nvml.NVML_ERROR_TIMEOUT:
+                        time.sleep(SLICE_MS / 1000)  # a wait that fails at once must not spin
+                    break
                 touched.add(address(event.device))
                 out += self._event(health, event, now())
             out += self._conditions(health, now(), only=touched)
