@@ -4,7 +4,9 @@ and advertising depend on, and what nvct makes of it.
     python bench/device_check.py --out DIR [--busybox PATH]
 
 Read straight from NVML (pynvml, not nvct): per GPU, the event types it supports, ECC mode,
-remapped rows, retired pages pending, the GPU recovery-action field, MIG mode. Then nvct on
+remapped rows, retired pages pending, the GPU recovery-action field, MIG mode; and what nvct's
+health policy makes of them (the event types its watch registers, ``health_condition`` with
+"was reset", through ``nvct.host.health``). Then nvct on
 that host, as installed: ``nvct-cli info``, ``list``, ``doctor``, ``labels``, ``cdi generate``;
 ``nvct-device-plugin`` against the kubelet stand-in (registration, ListAndWatch, preferred
 allocation, Allocate); one exporter scrape; and, where runc and a static busybox are at hand,
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -101,6 +104,9 @@ def run(report: Report, argv: list[str], timeout: float = 120, **kw: Any) -> str
 def nvml_facts(report: Report) -> None:
     import pynvml as n
 
+    from nvct.host.health.nvml_condition import read_condition
+    from nvct.host.health.nvml_events import register
+
     n.nvmlInit()
     try:
         gpus = []
@@ -133,11 +139,12 @@ def nvml_facts(report: Report) -> None:
                     gpu[key] = fact()
                 except Exception as exc:  # a GPU without the function: say which
                     gpu[key] = f"error: {exc}"
-            # registering every supported type is what nvct's health watch does
+            # what nvct's health watch registers: (XID | double-bit ECC) & what the GPU supports
             try:
                 es = n.nvmlEventSetCreate()
-                mask = n.nvmlDeviceGetSupportedEventTypes(h)
-                n.nvmlDeviceRegisterEvents(h, mask, es)
+                wanted = n.nvmlEventTypeXidCriticalError | n.nvmlEventTypeDoubleBitEccError
+                (mask,) = register(n, es, [h], wanted).values()
+                gpu["registered_events"] = _events(n, mask)
                 try:
                     n.nvmlEventSetWait_v2(es, 10)
                     gpu["event_wait"] = "an event arrived"
@@ -147,6 +154,12 @@ def nvml_facts(report: Report) -> None:
                 gpu["register_events"] = "ok"
             except Exception as exc:
                 gpu["register_events"] = f"error: {exc}"
+            condition = read_condition(n, h)  # what the health policy judges by
+            gpu["health_condition"] = {
+                **dataclasses.asdict(condition),
+                "was_reset": condition.was_reset,
+                "asks": condition.asks(),
+            }
             gpus.append(gpu)
             for key, value in gpu.items():
                 report.say(f"  gpu{i} {key}: {value}")

@@ -151,9 +151,12 @@ def test_an_envvar_plugin_on_a_guarded_node_says_so_at_start(
     assert said["problem"] == problem and said["level"] == "error"
 
 
-def test_unknown_and_unhealthy_devices_are_refused_and_health_recovers(
+def test_unknown_and_unhealthy_devices_are_refused_and_a_lost_gpu_stays_latched(
     kubelet, plugin_factory, sim_driver
 ) -> None:
+    """A GPU that fell off the bus (XID 79: NVIDIA says reboot the node) stays Unhealthy when
+    it answers again, until the node reboots or an operator clears it; NVML is initialised
+    again meanwhile."""
     plugin = plugin_factory()
     assert kubelet.wait(lambda: GPU in kubelet.plugins and kubelet.plugins[GPU].updates)
     with pytest.raises(grpc.RpcError) as refused:
@@ -169,38 +172,73 @@ def test_unknown_and_unhealthy_devices_are_refused_and_health_recovers(
     with pytest.raises(grpc.RpcError) as sick:
         kubelet.allocate(GPU, [lost])
     assert sick.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    status = ["device-plugin-status", "--plugin-dir", str(kubelet.plugin_dir)]
-    shown = subprocess.run(
-        [sys.executable, "-m", "nvct.cli.main", *status],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout
-    (line,) = [ln for ln in shown.splitlines() if lost in ln]
-    assert "Unhealthy" in line and "GPU is lost" in line, shown
-    assert shown.count(" Healthy") == 3
+    (line,) = [ln for ln in cli("device-plugin-status", kubelet).splitlines() if lost in ln]
+    assert "Unhealthy" in line and "GPU is lost" in line, line
     inject.recover(plugin.control, sim_driver.spec.gpus[2].minor)
+    reboot = "XID 79 (ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS): reboot the node"
+    assert wait_for(lambda: reboot in cli("device-plugin-status", kubelet), 5)
+    time.sleep(1.5)  # past the quiet period (1 s): the driver cannot say it was reset
+    assert kubelet.devices(GPU)[lost] == "Unhealthy"
+    assert '"event": "nvml_reinitialised"' in plugin.output()
+    listed = cli("device-plugin-health", kubelet, proc_root=sim_driver.proc_root)
+    assert lost in listed and reboot in listed, listed
+    cleared = cli("device-plugin-health", kubelet, "clear", lost)
+    assert cleared.startswith(f"cleared {lost}"), cleared
+    began = time.monotonic()
     assert kubelet.wait(lambda: kubelet.devices(GPU).get(lost) == "Healthy", timeout=5)
-    assert '"health": "Unhealthy"' in plugin.output() and "GPU is lost" in plugin.output()
-    assert '"health": "Healthy"' in plugin.output() and "recovered" in plugin.output()
+    assert time.monotonic() - began < 1.0
+    assert "recovered: cleared by an operator" in plugin.output()
+    assert "no GPU is latched" in cli("device-plugin-health", kubelet)
+    inject.xid(plugin.control, sim_driver.spec.gpus[2].minor, 94)  # the new event set has it
+    assert kubelet.wait(lambda: kubelet.devices(GPU).get(lost) == "Unhealthy", timeout=5)
+
+
+def cli(command: str, kubelet: Kubelet, *args: str, proc_root: Path | None = None) -> str:
+    """``nvct-cli [--proc-root] <command> --plugin-dir <kubelet's> [args]``: its stdout."""
+    root = ["--proc-root", str(proc_root)] if proc_root is not None else []
+    done = subprocess.run(
+        [sys.executable, "-m", "nvct.cli.main", *root, command, "--plugin-dir",
+         str(kubelet.plugin_dir), *args],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def wait_for(check: Any, timeout: float) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if check():
+            return True
+        time.sleep(0.05)
+    return bool(check())
 
 
 def test_xid_errors_make_a_gpu_unhealthy_unless_ignored(kubelet, plugin_factory, sim_driver):
+    """Application XIDs recover after the quiet period; a double-bit ECC error (event or XID
+    48: NVIDIA says reset the GPU) holds the GPU on a driver that cannot say it was reset."""
     plugin = plugin_factory()
     assert kubelet.wait(lambda: GPU in kubelet.plugins and kubelet.plugins[GPU].updates)
     gpus = sim_driver.spec.gpus
     inject.xid(plugin.control, gpus[0].minor, 13)  # a graphics engine exception: ignored
     inject.xid(plugin.control, gpus[1].minor, 48)  # double-bit ECC as an XID
+    inject.xid(plugin.control, gpus[2].minor, 94)  # contained: restart the application
     began = time.monotonic()
     assert kubelet.wait(lambda: kubelet.devices(GPU).get(gpus[1].uuid) == "Unhealthy", timeout=5)
     assert time.monotonic() - began < 1.0
+    assert kubelet.wait(lambda: kubelet.devices(GPU).get(gpus[2].uuid) == "Unhealthy", timeout=5)
     assert kubelet.devices(GPU)[gpus[0].uuid] == "Healthy"
-    assert "XID 48" in plugin.output() and "XID 13" not in plugin.output()
+    assert "XID 48 (ROBUST_CHANNEL_GPU_ECC_DBE)" in plugin.output()
+    assert "XID 13" not in plugin.output()
     inject.double_bit_ecc(plugin.control, gpus[3].minor)
     assert kubelet.wait(lambda: kubelet.devices(GPU).get(gpus[3].uuid) == "Unhealthy", timeout=5)
-    # no further error for the quiet period (1 s here): healthy again, no restart needed
-    assert kubelet.wait(lambda: set(kubelet.devices(GPU).values()) == {"Healthy"}, timeout=10)
+    # no further error for the quiet period (1 s here): the application's XID is over
+    assert kubelet.wait(lambda: kubelet.devices(GPU)[gpus[2].uuid] == "Healthy", timeout=10)
+    time.sleep(1.5)
+    devices = kubelet.devices(GPU)
+    assert [devices[g.uuid] for g in gpus] == ["Healthy", "Unhealthy", "Healthy", "Unhealthy"]
+    status = cli("device-plugin-status", kubelet)
+    assert "double-bit ECC error: reset the GPU" in status, status
 
 
 def test_preferred_allocation_keeps_numa_neighbours_together(

@@ -70,8 +70,8 @@ def test_gpu_0_sliced_by_four_the_others_whole(kubelet, plugin_factory, sim_driv
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert f"2 replicas of one GPU ({ids[0]})" in refused.value.details()
     assert "beside whole GPUs" in plugin.output()  # the config's pitfall, logged
-    # every replica follows its GPU's health
-    inject.xid(plugin.control, sim_driver.spec.gpus[0].minor, 48)
+    # every replica follows its GPU's health (an application's XID: over after the quiet period)
+    inject.xid(plugin.control, sim_driver.spec.gpus[0].minor, 94)
     began = time.monotonic()
     sick = dict.fromkeys(replicas(ids[0], 4), "Unhealthy")
     assert kubelet.wait(lambda: sick.items() <= kubelet.devices(GPU).items(), timeout=5)

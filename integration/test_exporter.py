@@ -370,3 +370,54 @@ def test_mig_devices_are_attributed_to_their_parent_gpu(
         assert len(owner) == len(gpus)  # one series per GPU: MIG devices are not GPUs here
     finally:
         exporter.stop()
+
+
+def test_xids_count_for_their_gpu_on_mig_and_non_ecc_nodes(
+    tmp_path, mig_driver, kubelet_socket, pod_resources
+) -> None:
+    """The exporter registers each GPU for what it supports, as the plugin does: an XID on a
+    MIG device counts for its GPU alone; on a node with a GPU without ECC and one without any
+    events, the others' XIDs still count; NVML's recovery action shows with its reason."""
+    from integration.simdriver import cached_driver, preset
+
+    def health_of(exporter: Exporter, uuid: str) -> tuple[float, list[str]]:
+        found = exporter.scrape()
+        (healthy,) = [s.value for s in of_gpu(found, "nvct_gpu_healthy", uuid)]
+        why = [s.labels["reason"] for s in of_gpu(found, "nvct_gpu_unhealthy_reason", uuid)]
+        return healthy, why
+
+    def xid_counts(exporter: Exporter) -> dict[str, dict[str, float]]:
+        out: dict[str, dict[str, float]] = {}
+        for s in exporter.scrape():
+            if s.name == "DCGM_EXP_XID_ERRORS_COUNT":
+                out.setdefault(s.labels["UUID"], {})[s.labels["xid"]] = s.value
+        return out
+
+    gpus = mig_driver.spec.gpus
+    exporter = Exporter(tmp_path / "mig", mig_driver, kubelet_socket, interval=0.2).start()
+    try:
+        inject.xid(exporter.control, gpus[0].minor, 94, gi=5, ci=0)
+        wait_for(lambda: xid_counts(exporter) == {gpus[0].uuid: {"94": 1}}, 10)
+        healthy, why = health_of(exporter, gpus[0].uuid)
+        assert (healthy, why) == (
+            0,
+            ["XID 94 (ROBUST_CHANNEL_CONTAINED_ERROR): restart the application"],
+        )
+        assert health_of(exporter, gpus[1].uuid) == (1, [])
+        inject.set_condition(exporter.control, gpus[3].minor, recovery_action=1)
+        wait_for(
+            lambda: health_of(exporter, gpus[3].uuid) == (0, ["NVML recovery action: GPU reset"]),
+            10,
+        )
+    finally:
+        exporter.stop()
+    mixed = cached_driver(preset("mixed-ecc-x3"), Path("/tmp/nvct-test-simdrivers"))
+    exporter = Exporter(tmp_path / "mixed", mixed, kubelet_socket, interval=0.2).start()
+    try:
+        assert not any(e["event"] == "xid_events_unsupported" for e in exporter.events())
+        inject.xid(exporter.control, 1, 43)  # the GeForce without ECC
+        inject.xid(exporter.control, 0, 31)
+        ids = [g.uuid for g in mixed.spec.gpus]
+        wait_for(lambda: xid_counts(exporter) == {ids[0]: {"31": 1}, ids[1]: {"43": 1}}, 10)
+    finally:
+        exporter.stop()

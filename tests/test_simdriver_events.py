@@ -3,12 +3,13 @@ back through pynvml in a subprocess (loading the fake NVML in-process would stay
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -82,10 +83,10 @@ def ctl(tmp_path: Path) -> Path:
     return tmp_path / "ctl"
 
 
-@pytest.fixture
-def nvml(h100x4: SimDriver, ctl: Path) -> Iterator[Nvml]:
+@contextlib.contextmanager
+def _repl(sim: SimDriver, ctl: Path) -> Iterator[Nvml]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("NVCT_SIM_")}
-    env |= h100x4.env() | {inject.ENV_CONTROL_DIR: str(ctl)}
+    env |= sim.env() | {inject.ENV_CONTROL_DIR: str(ctl)}
     proc = subprocess.Popen(
         [sys.executable, "-c", _REPL],
         stdin=subprocess.PIPE,
@@ -103,6 +104,19 @@ def nvml(h100x4: SimDriver, ctl: Path) -> Iterator[Nvml]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture
+def nvml(h100x4: SimDriver, ctl: Path) -> Iterator[Nvml]:
+    with _repl(h100x4, ctl) as repl:
+        yield repl
+
+
+@pytest.fixture
+def nvml_of(ctl: Path, sim_factory: Callable[[str], SimDriver]) -> Iterator[Callable[[str], Nvml]]:
+    """NVML of another preset, by name (one subprocess per call, all stopped at the end)."""
+    with contextlib.ExitStack() as stack:
+        yield lambda name: stack.enter_context(_repl(sim_factory(name), ctl))
 
 
 def test_xid_and_double_bit_ecc_are_delivered_once_in_order(nvml: Nvml, ctl: Path) -> None:
@@ -227,3 +241,65 @@ def test_compiled_in_control_dir(h100x4: SimDriver) -> None:
     out, _ = proc.communicate("go\n", timeout=10)
     assert out.strip() == "109"
     assert inject.control_dir(h100x4.driver_root).is_dir()
+
+
+RECOVERY_FIELD = 230  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+SBE = 0x1
+
+
+def test_supported_events_follow_ecc_per_gpu(nvml_of: Callable[[str], Nvml], ctl: Path) -> None:
+    """mixed-ecc-x3: an ECC GPU, one without ECC (XIDs only), one with no events at all."""
+    nvml = nvml_of("mixed-ecc-x3")
+    assert nvml("n.nvmlDeviceGetSupportedEventTypes(h[0])") == SBE | DBE | XID
+    assert nvml("n.nvmlDeviceGetSupportedEventTypes(h[1])") == XID
+    assert nvml.err("n.nvmlDeviceGetSupportedEventTypes(h[2])") == NOT_SUPPORTED
+    nvml("(es := n.nvmlEventSetCreate()) and None")
+    assert nvml.err(f"n.nvmlDeviceRegisterEvents(h[1], {XID | DBE}, es)") == NOT_SUPPORTED
+    assert nvml.err(f"n.nvmlDeviceRegisterEvents(h[2], {XID}, es)") == NOT_SUPPORTED
+    nvml(f"n.nvmlDeviceRegisterEvents(h[1], {XID}, es)")
+    inject.xid(ctl, 2, 48)  # nothing registered on GPU 2
+    inject.xid(ctl, 1, 43)
+    assert nvml("ev(es, 1000)") == [XID, 43, 1, 0xFFFFFFFF]
+    assert nvml.err("ev(es, 50)") == TIMEOUT
+
+
+def test_mig_events_name_their_instances(nvml_of: Callable[[str], Nvml], ctl: Path) -> None:
+    nvml = nvml_of("a100x8-570-mig")
+    mig = "n.nvmlDeviceGetMigDeviceHandleByIndex(h[0], 1)"
+    assert nvml.err(f"n.nvmlDeviceGetSupportedEventTypes({mig})") == NOT_SUPPORTED
+    nvml("(es := n.nvmlEventSetCreate()) and None")
+    assert nvml.err(f"n.nvmlDeviceRegisterEvents({mig}, {XID}, es)") == NOT_SUPPORTED
+    nvml(f"n.nvmlDeviceRegisterEvents(h[0], {XID}, es)")
+    inject.xid(ctl, 0, 31, gi=5, ci=0)
+    inject.xid(ctl, 0, 48)
+    wait = (
+        "[(d := n.nvmlEventSetWait_v2(es, 1000)).eventData, d.gpuInstanceId, d.computeInstanceId]"
+    )
+    assert nvml(wait) == [31, 5, 0]
+    assert nvml(wait) == [48, 0xFFFFFFFF, 0xFFFFFFFF]
+
+
+def test_memory_health_and_the_recovery_action(nvml_of: Callable[[str], Nvml], ctl: Path) -> None:
+    a100 = nvml_of("a100x8-570-mig")  # row remapping; driver 570 reports the recovery action
+    field = (
+        f"[(v := n.nvmlDeviceGetFieldValues(h[{{}}], [{RECOVERY_FIELD}])[0]).nvmlReturn, "
+        "v.value.uiVal]"
+    )
+    assert a100("n.nvmlDeviceGetRemappedRows(h[3])") == [0, 0, 0, 0]
+    assert a100(field.format(3)) == [0, 0]
+    inject.set_condition(ctl, 3, remapped_uncorrectable=2, remap_pending=True, recovery_action=1)
+    assert a100("n.nvmlDeviceGetRemappedRows(h[3])") == [0, 2, 1, 0]
+    assert a100(field.format(3)) == [0, 1]
+    inject.set_condition(ctl, 3, remap_pending=False, remap_failure=True)
+    assert a100("n.nvmlDeviceGetRemappedRows(h[3])") == [0, 2, 0, 1]
+    assert a100("n.nvmlDeviceGetRemappedRows(h[2])") == [0, 0, 0, 0]  # per GPU
+    assert a100.err("n.nvmlDeviceGetRetiredPagesPendingStatus(h[3])") == NOT_SUPPORTED
+    mig = "n.nvmlDeviceGetMigDeviceHandleByIndex(h[0], 0)"
+    assert a100.err(f"n.nvmlDeviceGetRemappedRows({mig})") == NOT_SUPPORTED
+    h100 = nvml_of("h100x4-550")  # before 570: the field is not reported
+    assert h100(field.format(3)) == [NOT_SUPPORTED, 0]
+    t4 = nvml_of("t4x1-535")  # ECC without row remapping: retired pages
+    assert t4.err("n.nvmlDeviceGetRemappedRows(h[0])") == NOT_SUPPORTED
+    assert t4("n.nvmlDeviceGetRetiredPagesPendingStatus(h[0])") == 0
+    inject.set_condition(ctl, 0, retired_pending=True)
+    assert t4("n.nvmlDeviceGetRetiredPagesPendingStatus(h[0])") == 1

@@ -117,6 +117,9 @@ def simdata_header(spec: SimDriverSpec, dev_root: Path, control: Path) -> str:
                     str(g.host_bridge),
                     str(len(links)),
                     str(len(g.nvlinks)),
+                    f"0x{g.supported_events:X}ULL",
+                    str(int(g.row_remapping)),
+                    str(int(g.page_retirement)),
                 ]
             )
             + "},"

@@ -15,8 +15,9 @@ when every GPU of the preset is visible.
 
 Files (the library re-reads them on every call, so changes apply at once):
 - `events`: one event a line, appended (O_APPEND, one write: atomic for readers):
-  `xid <gpu> <xid>`, `dbe <gpu>`, `lost <gpu>`, `recover <gpu>`.
-- `metrics/<gpu>`: `key value` lines (see `set_metrics`), replaced atomically.
+  `xid <gpu> <xid> [<gi> <ci>]`, `dbe <gpu>`, `lost <gpu>`, `recover <gpu>`.
+- `metrics/<gpu>`: `key value` lines (see `set_metrics` and `set_condition`), replaced
+  atomically.
 - `slow_ms`: every NVML call sleeps this many milliseconds first.
 """
 
@@ -67,9 +68,18 @@ def _replace(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def xid(target: Target, gpu: int, code: int) -> None:
-    """An XID critical error on GPU `gpu` (event type XidCriticalError, eventData = `code`)."""
-    _append(target, f"xid {int(gpu)} {int(code)}")
+# gpuInstanceId / computeInstanceId of an event that concerns the whole GPU.
+NO_INSTANCE = 0xFFFFFFFF
+
+
+def xid(target: Target, gpu: int, code: int, gi: int | None = None, ci: int | None = None) -> None:
+    """An XID critical error on GPU `gpu` (event type XidCriticalError, eventData = `code`).
+
+    `gi`/`ci`: the GPU and compute instance of the MIG device it happened on (the event's
+    gpuInstanceId/computeInstanceId); left out, the event is GPU-wide (0xFFFFFFFF).
+    """
+    where = "" if gi is None else f" {int(gi)} {NO_INSTANCE if ci is None else int(ci)}"
+    _append(target, f"xid {int(gpu)} {int(code)}{where}")
 
 
 def double_bit_ecc(target: Target, gpu: int) -> None:
@@ -114,13 +124,6 @@ def set_metrics(
 
     Defaults before any call: utilization 0 %, 30 C, 50000 mW, SM clock 1410 MHz, 0 MiB used.
     """
-    path = _ctl(target) / "metrics" / str(int(gpu))
-    current: dict[str, int] = {}
-    if path.exists():
-        for line in path.read_text().splitlines():
-            key, _, value = line.partition(" ")
-            if key in METRIC_KEYS and value.strip().isdigit():
-                current[key] = int(value)
     given = {
         "util_gpu": util,
         "util_memory": util_memory,
@@ -129,12 +132,65 @@ def set_metrics(
         "sm_clock_mhz": sm_clock_mhz,
         "memory_used_mib": memory_used_mib,
     }
+    _update(target, gpu, "set_metrics", given)
+
+
+CONDITION_KEYS = (
+    "remapped_correctable",
+    "remapped_uncorrectable",
+    "remap_pending",
+    "remap_failure",
+    "retired_pending",
+    "recovery_action",
+)
+
+
+def set_condition(
+    target: Target,
+    gpu: int,
+    *,
+    remapped_correctable: int | None = None,
+    remapped_uncorrectable: int | None = None,
+    remap_pending: bool | None = None,
+    remap_failure: bool | None = None,
+    retired_pending: bool | None = None,
+    recovery_action: int | None = None,
+) -> None:
+    """Set GPU `gpu`'s memory health as NVML reports it; arguments left out keep their value.
+
+    `nvmlDeviceGetRemappedRows` -> (correctable, uncorrectable, pending, failure) on GPUs that
+    remap rows; `nvmlDeviceGetRetiredPagesPendingStatus` -> `retired_pending` on the other ECC
+    GPUs; the field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION -> `recovery_action` (NVML's
+    NVML_GPU_RECOVERY_ACTION_*: 0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and
+    reset) on drivers 570 and newer. Defaults before any call: all 0.
+    """
+    given = {
+        "remapped_correctable": remapped_correctable,
+        "remapped_uncorrectable": remapped_uncorrectable,
+        "remap_pending": remap_pending,
+        "remap_failure": remap_failure,
+        "retired_pending": retired_pending,
+        "recovery_action": recovery_action,
+    }
+    _update(target, gpu, "set_condition", given)
+
+
+def _update(target: Target, gpu: int, caller: str, given: dict[str, int | bool | None]) -> None:
+    """Merge `given` (None: keep) into GPU `gpu`'s `metrics/<gpu>` file."""
+    known = METRIC_KEYS + CONDITION_KEYS
+    path = _ctl(target) / "metrics" / str(int(gpu))
+    current: dict[str, int] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key in known and value.strip().isdigit():
+                current[key] = int(value)
     for key, value in given.items():
         if value is not None:
             if value < 0:
-                raise ValueError(f"set_metrics: {key}={value} must be >= 0")
+                raise ValueError(f"{caller}: {key}={value} must be >= 0")
             current[key] = int(value)
-    _replace(path, "".join(f"{k} {current[k]}\n" for k in METRIC_KEYS if k in current))
+    _replace(path, "".join(f"{k} {current[k]}\n" for k in known if k in current))
 
 
 def reset(target: Target) -> None:

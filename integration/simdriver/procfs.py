@@ -18,6 +18,8 @@ from .spec import (
     parse_bus_id,
 )
 
+SIM_BOOT_ID = "5ee1b007-0000-4000-8000-000000000001"
+
 
 def _access(minor: int) -> str:
     return f"DeviceFileMinor: {minor}\nDeviceFileMode: 292\nDeviceFileModify: 1\n"
@@ -42,6 +44,9 @@ def write_procfs(spec: SimDriverSpec, proc: Path) -> None:
     devices = "Character devices:\n" + "".join(f"{n:3d} {name}\n" for n, name in char_devs)
     devices += "\nBlock devices:\n  7 loop\n  8 sd\n259 blkext\n"
     write_file(proc / "devices", devices, 0o444)
+    # The boot this proc root belongs to (nvct's GPU latches are kept per boot): a test that
+    # reboots writes another id into its own copy.
+    write_file(proc / "sys/kernel/random/boot_id", f"{SIM_BOOT_ID}\n", 0o444)
 
     nv = proc / "driver/nvidia"
     write_file(

@@ -58,6 +58,12 @@ _MODELS: dict[str, tuple[int, int, str]] = {
 }
 _GENERIC_MODEL = (0x000010DE, 0x000010DE, "000-00000-0000-000")
 
+# NVML's event type bits (nvmlEventType*) the simulated driver can deliver.
+EVENT_SINGLE_BIT_ECC = 0x1
+EVENT_DOUBLE_BIT_ECC = 0x2
+EVENT_XID = 0x8
+ECC_GPU_EVENTS = EVENT_SINGLE_BIT_ECC | EVENT_DOUBLE_BIT_ECC | EVENT_XID
+
 # MIG capability device-file minors, as /proc/driver/nvidia-caps/mig-minors numbers them:
 # config 1, monitor 2, then per GPU (32 max) 15 GPU instances x (1 access + 8 compute instances).
 MIG_CONFIG_MINOR = 1
@@ -123,6 +129,19 @@ class SimGpu:
     pci_switch: int = -1
     host_bridge: int = 0
     nvlinks: tuple[str, ...] = ()
+    # What nvmlDeviceGetSupportedEventTypes answers: ECC events only where ECC is on (GeForce,
+    # RTX and ECC-off GPUs have XIDs only); 0 = no events at all (NOT_SUPPORTED).
+    supported_events: int = ECC_GPU_EVENTS
+
+    @property
+    def row_remapping(self) -> bool:
+        """HBM data-centre GPUs (A100/H100 class) remap rows; the others answer NOT_SUPPORTED."""
+        return self.mig_capable and bool(self.supported_events & EVENT_DOUBLE_BIT_ECC)
+
+    @property
+    def page_retirement(self) -> bool:
+        """ECC GPUs without row remapping retire pages instead (T4, V100)."""
+        return bool(self.supported_events & EVENT_DOUBLE_BIT_ECC) and not self.row_remapping
 
     @property
     def mig_enabled(self) -> bool:
@@ -389,7 +408,36 @@ def _l40sx8_pcie() -> SimDriverSpec:
     return SimDriverSpec("550.54.15", "12.4", gpus, label=label)
 
 
+def _mixed_ecc() -> SimDriverSpec:
+    """A workstation-like node: an ECC GPU, a GeForce without ECC (XID events only) and one
+    whose NVML delivers no events at all (it is only asked whether it still answers)."""
+    label = "mixed-ecc-x3"
+    models = (
+        ("NVIDIA L40S", "Nvidia", (8, 9), 46068, ECC_GPU_EVENTS),
+        ("NVIDIA GeForce RTX 4090", "GeForceRTX", (8, 9), 24564, EVENT_XID),
+        ("NVIDIA GeForce RTX 4090", "GeForceRTX", (8, 9), 24564, 0),
+    )
+    gpus = tuple(
+        SimGpu(
+            minor=i,
+            uuid=deterministic_uuid("GPU", f"{label}/gpu{i}"),
+            pci_bus_id=_bus(bus),
+            name=name,
+            brand=brand,
+            architecture="Ada",
+            compute_capability=cc,
+            memory_mib=memory,
+            supported_events=events,
+        )
+        for i, (bus, (name, brand, cc, memory, events)) in enumerate(
+            zip(("01", "21", "41"), models, strict=True)
+        )
+    )
+    return SimDriverSpec("550.54.15", "12.4", gpus, label=label)
+
+
 PRESETS = {
+    "mixed-ecc-x3": _mixed_ecc,
     "h100pcie-x8-nvlink-pairs": _h100pcie_nvlink_pairs,
     "h100x8-nvswitch": _h100x8_nvswitch,
     "l40sx8-pcie": _l40sx8_pcie,

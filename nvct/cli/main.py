@@ -26,6 +26,7 @@ SUBCOMMANDS: dict[str, str] = {
     "daemon": "nvct.cli.daemon_cmd:daemon",
     "labels": "nvct.cli.labels_cmd:labels",
     "device-plugin-status": "nvct.cli.plugin_status_cmd:device_plugin_status",
+    "device-plugin-health": "nvct.cli.plugin_health_cmd:device_plugin_health",
     "exporter": "nvct.cli.exporter_cmd:exporter",
     "mps-control": "nvct.cli.mps_cmd:mps_control",
 }

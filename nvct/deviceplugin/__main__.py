@@ -48,6 +48,7 @@ from nvct.deviceplugin.mps_watch import MpsWatch
 from nvct.deviceplugin.preferred import pcie_score
 from nvct.deviceplugin.server import Endpoint, ResourceService
 from nvct.deviceplugin.topology import read_topology
+from nvct.host.health.latches import LatchFile, boot_id
 from nvct.host.sharing import SharingConfigError, plan_sharing
 
 WATCH_S = 0.05
@@ -113,7 +114,14 @@ class Plugin:
             [d.id for d in devices],
             quiet=config.dp_quiet_period,
             ignored_xids=config.dp_ignored_xids,
+            uuids={d.id: d.uuid for d in devices},
+            latches=LatchFile(self.plugin_dir, boot_id(Path(config.proc_root))),
         )
+        try:
+            for t in self.health.restore(time.monotonic()):  # latched by an earlier run
+                log.warning("health", device=t.device, health=t.health, reason=t.reason)
+        except NvctError as err:
+            log.warning("latches_not_restored", error=err.one_line())
         self.mps = self._mps(plan, devices, inventory)
         names = self._cdi_spec(inventory)
         topology = read_topology(self.watch.nvml, devices)
@@ -143,6 +151,7 @@ class Plugin:
                 )
             self.endpoints.append(endpoint)
         self.watch.watch(devices)
+        self._report(self.watch.first_look(self.health))  # before the first ListAndWatch
         log.info(
             "devices",
             resources={r.name: [d.id for d in r.devices] for r in found},
@@ -206,6 +215,7 @@ class Plugin:
         while not self.stop.is_set():
             transitions = self.watch.step(self.health)
             transitions += self.health.tick(time.monotonic())
+            transitions += self.health.reload(time.monotonic())  # an operator's clear
             self._report(transitions)
 
     def write_status(self) -> None:

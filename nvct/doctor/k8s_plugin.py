@@ -187,7 +187,9 @@ def _devices(
             f"{resource} device {d.get('id')} is {d.get('health')}"
             + (f": {d['reason']}" if d.get("reason") else ""),
             "pods cannot get it until it is Healthy again; see nvct-cli device-plugin-status "
-            "and the driver's messages (dmesg | grep -i xid)",
+            "and the driver's messages (dmesg | grep -i xid); one held until a reset or for "
+            "service is listed by nvct-cli device-plugin-health (README: resetting a GPU that "
+            "nvct holds; then nvct-cli device-plugin-health clear UUID)",
         )
         for resource, devices in sorted(status.items())
         for d in devices

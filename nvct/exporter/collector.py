@@ -76,6 +76,12 @@ class SampleCollector(Collector):
             "and the device plugin does not mark the GPU unhealthy; else 0.",
             labels=self.labels,
         )
+        why = GaugeMetricFamily(
+            "nvct_gpu_unhealthy_reason",
+            "1 for each GPU nvct_gpu_healthy marks 0, labelled with why (the device plugin's "
+            "and the exporter's one health policy).",
+            labels=(*self.labels, "reason"),
+        )
         replicas = GaugeMetricFamily(
             "nvct_gpu_replicas",
             "Devices the kubelet can allocate on this GPU (time-slicing or MPS replicas; 1 when "
@@ -92,9 +98,11 @@ class SampleCollector(Collector):
                 for code, count in sorted(gpu.xids.counts.items()):
                     xid_count.add_metric([*values, str(code)], count)
                 healthy.add_metric(values, 1 if gpu.healthy else 0)
+                if not gpu.healthy:
+                    why.add_metric([*values, gpu.reason], 1)
                 replicas.add_metric(values, gpu.replicas)
         yield from families.values()
-        yield from (last_xid, xid_count, healthy, replicas)
+        yield from (last_xid, xid_count, healthy, why, replicas)
 
     def _label_sets(self, gpu: GpuSample) -> list[list[str]]:
         """One label set per container holding the GPU (dcgm-exporter's way), or one with

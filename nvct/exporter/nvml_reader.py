@@ -1,6 +1,8 @@
 """NVML as the exporter reads it: per-GPU metrics on demand, and XID events in a thread of
 their own (``XidWatch``), so neither a slow call nor a blocking event wait ever reaches the
-HTTP handler.
+HTTP handler. Each GPU is registered for what it supports (``nvct.host.health.nvml_events``,
+as the device plugin does): one GPU without XID events leaves the others' XIDs counted, and a
+MIG device's XID counts for its GPU.
 
 NVML is loaded by absolute path from the driver root (as discovery and the device plugin do),
 never through the caller's LD_LIBRARY_PATH. ctypes releases the GIL during each call, so a slow
@@ -10,13 +12,13 @@ driver stalls only the thread that asked.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from nvct.exporter.sample import Reading, XidSeen
+from nvct.host.health.nvml_events import matching, register, routes
 
 EVENT_WAIT_MS = 1000
 MIB = 1024 * 1024
@@ -61,16 +63,18 @@ class XidWatch:
         self._lock = threading.Lock()
         self._seen: dict[str, XidSeen] = {}
         self._stop = threading.Event()
-        self._events: Any = None
+        self._thread = threading.Thread(target=self._run, name="xid-events", daemon=True)
+        self._routes, gpus = routes(nvml, handles.items())
         try:
             self._events = nvml.nvmlEventSetCreate()
-            for handle in handles.values():
-                nvml.nvmlDeviceRegisterEvents(
-                    handle, nvml.nvmlEventTypeXidCriticalError, self._events
-                )
         except (nvml.NVMLError, AttributeError):
-            self._events = None  # GPUs without event support: no XID metrics, values only
-        self._thread = threading.Thread(target=self._run, name="xid-events", daemon=True)
+            self._events = None  # no events here: no XID metrics, values only
+            return
+        masks = register(nvml, self._events, gpus.values(), nvml.nvmlEventTypeXidCriticalError)
+        if not any(masks.values()):
+            with contextlib.suppress(nvml.NVMLError):
+                nvml.nvmlEventSetFree(self._events)
+            self._events = None
 
     @property
     def supported(self) -> bool:
@@ -95,10 +99,10 @@ class XidWatch:
             except nvml.NVMLError:
                 continue  # the wait timed out
             if event.eventType & nvml.nvmlEventTypeXidCriticalError:
-                self._record(event.device, int(event.eventData), time.monotonic())
+                self._record(event, int(event.eventData), time.monotonic())
 
-    def _record(self, device: Any, code: int, at: float) -> None:
-        for uuid in _matching(self.handles, device):
+    def _record(self, event: Any, code: int, at: float) -> None:
+        for uuid in matching(event, self._routes):
             with self._lock:
                 old = self._seen.get(uuid, XidSeen())
                 counts = dict(old.counts)
@@ -113,9 +117,3 @@ class XidWatch:
         if self._events is not None and not self._thread.is_alive():
             with contextlib.suppress(self.nvml.NVMLError):
                 self.nvml.nvmlEventSetFree(self._events)
-
-
-def _matching(handles: dict[str, Any], device: Any) -> Iterable[str]:
-    # The event names its GPU by handle: compare pointers (a lost GPU cannot say its UUID).
-    target = ctypes.cast(device, ctypes.c_void_p).value
-    return [u for u, h in handles.items() if ctypes.cast(h, ctypes.c_void_p).value == target]

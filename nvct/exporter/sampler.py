@@ -19,6 +19,8 @@ import structlog
 from nvct.exporter.health import plugin_view, verdict
 from nvct.exporter.nvml_reader import XidWatch, read_gpu
 from nvct.exporter.sample import GpuIdentity, GpuSample, Sample, XidSeen
+from nvct.host.health.nvml_condition import read_condition
+from nvct.host.health.policy import GpuCondition
 from nvct.podresources.client import PodResourcesClient, PodResourcesError
 from nvct.podresources.ids import DeviceMap, Owner, owners_by_gpu, replicas_by_gpu
 
@@ -92,6 +94,11 @@ class Sampler:
         """One round, synchronously."""
         started = time.monotonic()
         readings = {g.uuid: read_gpu(self.nvml, self.handles[g.uuid]) for g in self.gpus}
+        conditions = {
+            uuid: read_condition(self.nvml, self.handles[uuid])
+            for uuid, reading in readings.items()
+            if not reading.error  # a lost GPU answers nothing
+        }
         owners, replicas, up = self._kubelet()
         plugin = plugin_view(self.policy.plugin_dir, self.devices)
         quiet_s = self.policy.quiet_s if plugin.quiet_s is None else plugin.quiet_s
@@ -108,6 +115,9 @@ class Sampler:
                 now=now,
                 quiet_s=quiet_s,
                 ignored_xids=ignored,
+                condition=conditions.get(gpu.uuid, GpuCondition()),
+                plugin_holds=plugin.present,
+                accepted=gpu.uuid in plugin.accepted,
             )
             out.append(
                 GpuSample(

@@ -309,7 +309,7 @@ def test_a_blocked_device_stays_unhealthy_until_unblocked_whatever_nvml_says() -
     assert health.tick(1000.0) == []
     back = health.unblock("a", "restarted", 1000.0)
     assert back is not None and (back.health, back.reason) == ("Healthy", "restarted")
-    health.xid("b", 79, 10.0)
+    health.xid("b", 94, 10.0)  # restart the application: over after the quiet period
     health.block("b", "daemon died")
     assert health.unblock("b", "restarted", 20.0) is None  # the XID's quiet period still runs
     assert health.tick(41.0)[0].health == "Healthy"

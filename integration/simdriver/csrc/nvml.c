@@ -501,4 +501,5 @@ nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t d, unsigned int *id)
 }
 
 #include "nvml_events.c"
+#include "nvml_health.c"
 #include "nvml_topology.c"

@@ -69,6 +69,31 @@ typedef struct {
 #define nvmlEventTypeDoubleBitEccError 0x2ULL
 #define nvmlEventTypeXidCriticalError 0x8ULL
 
+typedef union {
+    double dVal;
+    unsigned int uiVal;
+    unsigned long ulVal;
+    unsigned long long ullVal;
+    signed long long sllVal;
+    signed int siVal;
+    unsigned short usVal;
+} nvmlValue_t;
+
+typedef struct {
+    unsigned int fieldId;
+    unsigned int scopeId;
+    long long timestamp;
+    long long latencyUsec;
+    int valueType; /* nvmlValueType_t */
+    nvmlReturn_t nvmlReturn;
+    nvmlValue_t value;
+} nvmlFieldValue_t;
+
+#define NVML_VALUE_TYPE_UNSIGNED_INT 1
+#define NVML_FI_DEV_GET_GPU_RECOVERY_ACTION 230
+#define NVML_FEATURE_DISABLED 0
+#define NVML_FEATURE_ENABLED 1
+
 #define NVML_TEMPERATURE_GPU 0
 #define NVML_CLOCK_GRAPHICS 0
 #define NVML_CLOCK_SM 1

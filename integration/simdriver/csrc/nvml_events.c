@@ -1,10 +1,7 @@
 /* Simulated NVML events and metrics, answered from the control directory (simcontrol.h).
  * Included by nvml.c (one translation unit: it uses nvml.c's handle tables and check()). */
 
-#define SIM_SUPPORTED_EVENTS \
-    (nvmlEventTypeSingleBitEccError | nvmlEventTypeDoubleBitEccError | nvmlEventTypeXidCriticalError)
 #define SIM_XID_FALLEN_OFF_BUS 79ULL
-#define SIM_NO_INSTANCE 0xFFFFFFFFu /* gpuInstanceId/computeInstanceId of a whole-GPU event */
 #define SIM_POLL_MS 5
 
 struct nvmlEventSet_st {
@@ -58,7 +55,10 @@ nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set)
 nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t d, unsigned long long *types)
 {
     CHECK(d, types);
-    *types = SIM_SUPPORTED_EVENTS;
+    /* MIG devices are registered through their GPU; some GPUs deliver no events at all */
+    if (mig_of(d) || gpu_of(d)->events == 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *types = gpu_of(d)->events;
     return NVML_SUCCESS;
 }
 
@@ -67,7 +67,8 @@ nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t d, unsigned long long types, 
     CHECK(d, set);
     if (mig_of(d))
         return NVML_ERROR_NOT_SUPPORTED;
-    if (types & ~SIM_SUPPORTED_EVENTS)
+    /* one unsupported bit and nothing is registered (a GPU without ECC has no ECC events) */
+    if (types & ~gpu_of(d)->events)
         return NVML_ERROR_NOT_SUPPORTED;
     set->mask[d->gpu] |= types;
     return NVML_SUCCESS;
@@ -103,8 +104,8 @@ static int next_delivery(nvmlEventSet_t set, nvmlEventData_t *data)
         data->device = &h_gpu[gpu];
         data->eventType = type;
         data->eventData = ev.data;
-        data->gpuInstanceId = SIM_NO_INSTANCE;
-        data->computeInstanceId = SIM_NO_INSTANCE;
+        data->gpuInstanceId = ev.gi;
+        data->computeInstanceId = ev.ci;
         found = 1;
     }
     fclose(f);

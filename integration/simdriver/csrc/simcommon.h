@@ -36,6 +36,9 @@ typedef struct {
     int pci_switch;           /* -1: directly on a root port */
     int host_bridge;
     int link_first, link_count; /* slice of sim_nvlinks */
+    unsigned long long events;  /* nvmlDeviceGetSupportedEventTypes; 0: NOT_SUPPORTED */
+    int row_remapping;          /* nvmlDeviceGetRemappedRows answers */
+    int page_retirement;        /* nvmlDeviceGetRetiredPagesPendingStatus answers */
 } sim_gpu_t;
 
 typedef struct {

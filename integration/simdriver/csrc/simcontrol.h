@@ -52,10 +52,13 @@ static long sim_read_long(const char *name, long dflt)
 /* The "slow NVML" knob: each call sleeps slow_ms first. */
 static void sim_slow(void) { sim_sleep_ms(sim_read_long("slow_ms", 0)); }
 
+#define SIM_NO_INSTANCE 0xFFFFFFFFu /* gpuInstanceId/computeInstanceId of a whole-GPU event */
+
 typedef struct {
     char kind[16]; /* xid, dbe, lost, recover */
     unsigned minor;
     unsigned long long data;
+    unsigned gi, ci; /* the MIG device an event names; SIM_NO_INSTANCE: the whole GPU */
 } sim_event_t;
 
 /* Reads the event at byte offset *off of <ctl>/events; 1 and advances *off, or 0 at the end
@@ -77,7 +80,9 @@ static int sim_next_event(FILE *f, long *off, sim_event_t *ev)
             return 0;
         *off += (long)strlen(line);
         ev->data = 0;
-        if (sscanf(line, "%15s %u %llu", ev->kind, &ev->minor, &ev->data) >= 2)
+        ev->gi = ev->ci = SIM_NO_INSTANCE;
+        if (sscanf(line, "%15s %u %llu %u %u", ev->kind, &ev->minor, &ev->data, &ev->gi,
+                   &ev->ci) >= 2)
             return 1;
     }
     return 0;
