@@ -356,6 +356,8 @@ def run(config: Config) -> int:
         _error(err.one_line())
         plugin.close()
         return 1
+    for name in plugin.status.sweep():
+        log.info("stale_temp_removed", file=name)
     plugin.write_status()
     for watcher in plugin.watchers():
         watcher.start()

@@ -8,7 +8,10 @@ half-written file.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +20,8 @@ import structlog
 
 from nvct.base.atomic import write_atomic
 from nvct.base.plugin_status import Devices, status_bytes
+
+STALE_TEMP_S = 10.0  # a write takes milliseconds: an older temp file is a killed writer's
 
 log = structlog.get_logger("nvct-device-plugin")
 
@@ -38,3 +43,20 @@ class StatusWriter:
                 write_atomic(str(self.path), data, 0o644)
             except OSError as err:
                 log.warning("status_not_written", file=str(self.path), error=err.strerror)
+
+    def sweep(self) -> list[str]:
+        """Remove the temp files of writers killed mid-write (each write has its own name,
+        so nothing else ever replaces them); the names removed."""
+        prefix, removed = f".{self.path.name}.", []
+        try:
+            entries = list(os.scandir(self.path.parent))
+        except OSError:
+            return []
+        for entry in entries:
+            if not (entry.name.startswith(prefix) and entry.name.endswith(".tmp")):
+                continue
+            with contextlib.suppress(OSError):
+                if time.time() - entry.stat(follow_symlinks=False).st_mtime > STALE_TEMP_S:
+                    os.unlink(entry.path)
+                    removed.append(entry.name)
+        return removed

@@ -4,7 +4,9 @@ partial file, and the newest state is the one left."""
 from __future__ import annotations
 
 import json
+import os
 import threading
+import time
 from pathlib import Path
 
 from nvct.base.atomic import write_atomic
@@ -83,3 +85,18 @@ def test_each_write_reads_the_state_inside_the_lock(tmp_path: Path) -> None:
     second.join()
     status, _ = read_status(tmp_path)
     assert status is not None and status.resources["nvidia.com/gpu"][0]["id"] == "GPU-1-0"
+
+
+def test_a_killed_writers_temp_file_is_swept_a_live_ones_is_not(tmp_path: Path) -> None:
+    writer = StatusWriter(tmp_path / STATUS_FILE, {})
+    killed = tmp_path / f".{STATUS_FILE}.1.0.tmp"
+    killed.write_text('{"version": 2, "res')
+    old = time.time() - 60
+    os.utime(killed, (old, old))
+    writing = tmp_path / f".{STATUS_FILE}.1.1.tmp"  # another writer, this moment
+    writing.write_text("{")
+    other = tmp_path / ".kubelet_internal_checkpoint.1.tmp"
+    other.write_text("x")
+    os.utime(other, (old, old))
+    assert writer.sweep() == [killed.name]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([writing.name, other.name])
