@@ -50,12 +50,13 @@ from nvct.deviceplugin.preferred import pcie_score
 from nvct.deviceplugin.server import Endpoint, ResourceService
 from nvct.deviceplugin.status import StatusWriter
 from nvct.deviceplugin.topology import read_topology
-from nvct.deviceplugin.watchers import Verdicts, Watcher
+from nvct.deviceplugin.watchers import Verdicts, Watcher, watchdog
 from nvct.host.health.latches import LatchFile, boot_id
 from nvct.host.sharing import SharingConfigError, plan_sharing
 
 WATCH_S = 0.05
 MPS_WATCH_S = 0.1
+MPS_STUCK_S = 60.0  # starting a daemon may wait out its timeouts (mps.py): ~30 s at worst
 RETRY_MAX_S = 5.0
 INIT_RETRY_MIN_S = 0.5
 INIT_RETRY_S = 5.0
@@ -203,7 +204,7 @@ class Plugin:
             replicas = [r for s in self.mps.supervised for r in s.replicas]
             mps = Watcher(
                 "mps", self.mps.step, replicas, self.verdicts, self._report, self.stop,
-                interval=MPS_WATCH_S,
+                interval=MPS_WATCH_S, stuck_after=MPS_STUCK_S,
             )  # fmt: skip
             out.append(mps)
         return out
@@ -359,8 +360,8 @@ def run(config: Config) -> int:
     for name in plugin.status.sweep():
         log.info("stale_temp_removed", file=name)
     plugin.write_status()
-    for watcher in plugin.watchers():
-        watcher.start()
+    watchers = [w.start() for w in plugin.watchers()]
+    watchdog(watchers, stop)
     try:
         plugin.serve()
     except Exception as err:  # a bug: said, with its traceback; the DaemonSet restarts us

@@ -3,7 +3,10 @@
 A loop that raises is a bug or a driver surprise, and it must not end in silence with its
 devices left Healthy: the crash is logged with its traceback, the devices it watches go
 Unhealthy with the reason, and the loop is restarted after a growing pause (0.1 s to 5 s).
-Its devices follow the health state machine again once a restarted step completes.
+Its devices follow the health state machine again once a restarted step completes. A step
+that does not return (a driver call that hangs) is the same silence: after ``stuck_after``
+seconds the watchdog logs where it waits (the thread's stack) and marks its devices until the
+step returns.
 
 Restarting in the process, rather than exiting for the DaemonSet to restart the pod: the
 kubelet keeps hearing about every device (Unhealthy, with the reason in the status file),
@@ -12,7 +15,9 @@ there is no CrashLoopBackOff delay, and the MPS daemons the plugin supervises st
 
 from __future__ import annotations
 
+import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
@@ -23,6 +28,8 @@ from nvct.deviceplugin.health import UNHEALTHY, Health, Transition
 
 RESTART_MIN_S = 0.1
 RESTART_MAX_S = 5.0
+STUCK_S = 10.0  # a health step waits 0.2 s for events, then asks each GPU one question
+WATCHDOG_S = 0.5
 
 log = structlog.get_logger("nvct-device-plugin")
 
@@ -103,6 +110,7 @@ class Watcher:
         stop: threading.Event,
         *,
         interval: float = 0.0,
+        stuck_after: float = STUCK_S,
     ) -> None:
         self.name = name
         self.step = step
@@ -111,8 +119,12 @@ class Watcher:
         self.report = report
         self.stop = stop
         self.interval = interval
+        self.stuck_after = stuck_after
         self.crashes = 0
         self.thread: threading.Thread | None = None
+        self._busy_since: float | None = None  # when the running step began
+        self._stuck = False
+        self._lock = threading.Lock()  # the step's end and the watchdog's verdict, in order
 
     def start(self) -> Watcher:
         """Run the loop on a daemon thread."""
@@ -127,20 +139,46 @@ class Watcher:
         while not self.stop.is_set():
             if self.interval and self.stop.wait(self.interval):
                 return
+            self._busy_since = time.monotonic()
             try:
                 transitions = self.step()
             except Exception as err:  # any crash: log it, mark its devices, restart
                 down = True
+                self._ended()
                 self._crashed(err, pause)
                 if self.stop.wait(pause):
                     return
                 pause = min(pause * 2, RESTART_MAX_S)
                 continue
-            if down:
+            if self._ended() or down:
+                if down:
+                    log.info("watcher_restarted", watcher=self.name, crashes=self.crashes)
                 down, pause = False, RESTART_MIN_S
-                log.info("watcher_restarted", watcher=self.name, crashes=self.crashes)
                 transitions = [*self.verdicts.up(self.name), *transitions]
             self.report(self.verdicts.effective(transitions))
+
+    def _ended(self) -> bool:
+        """The step returned; whether the watchdog had marked it stuck."""
+        with self._lock:
+            self._busy_since, stuck, self._stuck = None, self._stuck, False
+        if stuck:
+            log.info("watcher_unstuck", watcher=self.name)
+        return stuck
+
+    def check(self, now: float) -> None:
+        """The watchdog's look: a step running longer than ``stuck_after`` marks the devices."""
+        with self._lock:
+            began = self._busy_since
+            if began is None or self._stuck or now - began < self.stuck_after:
+                return
+            self._stuck = True
+            waited = now - began
+            reason = f"{self.name} watcher stuck for {waited:.0f} s (a driver call that hangs?)"
+            transitions = self.verdicts.down(self.name, self.devices, reason)
+        frame = sys._current_frames().get(self.thread.ident or 0) if self.thread else None
+        stack = "".join(traceback.format_stack(frame)) if frame is not None else ""
+        log.error("watcher_stuck", watcher=self.name, seconds=round(waited, 1), stack=stack)
+        self.report(transitions)
 
     def _crashed(self, err: Exception, pause: float) -> None:
         self.crashes += 1
@@ -150,3 +188,16 @@ class Watcher:
         fields["traceback"] = "".join(traceback.format_exception(err))
         log.error("watcher_crashed", **fields)
         self.report(self.verdicts.down(self.name, self.devices, reason))
+
+
+def watchdog(watchers: Collection[Watcher], stop: threading.Event) -> threading.Thread:
+    """A daemon thread that looks at every watcher each ``WATCHDOG_S`` until ``stop``."""
+
+    def run() -> None:
+        while not stop.wait(WATCHDOG_S):
+            for w in watchers:
+                w.check(time.monotonic())
+
+    thread = threading.Thread(target=run, name="watchdog", daemon=True)
+    thread.start()
+    return thread

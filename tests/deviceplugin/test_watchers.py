@@ -10,7 +10,7 @@ from collections.abc import Callable
 from structlog.testing import capture_logs
 
 from nvct.deviceplugin.health import DEFAULT_IGNORED_XIDS, HEALTHY, UNHEALTHY, Health, Transition
-from nvct.deviceplugin.watchers import Verdicts, Watcher
+from nvct.deviceplugin.watchers import Verdicts, Watcher, watchdog
 
 
 def until(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
@@ -78,3 +78,43 @@ def test_while_a_watcher_is_down_the_others_cannot_mark_its_devices_healthy() ->
         Transition("r0", HEALTHY, "daemon answers"),
         Transition("r1", HEALTHY, ""),
     ]
+
+
+def test_a_step_that_hangs_is_reported_with_its_stack_and_marks_its_devices() -> None:
+    health = Health(["a", "b"], quiet=30, ignored_xids=())
+    verdicts = Verdicts(health)
+    reported: list[Transition] = []
+    release, hung = threading.Event(), threading.Event()
+    steps = 0
+
+    def wait_in_the_driver() -> None:
+        hung.set()
+        release.wait(10)
+
+    def step() -> list[Transition]:
+        nonlocal steps
+        steps += 1
+        if steps == 2:
+            wait_in_the_driver()
+        return []
+
+    stop = threading.Event()
+    watcher = Watcher("health", step, ["a"], verdicts, reported.extend, stop, stuck_after=0.3)
+    with capture_logs() as logs:
+        watcher.start()
+        dog = watchdog([watcher], stop)
+        assert hung.wait(5)
+        assert verdicts["a"] == HEALTHY  # not yet: a slow step is not a stuck one
+        assert until(lambda: verdicts["a"] == UNHEALTHY, 3)
+        assert verdicts["b"] == HEALTHY
+        assert verdicts.reason("a").startswith("health watcher stuck for ")
+        release.set()
+        assert until(lambda: verdicts["a"] == HEALTHY, 3)
+        stop.set()
+        assert watcher.thread is not None
+        watcher.thread.join(5)
+        dog.join(5)
+    assert [(t.device, t.health) for t in reported] == [("a", UNHEALTHY), ("a", HEALTHY)]
+    (stuck,) = [e for e in logs if e["event"] == "watcher_stuck"]
+    assert "in wait_in_the_driver" in stuck["stack"] and stuck["seconds"] >= 0.3
+    assert [e["event"] for e in logs].count("watcher_unstuck") == 1
