@@ -20,7 +20,6 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Collection, Iterator, Mapping
-from typing import Any
 
 import structlog
 
@@ -183,10 +182,14 @@ class Watcher:
     def _crashed(self, err: Exception, pause: float) -> None:
         self.crashes += 1
         reason = f"{self.name} watcher crashed ({type(err).__name__}: {err}); restarting"
-        fields: dict[str, Any] = {"watcher": self.name, "error": repr(err), "retry_in_s": pause}
-        fields["crashes"] = self.crashes
-        fields["traceback"] = "".join(traceback.format_exception(err))
-        log.error("watcher_crashed", **fields)
+        log.error(
+            "watcher_crashed",
+            watcher=self.name,
+            error=repr(err),
+            crashes=self.crashes,
+            retry_in_s=pause,
+            traceback="".join(traceback.format_exception(err)),
+        )
         self.report(self.verdicts.down(self.name, self.devices, reason))
 
 
