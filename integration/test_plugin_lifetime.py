@@ -1,15 +1,13 @@
 """nvct-device-plugin never dies silently: races with the kubelet's sweep of its directory are
 retried, and a watcher loop that raises is logged with its traceback, its devices go Unhealthy
 with the reason and the loop is restarted. Faults injected for real where the filesystem can
-make them (a directory on the socket path, a sweeping kubelet, an unusable MPS directory), in
-process where only code can (a health step that raises)."""
+make them (a directory on the socket path, a sweeping kubelet), in process where only code can
+(a health step that raises). The MPS supervisor's crash: test_device_plugin_sharing.py."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -93,45 +91,6 @@ def test_a_kubelet_sweeping_its_directory_never_kills_the_plugin(
     assert until(serving, 10), plugin.output()
     assert sockets(kubelet.plugin_dir) == ["kubelet.sock", "nvidia-gpu.sock"]
     assert kubelet.allocate(GPU, uuids(sim_driver)[:1]).cdi_devices
-
-
-def test_a_crashed_mps_watcher_is_said_marked_and_restarted(
-    kubelet, plugin_factory, sim_driver, tmp_path
-) -> None:
-    uuid = uuids(sim_driver)[0]
-    rule = '[{devices = ["0"], strategy = "mps", replicas = 2, rename = true}]'
-    plugin = plugin_factory(
-        "--mps-root", str(tmp_path / "mps"), **{"device-plugin.sharing.gpus": rule}
-    )
-    ids = [f"{uuid}::0", f"{uuid}::1"]
-    assert kubelet.wait(lambda: kubelet.devices(SHARED) == dict.fromkeys(ids, "Healthy"), 15), (
-        plugin.output()
-    )
-    log_dir = tmp_path / "mps" / uuid / "log"
-    log_dir.rename(tmp_path / "log.aside")
-    log_dir.write_text("not a directory\n")  # the restart's mkdir fails: not an MpsError
-    pid = int((tmp_path / "mps" / uuid / "pipe" / "nvidia-cuda-mps-control.pid").read_text())
-    os.kill(pid, signal.SIGKILL)
-
-    def crashed() -> bool:
-        return all(
-            "mps watcher crashed (FileExistsError" in r
-            for r in reasons(kubelet.plugin_dir, SHARED).values()
-        )
-
-    assert kubelet.wait(lambda: set(kubelet.devices(SHARED).values()) == {"Unhealthy"}, 5)
-    assert until(crashed, 5), reasons(kubelet.plugin_dir, SHARED)
-    assert kubelet.devices(GPU) == dict.fromkeys(uuids(sim_driver)[1:], "Healthy")
-    out = plugin.output()
-    assert '"watcher_crashed"' in out and "Traceback (most recent call last)" in out
-    assert "FileExistsError" in out
-    log_dir.unlink()
-    (tmp_path / "log.aside").rename(log_dir)
-    assert kubelet.wait(lambda: kubelet.devices(SHARED) == dict.fromkeys(ids, "Healthy"), 10), (
-        plugin.output()
-    )
-    assert '"watcher_restarted"' in plugin.output()
-    assert plugin.proc is not None and plugin.proc.poll() is None
 
 
 def test_a_health_step_that_raises_marks_every_device_until_it_runs_again(

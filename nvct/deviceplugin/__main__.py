@@ -56,7 +56,7 @@ from nvct.host.sharing import SharingConfigError, plan_sharing
 
 WATCH_S = 0.05
 MPS_WATCH_S = 0.1
-MPS_STUCK_S = 60.0  # starting a daemon may wait out its timeouts (mps.py): ~30 s at worst
+MPS_STUCK_S = 60.0  # each MPS GPU's probe may wait out a command's timeout (mps.py: 5 s)
 RETRY_MAX_S = 5.0
 INIT_RETRY_MIN_S = 0.5
 INIT_RETRY_S = 5.0

@@ -1,4 +1,4 @@
-"""The plugin's watcher loops (NVML health, MPS daemons), each on its own thread, supervised.
+"""The plugin's watcher loops (NVML health, MPS probes), each on its own thread, supervised.
 
 A loop that raises is a bug or a driver surprise, and it must not end in silence with its
 devices left Healthy: the crash is logged with its traceback, the devices it watches go
@@ -9,8 +9,9 @@ seconds the watchdog logs where it waits (the thread's stack) and marks its devi
 step returns.
 
 Restarting in the process, rather than exiting for the DaemonSet to restart the pod: the
-kubelet keeps hearing about every device (Unhealthy, with the reason in the status file),
-there is no CrashLoopBackOff delay, and the MPS daemons the plugin supervises stay up.
+kubelet keeps hearing about every device (Unhealthy, with the reason in the status file), and
+there is no CrashLoopBackOff delay. ``nvct-cli mps-control`` runs its loop the same way: ending
+it would quit every MPS daemon and its clients' work.
 """
 
 from __future__ import annotations
