@@ -17,8 +17,10 @@ Checked at the end (``violations`` lists what failed):
 - every status-file read parsed (a reader thread reads it every 2 ms throughout).
 
 Latency: from writing an XID into the simulated driver to the kubelet stand-in receiving the
-ListAndWatch message with that device Unhealthy (samples spanning a kubelet restart or a
-plugin kill are left out).
+ListAndWatch message with that device Unhealthy. Left out: XIDs written while the plugin was
+not registered (from a kubelet restart or a plugin kill to the next registration) or whose
+report spans such a gap; an XID while no plugin runs is never seen (NVML delivers events only
+to an event set that existed when they happened).
 """
 
 from __future__ import annotations
@@ -120,8 +122,8 @@ def run_chaos(work: Path, sim: Any, settings: Settings = Settings()) -> dict[str
         kill_at = _spread(settings.allocations, settings.plugin_kills, 0.3)
         for n in range(settings.allocations):
             if n in restart_at:
-                kubelet.restart()
                 run.disruptions.append(time.monotonic())
+                kubelet.restart()
             if n in kill_at:
                 plugin = _kill_and_restart(plugin, run)
             _maybe_xid(kubelet, plugin, sim, run, rng)
@@ -171,6 +173,7 @@ def run_chaos(work: Path, sim: Any, settings: Settings = Settings()) -> dict[str
         "kubelet_restarts": settings.kubelet_restarts,
         "plugin_kills": len(run.kills),
         "xids_injected": len(run.xids),
+        "xids_while_unregistered": len(run.xids) - len(_outside_gaps(run, kubelet)),
         "status_reads": run.status_reads,
         "status_reads_unparsed": len(run.status_unparsed),
         "health_event_to_list_and_watch_ms": _percentiles(latencies),
@@ -188,10 +191,10 @@ def _spread(total: int, count: int, start: float) -> set[int]:
 
 def _kill_and_restart(plugin: PluginProcess, run: Run) -> PluginProcess:
     assert plugin.proc is not None
-    plugin.proc.send_signal(signal.SIGKILL)
-    plugin.proc.wait()
     run.kills.append(time.monotonic())
     run.disruptions.append(run.kills[-1])
+    plugin.proc.send_signal(signal.SIGKILL)
+    plugin.proc.wait()
     return plugin.start()  # the same work directory and control directory (the node's state)
 
 
@@ -263,12 +266,31 @@ def _must_refuse(run: Run, kubelet: Kubelet) -> tuple[int, list[Attempt]]:
 
 
 def _latencies(run: Run, kubelet: Kubelet) -> list[float]:
+    gaps = _gaps(run, kubelet)
     out = []
     for t, device in run.xids:
         heard = _first_unhealthy(kubelet, device, t)
-        if heard is not None and not any(t - 0.05 <= d <= heard for d in run.disruptions):
+        if heard is not None and not any(start <= heard and t <= end for start, end in gaps):
             out.append((heard - t) * 1000)
     return out
+
+
+def _outside_gaps(run: Run, kubelet: Kubelet) -> list[tuple[float, str]]:
+    gaps = _gaps(run, kubelet)
+    return [(t, d) for t, d in run.xids if not any(start <= t <= end for start, end in gaps)]
+
+
+def _gaps(run: Run, kubelet: Kubelet) -> list[tuple[float, float]]:
+    """From each kubelet restart or plugin kill to the plugin's next registration."""
+    return [(d, _registered_after(kubelet, d)) for d in run.disruptions]
+
+
+def _registered_after(kubelet: Kubelet, at: float) -> float:
+    """When the plugin was registered again after a disruption at ``at``."""
+    return min(
+        (r for r, resource in kubelet.registrations if r >= at and resource == GPU),
+        default=float("inf"),
+    )
 
 
 def _percentiles(samples: list[float]) -> dict[str, float]:

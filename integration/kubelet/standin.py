@@ -65,6 +65,7 @@ class Kubelet(rpc.RegistrationServicer):  # type: ignore[misc]
         self.changed = threading.Condition()
         # every ListAndWatch message of every registration: (received at, resource, ID -> health)
         self.received: list[tuple[float, str, dict[str, str]]] = []
+        self.registrations: list[tuple[float, str]] = []  # (accepted at, resource)
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -121,6 +122,7 @@ class Kubelet(rpc.RegistrationServicer):  # type: ignore[misc]
         with self.changed:
             old = self.plugins.get(request.resource_name)
             self.plugins[request.resource_name] = plugin  # the newest registration wins
+            self.registrations.append((plugin.at, plugin.resource))
             self.changed.notify_all()
         if old is not None:
             old.channel.close()
