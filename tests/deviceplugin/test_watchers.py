@@ -37,7 +37,7 @@ def test_a_crashed_step_marks_its_devices_and_the_loop_comes_back() -> None:
         return []
 
     stop = threading.Event()
-    watcher = Watcher("health", step, ["a", "b"], verdicts, reported.extend, stop)
+    watcher = Watcher("health", step, ["a", "b"], verdicts, reported.extend, stop, interval=0.01)
     with capture_logs() as logs:
         watcher.start()
         assert until(lambda: steps >= 3 and verdicts["a"] == UNHEALTHY)
@@ -99,7 +99,9 @@ def test_a_step_that_hangs_is_reported_with_its_stack_and_marks_its_devices() ->
         return []
 
     stop = threading.Event()
-    watcher = Watcher("health", step, ["a"], verdicts, reported.extend, stop, stuck_after=0.3)
+    watcher = Watcher(
+        "health", step, ["a"], verdicts, reported.extend, stop, interval=0.05, stuck_after=0.3
+    )  # steps 50 ms apart: only the hanging one can take 0.3 s, even on a loaded machine
     with capture_logs() as logs:
         watcher.start()
         dog = watchdog([watcher], stop)
