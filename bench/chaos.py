@@ -8,7 +8,8 @@ device nodes). ``integration/test_chaos.py`` runs the same ``run_chaos`` in CI.
 Checked at the end (``violations`` lists what failed):
 - every device's health is right: the XID'd and the flaky GPUs Healthy again (XID 8, "GPU
   stopped processing", is an application-level XID: it recovers after the quiet period), the
-  GPU lost at the end Unhealthy with NVML's reason; the kubelet and the status file agree;
+  GPU lost at the end Unhealthy with the reason (NVML's GPU_IS_LOST, or the driver's XID 79);
+  the kubelet and the status file agree;
 - no allocation was answered for an Unhealthy device: after an XID at ``t`` the kubelet heard
   Unhealthy at ``u``; the plugin cannot recover before ``t + quiet``, so every Allocate of that
   device sent after ``u`` and answered before ``t + quiet`` must be refused (the run aims some
@@ -151,7 +152,7 @@ def run_chaos(work: Path, sim: Any, settings: Settings = Settings()) -> dict[str
     if not settled or final != expected:
         violations.append(f"final health {final}, expected {expected}")
     lost = final_status.get(ids[LOST_GPU], ("", ""))
-    if lost[0] != "Unhealthy" or "GPU is lost" not in lost[1]:
+    if lost[0] != "Unhealthy" or not ("GPU is lost" in lost[1] or "XID 79" in lost[1]):
         violations.append(f"the status file says {lost} for the lost GPU")
     if {d: h for d, (h, _) in final_status.items()} != expected:
         violations.append(f"the status file says {final_status}")
