@@ -28,7 +28,9 @@ from nvct.deviceplugin.health import UNHEALTHY, Health, Transition
 
 RESTART_MIN_S = 0.1
 RESTART_MAX_S = 5.0
-STUCK_S = 10.0  # a health step waits 0.2 s for events, then asks each GPU one question
+# A health step waits 0.2 s for events and asks each GPU a few questions, but may also
+# initialise NVML again after a GPU was lost: seconds on a large node without persistence mode.
+STUCK_S = 30.0
 WATCHDOG_S = 0.5
 
 log = structlog.get_logger("nvct-device-plugin")
