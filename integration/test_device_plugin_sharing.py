@@ -301,6 +301,38 @@ def test_mps_daemons_and_their_clients_outlive_a_plugin_restart(
         client.wait()
 
 
+def test_a_crash_in_mps_controls_loop_is_said_and_survived_with_every_daemon(
+    kubelet, plugin_factory, mps_control, sim_driver, tmp_path
+) -> None:
+    """Restarting a dead daemon fails with an error MpsDaemon does not expect (its log
+    directory is a file now): nvct-cli mps-control logs the crash with its traceback and goes
+    on, the other GPU's daemon untouched, and restarts the daemon once the directory is back."""
+    ids = uuids(sim_driver)
+    plugin = plugin_factory("--mps-root", str(tmp_path / "mps"), start=False, **MPS_RULES)
+    control = mps_control(plugin)
+    plugin.start()
+    expected = dict.fromkeys([*replicas(ids[1], 2), *replicas(ids[2], 4)], "Healthy")
+    assert kubelet.wait(lambda: kubelet.devices(SHARED) == expected, 30), control.output()
+    other = int((tmp_path / "mps" / ids[2] / "pipe" / PID_FILE).read_text())
+    log_dir = tmp_path / "mps" / ids[1] / "log"
+    log_dir.rename(tmp_path / "log.aside")
+    log_dir.write_text("not a directory\n")
+    os.kill(int((tmp_path / "mps" / ids[1] / "pipe" / PID_FILE).read_text()), signal.SIGKILL)
+    gone = dict.fromkeys(replicas(ids[1], 2), "Unhealthy")
+    assert kubelet.wait(lambda: gone.items() <= kubelet.devices(SHARED).items(), 5)
+    deadline = time.monotonic() + 10
+    while '"watcher_crashed"' not in control.output() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    out = control.output()
+    assert "Traceback (most recent call last)" in out and "FileExistsError" in out, out
+    assert control.proc is not None and control.proc.poll() is None
+    assert running(other)  # a crash quits no daemon
+    log_dir.unlink()
+    (tmp_path / "log.aside").rename(log_dir)
+    assert kubelet.wait(lambda: kubelet.devices(SHARED) == expected, 15), control.output()
+    assert '"watcher_restarted"' in control.output()
+
+
 def test_mps_control_keeps_daemons_with_its_limits_and_replaces_others(
     kubelet, plugin_factory, mps_control, sim_driver, tmp_path
 ) -> None:

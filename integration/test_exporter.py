@@ -24,6 +24,9 @@ from integration.harness.processes import terminate
 from integration.harness.skips import need_binary, need_root, require
 from integration.kubelet.podresources import Container, PodResources
 from integration.simdriver import inject
+from nvct.base.atomic import write_atomic
+from nvct.base.plugin_files import STATUS_FILE
+from nvct.base.plugin_status import status_bytes
 
 pytestmark = [pytest.mark.root]
 GPU, SHARED = "nvidia.com/gpu", "nvidia.com/gpu.shared"
@@ -329,6 +332,37 @@ def test_health_follows_a_lost_gpu_and_the_device_plugins_status_file(
     (tmp_path / "plugins" / "nvct-device-plugin.status.json").write_text(json.dumps(status))
     wait_for(lambda: health()[uuids[2]] == 0, 10)
     assert health()[uuids[0]] == 1 and health()[uuids[1]] == 1
+
+
+def test_a_rule_named_resource_the_plugin_records_is_attributed(
+    exporter_factory, pod_resources, sim_driver, tmp_path
+) -> None:
+    uuids = [g.uuid for g in sim_driver.spec.gpus]
+    mps = "nvidia.com/gpu.mps"  # the README's sharing rule name; no extra-resources set
+    replicas = [f"{uuids[2]}::{n}" for n in range(3)]
+    pod_resources.set_containers(
+        [
+            Container("train-0", "team-a", "trainer", {GPU: [uuids[0]]}),
+            Container("mps-0", "team-d", "worker", {mps: [replicas[1]]}),
+        ]
+    )
+    pod_resources.set_allocatable({GPU: [uuids[0], uuids[1], uuids[3]], mps: replicas})
+    exporter = exporter_factory(interval=0.3)
+    found = exporter.scrape()
+    assert [pod_labels(s) for s in of_gpu(found, "DCGM_FI_DEV_GPU_TEMP", uuids[2])] == [
+        ("", "", "")
+    ]  # no plugin status file yet: a name no rule of NVIDIA's knows
+    entry = {"uuid": uuids[2], "sharing": "mps", "health": "Healthy", "reason": ""}
+    status = {GPU: [], mps: [dict(entry, id=r) for r in replicas]}
+    (tmp_path / "plugins").mkdir(exist_ok=True)
+    write_atomic(str(tmp_path / "plugins" / STATUS_FILE), status_bytes(status, {}))
+
+    def attributed() -> bool:
+        temps = of_gpu(exporter.scrape(), "DCGM_FI_DEV_GPU_TEMP", uuids[2])
+        return [pod_labels(s) for s in temps] == [("mps-0", "team-d", "worker")]
+
+    wait_for(attributed, 10)
+    assert [s.value for s in of_gpu(exporter.scrape(), "nvct_gpu_replicas", uuids[2])] == [3]
 
 
 @pytest.fixture(scope="module")

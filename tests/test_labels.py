@@ -5,10 +5,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from integration.simdriver import inject
 from nvct.config import parse_config
 from nvct.host.inventory import Inventory
 from nvct.host.labels import family, node_labels, sanitise
@@ -225,3 +231,42 @@ def test_the_cli_labels_with_the_device_plugins_config(recorded_a100mig, tmp_pat
     done = cli(*options, "labels", check=False)
     assert done.returncode == 1
     assert done.stderr.startswith("nvct-cli: error: ") and "matched by rule 1" in done.stderr
+
+
+def test_the_labeller_keeps_its_labels_through_an_nvml_error_and_removes_them_on_sigterm(
+    h100x4, tmp_path: Path
+) -> None:
+    out, ctl, errors = tmp_path / "features.d" / "nvct", tmp_path / "ctl", tmp_path / "stderr"
+    argv = [sys.executable, "-m", "nvct.cli.main", *roots(h100x4, tmp_path), "--no-cache"]
+    argv += ["labels", "--output", str(out), "--interval", "1", "--no-timestamp"]
+    env = {**os.environ, **h100x4.env(), inject.ENV_CONTROL_DIR: str(ctl)}
+    with errors.open("w") as stderr:
+        labeller = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+    try:
+        assert _until(out.exists, 30), errors.read_text()
+        first = out.read_text()
+        assert f"{N}gpu.count=4\n" in first
+        inject.flaky(ctl, 2, 1)  # every query on GPU 2 fails: discovery fails
+        assert _until(lambda: "warning" in errors.read_text(), 10)
+        kept = out.stat().st_ino
+        assert out.read_text() == first and labeller.poll() is None
+        assert "NVML" in errors.read_text() and "the last labels stay" in errors.read_text()
+        inject.flaky(ctl, 2, 0)
+        assert _until(lambda: out.stat().st_ino != kept, 10)  # written again
+        assert out.read_text() == first
+        labeller.send_signal(signal.SIGTERM)
+        assert labeller.wait(timeout=30) == 0
+        assert not out.exists()
+    finally:
+        if labeller.poll() is None:
+            labeller.kill()
+            labeller.wait()
+
+
+def _until(predicate, timeout: float) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True

@@ -211,11 +211,26 @@ def test_slow_knob_delays_every_call(nvml: Nvml, ctl: Path) -> None:
     assert nvml("timed(lambda: n.nvmlDeviceGetTemperature(h[0], 0))") < 0.2
 
 
+def test_flaky_knob_fails_that_share_of_one_gpus_queries(nvml: Nvml, ctl: Path) -> None:
+    unknown = 999  # NVML_ERROR_UNKNOWN
+    inject.flaky(ctl, 3, 1)
+    assert nvml.err("n.nvmlDeviceGetMemoryInfo(h[3]).total") == unknown
+    inject.flaky(ctl, 3, 0.3)
+    answers = [nvml.err("n.nvmlDeviceGetTemperature(h[3], 0)") for _ in range(300)]
+    failed = answers.count(unknown)
+    assert 50 < failed < 130 and set(answers) == {None, unknown}, failed  # 30 % of 300
+    assert nvml("n.nvmlDeviceGetTemperature(h[2], 0)") == 30  # the other GPUs answer
+    inject.flaky(ctl, 3, 0)
+    assert nvml("n.nvmlDeviceGetTemperature(h[3], 0)") == 30
+
+
 def test_reset_forgets_the_state(nvml: Nvml, ctl: Path) -> None:
     inject.lose(ctl, 0)
+    inject.flaky(ctl, 1, 1)
     inject.set_metrics(ctl, 0, temp=90)
     inject.reset(ctl)
     assert nvml("n.nvmlDeviceGetTemperature(h[0], 0)") == 30
+    assert nvml("n.nvmlDeviceGetTemperature(h[1], 0)") == 30
 
 
 def test_compiled_in_control_dir(h100x4: SimDriver) -> None:

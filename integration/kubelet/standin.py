@@ -63,6 +63,9 @@ class Kubelet(rpc.RegistrationServicer):  # type: ignore[misc]
         self.plugins: dict[str, Registered] = {}
         self.refused: list[str] = []
         self.changed = threading.Condition()
+        # every ListAndWatch message of every registration: (received at, resource, ID -> health)
+        self.received: list[tuple[float, str, dict[str, str]]] = []
+        self.registrations: list[tuple[float, str]] = []  # (accepted at, resource)
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -119,6 +122,7 @@ class Kubelet(rpc.RegistrationServicer):  # type: ignore[misc]
         with self.changed:
             old = self.plugins.get(request.resource_name)
             self.plugins[request.resource_name] = plugin  # the newest registration wins
+            self.registrations.append((plugin.at, plugin.resource))
             self.changed.notify_all()
         if old is not None:
             old.channel.close()
@@ -138,9 +142,11 @@ class Kubelet(rpc.RegistrationServicer):  # type: ignore[misc]
     def _watch(self, plugin: Registered) -> None:
         try:
             for response in plugin.stub.ListAndWatch(api.Empty()):
+                at = time.monotonic()
                 with self.changed:
                     plugin.devices = list(response.devices)
                     plugin.history.append({d.ID: d.health for d in response.devices})
+                    self.received.append((at, plugin.resource, plugin.history[-1]))
                     plugin.updates += 1
                     self.changed.notify_all()
         except (grpc.RpcError, ValueError):  # ValueError: the channel was closed (replaced)

@@ -19,6 +19,7 @@ Files (the library re-reads them on every call, so changes apply at once):
 - `metrics/<gpu>`: `key value` lines (see `set_metrics` and `set_condition`), replaced
   atomically.
 - `slow_ms`: every NVML call sleeps this many milliseconds first.
+- `flaky/<gpu>`: a per-mille; each query on that GPU fails (NVML_ERROR_UNKNOWN) that often.
 """
 
 from __future__ import annotations
@@ -104,6 +105,12 @@ def recover(target: Target, gpu: int) -> None:
 def slow(target: Target, seconds: float) -> None:
     """Every NVML call sleeps `seconds` first (0 turns it off)."""
     _replace(_ctl(target) / "slow_ms", f"{round(seconds * 1000)}\n")
+
+
+def flaky(target: Target, gpu: int, fraction: float) -> None:
+    """Each query on GPU `gpu` fails with NVML_ERROR_UNKNOWN with probability `fraction`
+    (1: every query; 0 turns it off): a GPU whose NVML answers come and go."""
+    _replace(_ctl(target) / "flaky" / str(int(gpu)), f"{round(fraction * 1000)}\n")
 
 
 METRIC_KEYS = ("util_gpu", "util_memory", "temp", "power_mw", "sm_clock_mhz", "memory_used_mib")
@@ -194,14 +201,14 @@ def _update(target: Target, gpu: int, caller: str, given: dict[str, int | bool |
 
 
 def reset(target: Target) -> None:
-    """Forget every injected event, metric and slowness (a fresh driver state)."""
+    """Forget every injected event, metric, slowness and flakiness (a fresh driver state)."""
     ctl = _ctl(target)
     for name in ("events", "slow_ms"):
         (ctl / name).unlink(missing_ok=True)
-    metrics = ctl / "metrics"
-    if metrics.is_dir():
-        for f in metrics.iterdir():
-            f.unlink()
+    for sub in ("metrics", "flaky"):
+        if (ctl / sub).is_dir():
+            for f in (ctl / sub).iterdir():
+                f.unlink()
 
 
 def mps_commands(target: Target) -> list[tuple[str, str]]:

@@ -7,7 +7,12 @@ also keep backups and ownership, use ``nvct.engines.files`` on top of the same i
 
 from __future__ import annotations
 
+import itertools
 import os
+
+# Each call's own temp name: two threads of one process replacing the same file must not
+# unlink and rename each other's half-written temp (a torn file for readers).
+_SEQ = itertools.count()
 
 
 def write_atomic(
@@ -24,11 +29,11 @@ def write_atomic(
         OSError: the directory is not writable, or the disk is full; ``path`` is unchanged.
     """
     directory, name = os.path.split(path)
-    tmp = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
+    tmp = os.path.join(directory, f".{name}.{os.getpid()}.{next(_SEQ)}.tmp")
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         fd = os.open(tmp, flags, mode, dir_fd=dir_fd)
-    except FileExistsError:  # a leftover of a killed process with the same pid
+    except FileExistsError:  # a leftover of a killed process with the same pid and count
         os.unlink(tmp, dir_fd=dir_fd)
         fd = os.open(tmp, flags, mode, dir_fd=dir_fd)
     try:

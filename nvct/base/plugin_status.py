@@ -64,3 +64,10 @@ def read_status(directory: Path) -> tuple[PluginStatus | None, str]:
     if not all(isinstance(v, list) for v in resources.values()):
         return None, f"{path} is not nvct-device-plugin's status (resource -> devices)"
     return PluginStatus(resources, settings), ""
+
+
+def advertised(directory: Path) -> tuple[str, ...]:
+    """The resource names the status file in ``directory`` records as advertised, rule-named
+    ones (``nvidia.com/gpu.mps``) included; none without a readable file."""
+    status, _ = read_status(directory)
+    return tuple(status.resources) if status is not None else ()

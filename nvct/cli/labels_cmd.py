@@ -7,12 +7,15 @@ plugin's, from ``[device-plugin]`` of the same config, so the labels say what it
 from __future__ import annotations
 
 import dataclasses
+import signal
+import threading
 import time
 from pathlib import Path
 
 import click
 
 from nvct.base.atomic import write_atomic
+from nvct.base.errors import DiscoveryError
 from nvct.cli.main import CliContext
 from nvct.host.labels import MIG_STRATEGIES, feature_file, node_labels
 from nvct.host.load import load_inventory
@@ -45,7 +48,8 @@ def _machine(sysfs_root: Path) -> str:
 @click.option(
     "--interval",
     type=click.FloatRange(min=1),
-    help="Keep running: refresh the labels every INTERVAL seconds (a labeller DaemonSet).",
+    help="Keep running: refresh the labels every INTERVAL seconds (a labeller DaemonSet); "
+    "the --output file is removed when it stops.",
 )
 @click.option(
     "--sysfs-root",
@@ -63,14 +67,20 @@ def labels(
     interval: float | None,
     sysfs_root: Path,
 ) -> None:
-    """GPU product, memory, family, compute capability, driver and CUDA versions, MIG."""
+    """GPU product, memory, family, compute capability, driver and CUDA versions, MIG.
+
+    With --interval and --output (a labeller DaemonSet), the file goes when the labeller
+    does (SIGTERM, SIGINT, an error), so an uninstalled labeller leaves no labels behind, and
+    a round where NVML fails keeps the last labels.
+    """
     config = obj.config
     if mig_strategy is not None:
         config = dataclasses.replace(config, dp_mig_strategy=mig_strategy)
-    while True:
+
+    def render() -> str:
         inventory = load_inventory(config, use_cache=obj.use_cache)
         plan = plan_sharing(config, inventory)  # a bad rule: one line, exit 1
-        text = feature_file(
+        return feature_file(
             node_labels(
                 inventory,
                 mig_strategy=config.dp_mig_strategy,
@@ -79,11 +89,34 @@ def labels(
                 timestamp=None if no_timestamp else int(time.time()),
             )
         )
-        if output is None:
-            click.echo(text, nl=False)
-        else:
-            output.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(str(output), text.encode(), 0o644)
-        if interval is None:
-            return
-        time.sleep(interval)
+
+    if interval is None:
+        _put(render(), output)
+        return
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        while True:
+            try:
+                text = render()
+            except DiscoveryError as err:  # the driver answers again later: labels stay
+                click.echo(f"nvct-cli labels: warning: {err.one_line()}; {KEPT}", err=True)
+            else:
+                _put(text, output)
+            if stop.wait(interval):
+                return
+    finally:
+        if output is not None:
+            output.unlink(missing_ok=True)
+
+
+KEPT = "the last labels stay until the next round"
+
+
+def _put(text: str, output: Path | None) -> None:
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(str(output), text.encode(), 0o644)

@@ -13,6 +13,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from nvct.base.plugin_files import (
     KUBELET_SOCKET,
     STATUS_FILE,
 )
-from nvct.base.plugin_status import SETTINGS, status_bytes
+from nvct.base.plugin_status import SETTINGS
 from nvct.config import Config, load_config, setting_field
 from nvct.deviceplugin.allocate import STRATEGIES, SharingPolicy
 from nvct.deviceplugin.devices import (
@@ -47,13 +48,17 @@ from nvct.deviceplugin.health import Health
 from nvct.deviceplugin.mps_watch import MpsWatch
 from nvct.deviceplugin.preferred import pcie_score
 from nvct.deviceplugin.server import Endpoint, ResourceService
+from nvct.deviceplugin.status import StatusWriter
 from nvct.deviceplugin.topology import read_topology
+from nvct.deviceplugin.watchers import Verdicts, Watcher, watchdog
 from nvct.host.health.latches import LatchFile, boot_id
 from nvct.host.sharing import SharingConfigError, plan_sharing
 
 WATCH_S = 0.05
 MPS_WATCH_S = 0.1
+MPS_STUCK_S = 60.0  # each MPS GPU's probe may wait out a command's timeout (mps.py: 5 s)
 RETRY_MAX_S = 5.0
+INIT_RETRY_MIN_S = 0.5
 INIT_RETRY_S = 5.0
 SUN_PATH_MAX = 107  # sockaddr_un's sun_path, less its NUL
 
@@ -79,10 +84,11 @@ class Plugin:
         self.endpoints: list[Endpoint] = []
         self.watch: Any = None
         self.mps: MpsWatch | None = None
+        self.status = StatusWriter(self.plugin_dir / STATUS_FILE, self._settings())
 
     def start(self) -> bool:
         """Discover, start the MPS daemons, write the CDI spec, build the services; False when
-        NVML failed.
+        NVML failed (a GPU that does not answer for a moment included).
 
         Raises:
             SharingConfigError: the sharing rules do not fit this host's GPUs.
@@ -100,6 +106,16 @@ class Plugin:
         except NvctError as err:
             _error(f"{err.one_line()} (driver-root {config.driver_root})")
             return False
+        try:
+            self._build(inventory)
+        except self.watch.nvml.NVMLError as err:
+            _error(f"NVML failed setting up the devices: {err} (driver-root {config.driver_root})")
+            self.close()
+            return False
+        return True
+
+    def _build(self, inventory: Any) -> None:
+        config = self.config
         plan = plan_sharing(config, inventory)
         for warning in plan.warnings:
             log.warning("sharing_config", warning=warning)
@@ -122,6 +138,7 @@ class Plugin:
                 log.warning("health", device=t.device, health=t.health, reason=t.reason)
         except NvctError as err:
             log.warning("latches_not_restored", error=err.one_line())
+        self.verdicts = Verdicts(self.health)
         self.mps = self._mps(plan, devices, inventory)
         names = self._cdi_spec(inventory)
         topology = read_topology(self.watch.nvml, devices)
@@ -133,7 +150,7 @@ class Plugin:
         for resource in found:
             service = ResourceService(
                 resource,
-                self.health.state,
+                self.verdicts,
                 strategies=config.dp_device_list_strategy,
                 id_strategy=config.dp_device_id_strategy,
                 cdi_names=names,
@@ -159,7 +176,6 @@ class Plugin:
         )
         if not found:
             log.warning("no_devices", detail="no GPU to advertise; waiting")
-        return True
 
     def _mps(self, plan: Any, devices: list[PluginDevice], inventory: Any) -> MpsWatch | None:
         """The MPS GPUs' daemons, asked before anything is advertised: their replicas are
@@ -179,10 +195,19 @@ class Plugin:
         watch.step()
         return watch
 
-    def check_mps(self) -> None:
-        """Watch the MPS daemons until stopped: restart the dead, report the transitions."""
-        while self.mps is not None and not self.stop.wait(MPS_WATCH_S):
-            self._report(self.mps.step())
+    def watchers(self) -> list[Watcher]:
+        """The supervised loops: NVML health for every device, the MPS daemons for their
+        replicas."""
+        devices = list(self.health.state)
+        out = [Watcher("health", self.health_step, devices, self.verdicts, self._report, self.stop)]
+        if self.mps is not None:
+            replicas = [r for s in self.mps.supervised for r in s.replicas]
+            mps = Watcher(
+                "mps", self.mps.step, replicas, self.verdicts, self._report, self.stop,
+                interval=MPS_WATCH_S, stuck_after=MPS_STUCK_S,
+            )  # fmt: skip
+            out.append(mps)
+        return out
 
     def _report(self, transitions: list[Any]) -> None:
         for t in transitions:
@@ -210,35 +235,31 @@ class Plugin:
         log.info("cdi_spec_written", file=str(path))
         return frozenset(device_names(spec))
 
-    def check_health(self) -> None:
-        """Feed NVML's answers and events to the health state machine until stopped."""
-        while not self.stop.is_set():
-            transitions = self.watch.step(self.health)
-            transitions += self.health.tick(time.monotonic())
-            transitions += self.health.reload(time.monotonic())  # an operator's clear
-            self._report(transitions)
+    def health_step(self) -> list[Any]:
+        """One slice of NVML's answers and events, the recoveries due, an operator's clear."""
+        transitions: list[Any] = self.watch.step(self.health)
+        transitions += self.health.tick(time.monotonic())
+        return transitions + self.health.reload(time.monotonic())
 
     def write_status(self) -> None:
         """What ``nvct-cli device-plugin-status`` shows: each advertised device, its health
         and why (rewritten atomically on every change)."""
-        status = {
+        self.status.write(self._status)
+
+    def _status(self) -> dict[str, list[dict[str, Any]]]:
+        return {
             e.service.resource.name: [
                 {
                     "id": d.id,
                     "uuid": d.uuid,
                     "sharing": d.sharing,
-                    "health": self.health.state.get(d.id, "Healthy"),
-                    "reason": self.health.reason.get(d.id, ""),
+                    "health": self.verdicts.get(d.id, "Healthy"),
+                    "reason": self.verdicts.reason(d.id) if d.id in self.verdicts else "",
                 }
                 for d in e.service.resource.devices
             ]
             for e in self.endpoints
         }
-        path = Path(self.config.dp_plugin_dir) / STATUS_FILE
-        try:
-            write_atomic(str(path), status_bytes(status, self._settings()), 0o644)
-        except OSError as err:
-            log.warning("status_not_written", file=str(path), error=err.strerror)
 
     def _settings(self) -> dict[str, Any]:
         """The settings the status file records (doctor judges the node by them)."""
@@ -267,8 +288,10 @@ class Plugin:
                     endpoint.stop(grace=0)
                     endpoint.serve()
                     endpoint.register()
-            except grpc.RpcError as err:
-                detail = err.details() if hasattr(err, "details") else str(err)
+            except (grpc.RpcError, OSError) as err:
+                # the kubelet's sweep of its directory races our unlink/bind/stat, a restarting
+                # kubelet refuses: both pass, so try again rather than die
+                detail = err.details() if isinstance(err, grpc.RpcError) else str(err)
                 log.warning("register_failed", error=detail, retry_in_s=pause)
                 registered = None
                 self.stop.wait(pause)
@@ -316,13 +339,15 @@ def run(config: Config) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     plugin = Plugin(config, stop)
+    pause = INIT_RETRY_MIN_S
     try:
         while not plugin.start():
             if config.dp_fail_on_init_error:
                 return 1
-            log.info("init_retry", retry_in_s=INIT_RETRY_S)
-            if stop.wait(INIT_RETRY_S):
+            log.info("init_retry", retry_in_s=pause)
+            if stop.wait(pause):
                 return 0
+            pause = min(pause * 2, INIT_RETRY_S)
             plugin = Plugin(config, stop)
     except (SharingConfigError, DeviceConfigError) as err:  # the config, not the host
         _error(err.one_line())
@@ -332,12 +357,17 @@ def run(config: Config) -> int:
         _error(err.one_line())
         plugin.close()
         return 1
+    for name in plugin.status.sweep():
+        log.info("stale_temp_removed", file=name)
     plugin.write_status()
-    health = threading.Thread(target=plugin.check_health, name="health", daemon=True)
-    health.start()
-    threading.Thread(target=plugin.check_mps, name="mps", daemon=True).start()
+    watchers = [w.start() for w in plugin.watchers()]
+    watchdog(watchers, stop)
     try:
         plugin.serve()
+    except Exception as err:  # a bug: said, with its traceback; the DaemonSet restarts us
+        log.error("serve_crashed", error=repr(err), traceback=traceback.format_exc())
+        _error(f"the serve loop crashed: {err!r}")
+        return 1
     finally:
         plugin.close()
         log.info("stopped")

@@ -20,9 +20,10 @@ import structlog
 
 from nvct.base.errors import NvctError
 from nvct.config import Config
-from nvct.deviceplugin.health import Health
+from nvct.deviceplugin.health import Health, Transition
 from nvct.deviceplugin.mps import MpsDaemon, gpu_daemons
 from nvct.deviceplugin.mps_watch import MpsWatch, Supervised
+from nvct.deviceplugin.watchers import Verdicts, Watcher
 from nvct.host.sharing import SharingConfigError, plan_sharing
 
 WATCH_S = 0.1
@@ -58,11 +59,13 @@ def run(config: Config, stop: threading.Event | None = None) -> int:
     health = Health(gpus, quiet=0, ignored_xids=())
     watch = MpsWatch([Supervised(d, [d.paths.uuid]) for d in daemons], health)
     log.info("starting", gpus=gpus, mps_root=config.dp_mps_root)
+    # supervised: a step that raises is logged with its traceback and the loop goes on, where
+    # ending it would quit every daemon and the work of every client
+    loop = Watcher(
+        "mps-control", watch.step, gpus, Verdicts(health), _unreported, stop, interval=WATCH_S
+    )
     try:
-        while True:
-            watch.step()
-            if stop.wait(WATCH_S):
-                break
+        loop.run()
     finally:
         watch.stop()
         log.info("stopped")
@@ -73,3 +76,7 @@ def _error(event: str, message: str) -> None:
     """One JSON log line, and the same one line on stderr."""
     log.error(event, error=message)
     print(f"nvct-cli mps-control: error: {message}", file=sys.stderr, flush=True)
+
+
+def _unreported(transitions: list[Transition]) -> None:
+    """No kubelet hears of these: MpsWatch logs each daemon's death and restart itself."""

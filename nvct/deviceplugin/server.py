@@ -194,13 +194,27 @@ class Endpoint:
         self.inode = 0
 
     def serve(self) -> None:
-        """Serve on the socket (a stale file of that name is replaced)."""
+        """Serve on the socket (a stale file of that name is replaced).
+
+        Raises:
+            OSError: the path cannot be bound (something else is there), or the socket was
+                deleted as soon as it was made (the kubelet sweeping its directory); serving
+                again later may succeed.
+        """
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
         self.service.stopping = False
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
         rpc.add_DevicePluginServicer_to_server(self.service, server)  # type: ignore[no-untyped-call]
-        server.add_insecure_port(f"unix://{self.path}")
+        try:
+            bound = server.add_insecure_port(f"unix://{self.path}")
+        except RuntimeError as err:  # grpcio raises where older versions returned 0
+            bound, detail = 0, str(err)
+        else:
+            detail = "grpc could not bind it"
+        if not bound:
+            server.stop(grace=None)
+            raise OSError(f"cannot serve on {self.path}: {detail}")
         server.start()
         self.server = server
         self.inode = os.stat(self.path).st_ino

@@ -16,6 +16,7 @@ from typing import Any
 
 import structlog
 
+from nvct.base.plugin_status import advertised
 from nvct.exporter.health import plugin_view, verdict
 from nvct.exporter.nvml_reader import XidWatch, read_gpu
 from nvct.exporter.sample import GpuIdentity, GpuSample, Sample, XidSeen
@@ -135,7 +136,8 @@ class Sampler:
     def _kubelet(self) -> tuple[dict[str, list[Owner]], dict[str, int], bool | None]:
         if self.pod_resources is None:
             return {}, {}, None
-        extra = self.policy.extra_resources
+        # what the plugin advertises is a GPU resource whatever a sharing rule named it
+        extra = (*self.policy.extra_resources, *advertised(self.policy.plugin_dir))
         try:
             held = self.pod_resources.gpus_held(extra)
             allocatable = self.pod_resources.gpus_allocatable(extra)

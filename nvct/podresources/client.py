@@ -13,6 +13,9 @@ from nvct.podresources.ids import Held, Owner, is_gpu_resource
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 TIMEOUT_S = 5.0
+# The kubelet sends pod-resources answers up to 16 MiB (dcgm-exporter reads as much); gRPC's
+# default 4 MiB would refuse a dense node's List.
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 
 
 class PodResourcesError(NvctError):
@@ -40,7 +43,9 @@ class PodResourcesClient:
             return
         self._missing = ""
         self._grpc: Any = grpc
-        self._channel = grpc.insecure_channel(f"unix://{socket}")
+        self._channel = grpc.insecure_channel(
+            f"unix://{socket}", options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
+        )
         self._stub = v1_pb2_grpc.PodResourcesListerStub(self._channel)  # type: ignore[no-untyped-call]
 
     def gpus_held(self, extra_resources: Iterable[str] = ()) -> list[Held]:

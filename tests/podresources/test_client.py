@@ -49,6 +49,19 @@ def test_gpu_devices_held_and_allocatable(server: PodResources) -> None:
     assert server.calls["GetAllocatableResources"] == 1
 
 
+def test_a_list_answer_beyond_grpcs_default_4_mib_is_read(server: PodResources) -> None:
+    ids = [f"GPU-{n:08x}-0000-0000-0000-000000000000::{r}" for n in range(8) for r in range(16)]
+    pods = [Container(f"pod-{n}", "busy", f"c-{n}", {"nvidia.com/gpu": ids}) for n in range(1500)]
+    server.set_containers(pods)  # 1500 containers x 128 IDs: about 9 MiB on the wire
+    client = PodResourcesClient(str(server.socket))
+    try:
+        held = client.gpus_held()
+    finally:
+        client.close()
+    assert len(held) == 1500 * 128
+    assert (held[-1].owner.pod, held[-1].device_id) == ("pod-1499", ids[-1])
+
+
 def test_no_socket_is_a_one_line_error(tmp_path: Path) -> None:
     client = PodResourcesClient(str(tmp_path / "kubelet.sock"))
     with pytest.raises(PodResourcesError, match=r"no kubelet pod-resources socket at .*fix:"):

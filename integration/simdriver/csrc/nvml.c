@@ -30,6 +30,8 @@ static nvmlReturn_t check(nvmlDevice_t d)
     /* A GPU that fell off the bus answers nothing, for its MIG devices too. */
     if (sim_gpu_lost(sim_gpus[d->gpu].minor))
         return NVML_ERROR_GPU_IS_LOST;
+    if (sim_flaky(sim_gpus[d->gpu].minor))
+        return NVML_ERROR_UNKNOWN;
     return NVML_SUCCESS;
 }
 

@@ -52,6 +52,18 @@ static long sim_read_long(const char *name, long dflt)
 /* The "slow NVML" knob: each call sleeps slow_ms first. */
 static void sim_slow(void) { sim_sleep_ms(sim_read_long("slow_ms", 0)); }
 
+/* The "flaky NVML" knob: <ctl>/flaky/<minor> holds a per-mille; each query on that GPU fails
+ * that often (1000: every one). rand() is never seeded, so a process's run is repeatable. */
+static int sim_flaky(unsigned minor)
+{
+    char name[32];
+    long permille;
+
+    snprintf(name, sizeof(name), "flaky/%u", minor);
+    permille = sim_read_long(name, 0);
+    return permille >= 1000 || (permille > 0 && rand() % 1000 < permille);
+}
+
 #define SIM_NO_INSTANCE 0xFFFFFFFFu /* gpuInstanceId/computeInstanceId of a whole-GPU event */
 
 typedef struct {
