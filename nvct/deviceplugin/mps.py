@@ -126,7 +126,7 @@ class MpsDaemon:
         for directory in (self.paths.pipe, self.paths.log, self.paths.shm):
             os.makedirs(directory, mode=0o755, exist_ok=True)
         answer = self.limits_answered()
-        if answer == (self.pinned_memory_mib, self.threads):
+        if answer is not None and self.answers_limits(answer):
             self.pid = self._visible_pid()  # an earlier supervisor's: kept, clients and all
             self.adopted = True
             return
@@ -172,7 +172,7 @@ class MpsDaemon:
         self.command(f"set_default_active_thread_percentage {self.threads}")
         got_memory = self.command(GET_MEMORY)
         got_threads = self.command(GET_THREADS)
-        if _mib(got_memory) != self.pinned_memory_mib or _number(got_threads) != self.threads:
+        if not self.answers_limits((got_memory, _number(got_threads))):
             raise MpsError(
                 f"the MPS daemon of {self.paths.uuid} answers pinned memory {got_memory!r} and "
                 f"active threads {got_threads!r}, not {memory} and {self.threads}",
@@ -222,9 +222,14 @@ class MpsDaemon:
             return alive(self.pid)
         return self.adopted and self.limits_answered() is not None
 
-    def limits_answered(self) -> tuple[int | None, float | None] | None:
-        """(pinned memory MiB, active thread percentage) as the daemon on the pipe answers
-        them, in one client call; None when no daemon answers there."""
+    def answers_limits(self, answer: tuple[str, float | None]) -> bool:
+        """Whether a ``limits_answered`` answer is the configured limits."""
+        memory, threads = answer
+        return memory_limit_is(memory, self.pinned_memory_mib) and threads == self.threads
+
+    def limits_answered(self) -> tuple[str, float | None] | None:
+        """(pinned memory as the daemon prints it, active thread percentage), in one client
+        call; None when no daemon answers there."""
         if not os.path.exists(os.path.join(self.paths.pipe, "control")):
             return None
         try:
@@ -234,7 +239,7 @@ class MpsDaemon:
         lines = answer.splitlines()
         if len(lines) != 2:
             return None
-        return _mib(lines[0]), _number(lines[1])
+        return lines[0].strip(), _number(lines[1])
 
     def quit(self, timeout: float = 5.0) -> None:
         """``quit`` through the pipe and wait until nothing answers there (a daemon found by
@@ -309,14 +314,20 @@ def is_control(pid: int) -> bool:
     return os.path.basename(argv0) == MPS_CONTROL.encode()
 
 
-def _mib(answer: str) -> int | None:
-    """``40960M`` / ``40G`` / ``40960`` (MiB) as MiB."""
+def memory_limit_is(answer: str, mib: int) -> bool:
+    """Whether the daemon's pinned-memory answer (``40960M``, ``39G``, ``40960``: MiB) is a
+    limit of ``mib`` MiB. The daemon prints a limit in its largest unit, truncated: driver 580
+    answers ``39G`` for ``40779M`` (39.8 GiB), so a whole number of a unit stands for
+    everything up to the next one."""
     text = answer.strip().upper().removesuffix("B")
     scale = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}.get(text[-1:], 1)
     try:
-        return round(float(text.rstrip("KMGT")) * scale)
+        number = float(text.rstrip("KMGT"))
     except ValueError:
-        return None
+        return False
+    if number.is_integer():
+        return number * scale <= mib < (number + 1) * scale
+    return abs(number * scale - mib) < 1
 
 
 def _number(answer: str) -> float | None:
@@ -351,10 +362,10 @@ class MpsProbe(MpsDaemon):
                 "(deployments/mps-control.yaml)",
             )
         memory, threads = answer
-        if (memory, threads) != (self.pinned_memory_mib, self.threads):
+        if not self.answers_limits(answer):
             raise MpsError(
                 f"the MPS control daemon of {self.paths.uuid} runs with pinned memory "
-                f"{memory} MiB and {threads}% active threads, not {self.pinned_memory_mib} MiB "
+                f"{memory} and {threads}% active threads, not {self.pinned_memory_mib}M "
                 f"and {self.threads}%",
                 hint="give nvct-cli mps-control the device plugin's config",
             )
@@ -364,7 +375,8 @@ class MpsProbe(MpsDaemon):
         """Whether the daemon answered with the limits within ``PROBE_EVERY_S``, or does now."""
         if time.monotonic() - self._answered_at < PROBE_EVERY_S:
             return True
-        if self.limits_answered() == (self.pinned_memory_mib, self.threads):
+        answer = self.limits_answered()
+        if answer is not None and self.answers_limits(answer):
             self._answered_at = time.monotonic()
             return True
         return False

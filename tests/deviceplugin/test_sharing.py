@@ -14,7 +14,7 @@ from nvct.config import Config, parse_config
 from nvct.deviceplugin.allocate import AllocationError, Answer, SharingPolicy, allocate
 from nvct.deviceplugin.devices import PluginDevice, replica_id, resources
 from nvct.deviceplugin.health import Health
-from nvct.deviceplugin.mps import MpsPaths, _mib
+from nvct.deviceplugin.mps import MpsPaths, memory_limit_is
 from nvct.deviceplugin.preferred import preferred
 from nvct.host.inventory import Inventory
 from nvct.host.sharing import SharingConfigError, mps_max_replicas, plan_sharing
@@ -271,9 +271,25 @@ def test_an_mps_replica_gets_the_pipe_directory_and_shared_memory_writable() -> 
     assert (paths.pipe, paths.log) == (f"/run/x/{UUIDS[2]}/pipe", f"/run/x/{UUIDS[2]}/log")
 
 
-@pytest.mark.parametrize(("answer_", "mib"), [("40960M", 40960), ("40G", 40960), ("0", 0)])
-def test_pinned_memory_answers_are_read_in_mib(answer_: str, mib: int) -> None:
-    assert _mib(answer_) == mib
+@pytest.mark.parametrize(
+    ("answer_", "mib", "same"),
+    [
+        ("40960M", 40960, True),
+        ("40G", 40960, True),
+        ("0", 0, True),
+        ("39G", 40779, True),  # driver 580.159.04 on an H100, set to 40779M: 39.8 GiB
+        ("39G", 40960, False),  # 40 GiB would be printed 40G
+        ("39G", 39935, False),
+        ("1000M", 1000, True),
+        ("1000M", 1001, False),
+        ("39.5G", 40448, True),
+        ("many", 1, False),
+    ],
+)
+def test_a_pinned_memory_answer_is_the_limit_in_the_daemons_unit(
+    answer_: str, mib: int, same: bool
+) -> None:
+    assert memory_limit_is(answer_, mib) is same
 
 
 # --- preferred allocation ------------------------------------------------------------------

@@ -71,6 +71,21 @@ static void record(const char *cmd)
     fclose(f);
 }
 
+/* A pinned-memory limit as driver 580's daemon prints it: in its largest whole unit,
+ * truncated (set to 40779M, it answers 39G). */
+static void print_limit(const char *value, char *out, size_t n)
+{
+    char *end;
+    long long mib = strtoll(value, &end, 10);
+
+    if (*end == 'G' || *end == 'g')
+        mib *= 1024;
+    if (mib >= 1024)
+        snprintf(out, n, "%lldG\n", mib / 1024);
+    else
+        snprintf(out, n, "%lldM\n", mib);
+}
+
 /* Answers one command into out; returns 1 on quit. */
 static int handle(const char *cmd, char *out, size_t n)
 {
@@ -101,7 +116,7 @@ static int handle(const char *cmd, char *out, size_t n)
     } else if (strcmp(verb, "get_default_device_pinned_mem_limit") == 0 && a[0]) {
         for (i = 0; i < nlimits; i++)
             if (strcmp(limit_dev[i], a) == 0) {
-                snprintf(out, n, "%s\n", limit_val[i]);
+                print_limit(limit_val[i], out, n);
                 return 0;
             }
         snprintf(out, n, "0\n");
