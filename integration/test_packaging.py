@@ -48,6 +48,7 @@ from integration.harness.packages import (
     GRPC,
     HOOK_JSONS,
     HOT_PATH,
+    MPS_UNIT,
     PACKAGING,
     PLUGIN_UNIT,
     PLUGIN_UNIT_SOURCE,
@@ -215,24 +216,25 @@ def test_deb_control_fields(packages: Packages) -> None:
     postrm = sh("dpkg-deb", "-I", packages.deb, "postrm").stdout
     assert "/var/cache/nvct" in postrm and "/var/log/nvct.log" in postrm
     assert f"deb-systemd-helper purge {listed}" in postrm
-    # The device plugin's unit: enabled again only where it was enabled before (an upgrade),
-    # never started on installation; restarted on upgrade only if it runs; stopped on removal;
-    # its enablement state purged.
-    plugin = f"'{PLUGIN_UNIT}'"
-    enabled_again = (
-        f"if deb-systemd-helper --quiet was-enabled {plugin}; then\n"
-        f"\t\t\t# Create new symlinks, if any.\n\t\t\tdeb-systemd-helper enable {plugin}"
-    )
-    assert enabled_again in scripts
-    assert scripts.count(f"deb-systemd-helper enable {plugin}") == 1
-    assert f"deb-systemd-invoke try-restart {plugin}" in scripts
-    assert not re.search(rf"deb-systemd-invoke (start|\$_dh_action)[^\n]*{PLUGIN_UNIT}", scripts)
-    assert f"deb-systemd-invoke stop {PLUGIN_UNIT}" in prerm
-    assert f"deb-systemd-helper purge {plugin}" in postrm
+    # The device plugin's and mps-control's units: enabled again only where they were enabled
+    # before (an upgrade), never started on installation; restarted on upgrade only if they
+    # run; stopped on removal; their enablement state purged.
+    for kube_unit in (PLUGIN_UNIT, MPS_UNIT):
+        quoted = f"'{kube_unit}'"
+        enabled_again = (
+            f"if deb-systemd-helper --quiet was-enabled {quoted}; then\n"
+            f"\t\t\t# Create new symlinks, if any.\n\t\t\tdeb-systemd-helper enable {quoted}"
+        )
+        assert enabled_again in scripts
+        assert scripts.count(f"deb-systemd-helper enable {quoted}") == 1
+        assert quoted in scripts.split("deb-systemd-invoke try-restart", 1)[1].split("\n")[0]
+        assert not re.search(rf"deb-systemd-invoke (start|\$_dh_action)[^\n]*{kube_unit}", scripts)
+        assert kube_unit in prerm.split("deb-systemd-invoke stop", 1)[1].split("\n")[0]
+        assert re.search(rf"deb-systemd-helper purge [^\n]*{quoted}", postrm)
     for script in (scripts, prerm, postrm):
         lines = [ln for ln in script.splitlines() if "deb-systemd-" in ln]
         named = {u for ln in lines for u in re.findall(r"'([^'\n]+)'", ln)}
-        assert named <= {*units, PLUGIN_UNIT}, named
+        assert named <= {*units, PLUGIN_UNIT, MPS_UNIT}, named
 
 
 def test_daemon_unit(packages: Packages) -> None:
@@ -296,7 +298,7 @@ def test_device_plugin_unit(packages: Packages, fmt: str, tmp_path: Path) -> Non
 def test_mps_control_unit(packages: Packages, fmt: str, tmp_path: Path) -> None:
     """Both formats ship packaging/nvct-mps-control.service: the packaged nvct-cli's
     mps-control, a unit apart from the plugin's (restarting the plugin leaves the daemons)."""
-    name = "nvct-mps-control.service"
+    name = MPS_UNIT
     if fmt == "deb":
         root = extract_deb(packages.deb, tmp_path / "root")
         unit_path = root / "lib/systemd/system" / name

@@ -91,6 +91,7 @@ RPM_UNIT = f"usr/lib/systemd/system/{UNIT}"
 # The device plugin's unit (packaging/nvct-device-plugin.service): shipped, never enabled.
 PLUGIN_UNIT = "nvct-device-plugin.service"
 PLUGIN_UNIT_SOURCE = PACKAGING / PLUGIN_UNIT
+MPS_UNIT = "nvct-mps-control.service"
 DAEMON_SOCKET = Path("/run/nvct/shim.sock")
 # Debian packages the build needs, by the command they provide.
 BUILD_TOOLS = {
