@@ -233,6 +233,7 @@ def test_the_cli_labels_with_the_device_plugins_config(recorded_a100mig, tmp_pat
     assert done.stderr.startswith("nvct-cli: error: ") and "matched by rule 1" in done.stderr
 
 
+@pytest.mark.root
 def test_the_labeller_keeps_its_labels_through_an_nvml_error_and_removes_them_on_sigterm(
     h100x4, tmp_path: Path
 ) -> None:
