@@ -97,6 +97,8 @@ def daemonset_pods() -> dict[str, dict]:
 def test_only_the_installer_and_mps_control_are_privileged() -> None:
     """README, Security model in the cluster: the others get their GPUs from nvct-runtime
     (RuntimeClass nvct-system, NVIDIA_VISIBLE_DEVICES=all) and run hardened."""
+    from nvct.cli.main import cli
+
     pods = daemonset_pods()
     assert set(pods) == PRIVILEGED | set(WRITABLE)
     for name, pod in pods.items():
@@ -113,7 +115,12 @@ def test_only_the_installer_and_mps_control_are_privileged() -> None:
             assert context["readOnlyRootFilesystem"] is True, name
             seccomp = context.get("seccompProfile") or pod["securityContext"]["seccompProfile"]
             assert seccomp == {"type": "RuntimeDefault"}, name
-            assert container["readinessProbe"] and container["livenessProbe"], name
+            for probe in (container["readinessProbe"], container["livenessProbe"]):
+                command = probe.get("exec", {}).get("command")
+                if command and command[0] == "nvct-cli":  # one nvct-cli accepts
+                    cli.make_context("nvct-cli", command[1:], resilient_parsing=True)
+                else:
+                    assert command or probe.get("httpGet"), (name, probe)
             resources = container["resources"]
             assert {"cpu", "memory"} <= set(resources["requests"]), name
             assert {"cpu", "memory"} <= set(resources["limits"]), name
