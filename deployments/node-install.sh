@@ -3,7 +3,9 @@
 # the nvct image, with the node's root filesystem at $HOST (default /host).
 #
 #   node-install.sh install    copy nvct onto the node, register nvct-runtime with the engine
-#                              ($ENGINE: containerd or crio) as runtime "nvidia", restart it
+#                              ($ENGINE: containerd or crio) as runtime "nvidia", and
+#                              nvct-system-runtime as "nvct-system" (nvct's own DaemonSets),
+#                              restart it
 #   node-install.sh uninstall  undo exactly that: the engine's config as it was, nvct's files
 #                              gone (files that were on the node before are never touched)
 #   node-install.sh run        install, then wait; uninstall on SIGTERM (pod deletion)
@@ -35,7 +37,11 @@ RUNTIME=usr/bin/nvct-runtime
 # nvct-cdi-hook: the createContainer hook of the CDI spec the device plugin writes, which the
 # engine runs on the node; /usr/lib/nvct: the gRPC nvct-cli's Kubernetes checks talk with.
 PATHS="usr/bin/nvct-cli usr/bin/nvct-hook usr/bin/nvct-runtime usr/bin/nvidia-container-runtime-hook
-usr/bin/nvct-cdi-hook usr/libexec/nvct usr/share/nvct usr/lib/nvct etc/nvct/config.toml"
+usr/bin/nvct-cdi-hook usr/libexec/nvct usr/share/nvct usr/lib/nvct etc/nvct/config.toml
+usr/bin/nvct-system-runtime etc/nvct/system.toml"
+# The RuntimeClass nvct-system's runtime: nvct-runtime with etc/nvct/system.toml.
+SYSTEM_RUNTIME=nvct-system
+SYSTEM_RUNTIME_PATH=usr/bin/nvct-system-runtime
 
 case $ENGINE in
     containerd) engine_config=$HOST/etc/containerd/config.toml ;;
@@ -61,11 +67,11 @@ containerd_state() {
     echo "$HOST${state:-/run/containerd}"
 }
 
-# Whether a containerd task still runs with nvct-runtime (its shim's options.json names it).
+# Whether a containerd task still runs with the runtime $1 (its shim's options.json names it).
 runtime_in_use() {
     [ "$ENGINE" = containerd ] || return 1
     for options in "$(containerd_state)"/io.containerd.runtime.v2.task/*/*/options.json; do
-        [ -f "$options" ] && grep -q "\"/$RUNTIME\"" "$options" && return 0
+        [ -f "$options" ] && grep -q "\"/$1\"" "$options" && return 0
     done
     return 1
 }
@@ -108,13 +114,19 @@ install_files() {
 remove_files() {
     [ -f "$LIST" ] || return 0
     kept=
-    if runtime_in_use; then
+    # nvct-system-runtime runs nvct-runtime: both stay while a container runs with it.
+    if runtime_in_use "$SYSTEM_RUNTIME_PATH"; then
+        kept="$SYSTEM_RUNTIME_PATH
+$RUNTIME"
+    elif runtime_in_use "$RUNTIME"; then
         kept=$RUNTIME
-        log "kept /$RUNTIME: containers still run with it (uninstall again once they are gone)"
     fi
+    for item in $kept; do
+        log "kept /$item: containers still run with it (uninstall again once they are gone)"
+    done
     # Deepest first: files, then the directories this installer made (if left empty).
     sort -r "$LIST" | while IFS= read -r item; do
-        if [ "$item" = "$kept" ]; then
+        if printf '%s\n' "$kept" | grep -qxF "$item"; then
             continue
         elif [ -d "$HOST/$item" ] && [ ! -L "$HOST/$item" ]; then
             rmdir "$HOST/$item" 2>/dev/null || true
@@ -123,7 +135,7 @@ remove_files() {
         fi
     done
     if [ -n "$kept" ]; then
-        echo "$kept" >"$LIST"
+        printf '%s\n' "$kept" >"$LIST"
     else
         rm -f "$LIST"
     fi
@@ -132,6 +144,8 @@ remove_files() {
 configure() {
     "$NVCT_CLI" configure --runtime "$ENGINE" --config "$engine_config" \
         --runtime-path /usr/bin/nvct-runtime "$@"
+    "$NVCT_CLI" configure --runtime "$ENGINE" --config "$engine_config" \
+        --runtime-name "$SYSTEM_RUNTIME" --runtime-path "/$SYSTEM_RUNTIME_PATH" "$@"
 }
 
 restart_if_changed() {

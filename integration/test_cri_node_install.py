@@ -3,7 +3,9 @@ an overlay, in a namespace of its own) whose containerd the CRI kubelet stand-in
 installer configures and restarts it (by pid), a pod with runtime handler ``nvidia`` gets its
 GPU through the installed /usr/bin/nvct-runtime, a newer image upgrades nvct while that pod
 runs, uninstall restores containerd's config byte for byte but keeps the runtime the pod's
-shim still needs, and a node without a GPU is left alone.
+shim still needs, and a node without a GPU is left alone. The runtime the installer registers
+for the RuntimeClass nvct-system gives an unprivileged system pod every GPU, and a workload on
+``nvidia`` none, whatever namespace it runs in or forges.
 
 The image's files are staged from this checkout (the native launcher, nvct-cli), as
 packaging/image.sh would lay them out for the installer; integration/test_image.py runs the
@@ -11,6 +13,7 @@ installer from the real image."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -21,7 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
 import pytest
+import yaml
 
 from integration.conftest import NVCT_BIN, write_nvct_config
 from integration.cri import runtime_v1_pb2 as cri
@@ -39,6 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 GPU = "nvidia.com/gpu"
 CONFIG = "etc/containerd/config.toml"
 RUNTIME = "usr/bin/nvct-runtime"
+SYSTEM_RUNTIME = "usr/bin/nvct-system-runtime"
 
 
 def stage_image(dest: Path, socket: str) -> Path:
@@ -55,7 +65,31 @@ def stage_image(dest: Path, socket: str) -> Path:
     cli.chmod(0o755)
     (dest / "etc/nvct").mkdir(parents=True)
     shutil.copyfile(ROOT / "config/config.toml", dest / "etc/nvct/config.toml")
+    # the RuntimeClass nvct-system's runtime and config, as packaging/image.sh and the
+    # installer's ConfigMap put them in the image
+    shutil.copy2(ROOT / "deployments/nvct-system-runtime", dest / SYSTEM_RUNTIME)
+    (dest / "etc/nvct/system.toml").write_text(shipped_system_toml())
     return dest
+
+
+def shipped_system_toml() -> str:
+    """The installer's ConfigMap's system.toml (/etc/nvct/system.toml on the nodes)."""
+    for doc in yaml.safe_load_all((ROOT / "deployments/installer.yaml").read_text()):
+        if doc and doc["kind"] == "ConfigMap" and "system.toml" in doc["data"]:
+            text: str = doc["data"]["system.toml"]
+            return text
+    raise AssertionError("deployments/installer.yaml has no system.toml")
+
+
+def system_config(path: Path, sim: Any, spec_dir: Path) -> Path:
+    """The shipped system.toml's settings on the simulated driver (its paths added)."""
+    settings = tomllib.loads(shipped_system_toml())
+    dotted = {
+        f"{section}.{key}": json.dumps(value)
+        for section, table in settings.items()
+        for key, value in table.items()
+    }
+    return write_nvct_config(path, sim, **dotted, **{"cdi.spec-dirs": f'["{spec_dir}"]'})
 
 
 @dataclass
@@ -91,8 +125,11 @@ def site(sim_driver: Any, glibc_rootfs_dir: Path, tmp_path: Path) -> Iterator[Si
     runtime_config = write_nvct_config(
         tmp_path / "nvct/config.toml", sim_driver, **GUARDED, **{"cdi.spec-dirs": f'["{spec_dir}"]'}
     )
+    # The node's two configs (/etc/nvct/config.toml and system.toml) on the simulated driver,
+    # through the environment containerd hands its shims and runtimes.
+    system = system_config(tmp_path / "nvct/system.toml", sim_driver, spec_dir)
     containerd = Containerd(
-        env={"NVCT_CONFIG": str(runtime_config)},
+        env={"NVCT_CONFIG": str(runtime_config), "NVCT_SYSTEM_CONFIG": str(system)},
         enter=node.enter(),
         config=(node.path(CONFIG), f"/{CONFIG}"),
     )
@@ -196,3 +233,52 @@ def test_a_node_without_a_gpu_keeps_its_containerd_running_untouched(
     assert not restarted(site, pid) and site.containerd.pid == pid
     assert site.config() == site.base
     assert not site.node.path(RUNTIME).exists()
+
+
+def run_to_end(site: Site, handler: str, namespace: str, forged: dict[str, str]) -> str:
+    """``nvidia-smi -L`` in a pod of the CUDA-like image (NVIDIA_VISIBLE_DEVICES=all) asking
+    the scheduler for no GPU; its output."""
+    pod = site.cri.run_pod("p", handler=handler, namespace=namespace, annotations=forged)
+    try:
+        config = container_config(pod, "main", IMAGE, ["/bin/sh", "-c", "nvidia-smi -L; true"])
+        exited = site.cri.run(pod, config)
+    finally:
+        site.cri.delete_pod(pod)
+    assert exited.exit_code == 0, exited.output
+    return exited.output
+
+
+def test_the_system_runtime_class_gives_every_gpu_and_a_workload_cannot_claim_it(
+    site: Site, sim_driver: Any, tmp_path: Path
+) -> None:
+    """The installer registers nvct-system (RuntimeClass nvct-system): a pod on it, as the
+    device plugin, labeller and exporter run, sees every GPU by NVIDIA_VISIBLE_DEVICES=all,
+    unprivileged. A workload on nvidia in nvct's namespace, or forging the sandbox-namespace
+    annotations containerd sets, sees none: the exemption is the handler, which only
+    admission (deployments/admission.yaml, tests/test_admission.py) lets a pod name."""
+    done = site.install("install", stage_image(tmp_path / "v1", ""), sim_driver.dev_root)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert restarted(site, site.containerd.pid), done.stdout
+    config = site.config().decode()
+    assert f'BinaryName = "/{SYSTEM_RUNTIME}"' in config
+    assert (
+        site.node.path(SYSTEM_RUNTIME).read_bytes()
+        == (ROOT / "deployments/nvct-system-runtime").read_bytes()
+    )
+
+    everyone = [g.uuid for g in sim_driver.spec.gpus]
+    system = run_to_end(site, "nvct-system", "nvct-system", {})
+    assert sorted(u for u in everyone if u in system) == sorted(everyone), system
+    forged = {
+        "io.kubernetes.cri.sandbox-namespace": "nvct-system",
+        "io.kubernetes.cri.runtime-handler": "nvct-system",
+        "io.kubernetes.pod.namespace": "nvct-system",
+    }
+    for namespace, pod_annotations in (("nvct-system", {}), ("default", forged)):
+        workload = run_to_end(site, "nvidia", namespace, pod_annotations)
+        assert "UUID: GPU-" not in workload, (namespace, workload)
+
+    done = site.install("uninstall", stage_image(tmp_path / "v2", ""), sim_driver.dev_root)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert restarted(site, site.containerd.pid) and site.config() == site.base
+    assert not site.node.path(SYSTEM_RUNTIME).exists()

@@ -21,7 +21,7 @@ from integration.harness.deviceplugin import PluginProcess, apply, uuids
 from integration.harness.podman import podman_run, spec_in_cdi_dir
 from integration.kubelet.standin import Kubelet, sockets
 from integration.simdriver import inject
-from nvct.base.plugin_files import CDI_KIND, CDI_SPEC_NAME
+from nvct.base.plugin_files import CDI_KIND, CDI_SPEC_NAME, STATUS_FILE
 
 pytestmark = [pytest.mark.root]
 GPU = "nvidia.com/gpu"
@@ -105,6 +105,29 @@ def test_allocate_answers_per_strategy(
     uuid = uuids(sim_driver)[1]
     response = kubelet.allocate(GPU, [uuid])
     assert check(response, uuid), response
+
+
+def test_the_plugins_socket_and_status_are_roots_alone_its_cdi_spec_read_only_to_others(
+    kubelet, plugin_factory
+) -> None:
+    """Whatever the umask (000 here): the socket that answers Allocate and the status file are
+    root's (the kubelet's, the exporter's) alone; the CDI spec the engine reads is 0644."""
+    old = os.umask(0)
+    try:
+        plugin = plugin_factory("--device-list-strategy", "cdi-annotations")
+        assert kubelet.wait(lambda: GPU in kubelet.plugins and kubelet.plugins[GPU].updates), (
+            plugin.output()
+        )
+    finally:
+        os.umask(old)
+    files = {
+        "socket": kubelet.plugin_dir / "nvidia-gpu.sock",
+        "status": kubelet.plugin_dir / STATUS_FILE,
+        "cdi": plugin.work / "cdi" / CDI_SPEC_NAME,
+    }
+    modes = {name: path.stat().st_mode & 0o7777 for name, path in files.items()}
+    assert modes == {"socket": 0o600, "status": 0o600, "cdi": 0o644}
+    assert {path.stat().st_uid for path in files.values()} == {os.getuid()}
 
 
 def test_index_ids_reach_only_the_container_the_kubelet_keeps_uuids(

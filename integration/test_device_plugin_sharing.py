@@ -220,6 +220,10 @@ def test_mps_limits_applied_before_advertising_daemon_restarted_and_quit(
     assert (
         "set_default_active_thread_percentage 50" in (pipe.parent / "log/control.log").read_text()
     )
+    # the containers' pipe and shm directories, and the daemons' log for root alone, whatever
+    # the umask
+    modes = {d: (pipe.parent / d).stat().st_mode & 0o7777 for d in ("pipe", "shm", "log")}
+    assert modes == {"pipe": 0o755, "shm": 0o755, "log": 0o700}
     history = kubelet.plugins[SHARED].history
     seen_lists = len(history)
     os.kill(first, signal.SIGKILL)

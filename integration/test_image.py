@@ -98,13 +98,16 @@ def test_the_images_installer_installs_and_uninstalls_on_a_node(
     assert hooks == {"/usr/bin/nvct-cdi-hook"}
     assert (host / "usr/bin/nvct-cdi-hook").read_text().startswith("#!/usr/bin/python3")
     assert (host / "usr/share/nvct/lib/nvct/__init__.py").is_file()
-    assert (
-        'BinaryName = "/usr/bin/nvct-runtime"' in (host / "etc/containerd/config.toml").read_text()
-    )
+    config = (host / "etc/containerd/config.toml").read_text()
+    assert 'BinaryName = "/usr/bin/nvct-runtime"' in config
+    # the RuntimeClass nvct-system's runtime (deployments/nvct-system-runtime, from the image)
+    assert 'BinaryName = "/usr/bin/nvct-system-runtime"' in config
+    assert "exec /usr/bin/nvct-runtime" in (host / "usr/bin/nvct-system-runtime").read_text()
     done = node_install("uninstall")
     assert done.returncode == 0, done.stdout + done.stderr
     assert (host / "etc/containerd/config.toml").read_text() == default
     assert not (host / "usr/bin/nvct-runtime").exists()
+    assert not (host / "usr/bin/nvct-system-runtime").exists()
     assert not (host / "usr/share/nvct").exists()
 
 

@@ -1,7 +1,8 @@
 #!/bin/sh
 # nvct's OCI image, built without a registry: a Debian 12 minbase rootfs (debootstrap, from
-# Debian's mirror) with python3 and nvct's .deb installed, and deployments/node-install.sh as
-# /usr/share/nvct/node-install.sh (the installer DaemonSet's entry point). The .deb brings
+# Debian's mirror) with python3 and nvct's .deb installed, deployments/node-install.sh as
+# /usr/share/nvct/node-install.sh (the installer DaemonSet's entry point) and
+# deployments/nvct-system-runtime as /usr/bin/nvct-system-runtime (RuntimeClass nvct-system). The .deb brings
 # everything the DaemonSets run: nvct-device-plugin and nvct-cli with the grpcio (for Debian
 # 12's python3, the .deb's target) and protobuf of /usr/lib/nvct/grpc.
 #
@@ -41,5 +42,7 @@ chmod 755 "$root/usr/sbin/policy-rc.d"
 chroot "$root" dpkg -i /tmp/nvct.deb >&2
 rm -f "$root/tmp/nvct.deb" "$root/usr/sbin/policy-rc.d"
 install -m 0755 deployments/node-install.sh "$root/usr/share/nvct/node-install.sh"
+# the runtime of the RuntimeClass nvct-system, which node-install.sh copies to the nodes
+install -m 0755 deployments/nvct-system-runtime "$root/usr/bin/nvct-system-runtime"
 tar -C "$root" --numeric-owner -cf "$out" .
 echo "$out"

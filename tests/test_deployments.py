@@ -19,6 +19,12 @@ MANIFESTS = sorted(p for p in DEPLOYMENTS.glob("*.yaml") if p.name != "kustomiza
 # Oldest: device plugins' GetPreferredAllocation and RuntimeClass scheduling are long stable;
 # cdi_devices in Allocate needs 1.29+ (the device plugin's cdi-cri strategy).
 VERSIONS = ("1.27.0", "1.37.0")
+# Kinds newer than the oldest version: checked against the first version that has them (a
+# cluster older than that applies deployments/ without admission.yaml).
+FIRST_VERSION = {
+    "ValidatingAdmissionPolicy": "1.30.0",  # admissionregistration.k8s.io/v1: GA in 1.30
+    "ValidatingAdmissionPolicyBinding": "1.30.0",
+}
 
 
 def documents() -> list[tuple[str, dict]]:
@@ -34,10 +40,12 @@ def documents() -> list[tuple[str, dict]]:
 def test_every_manifest_validates_strictly(version: str) -> None:
     kubernetes_validate = pytest.importorskip("kubernetes_validate")
     for name, doc in documents():
+        first = FIRST_VERSION.get(doc["kind"], version)
+        against = max(version, first, key=lambda v: tuple(int(n) for n in v.split(".")))
         try:
-            kubernetes_validate.validate(doc, version, strict=True)
+            kubernetes_validate.validate(doc, against, strict=True)
         except kubernetes_validate.ValidationError as err:
-            pytest.fail(f"{name} ({doc['kind']}) against {version}: {err.message}")
+            pytest.fail(f"{name} ({doc['kind']}) against {against}: {err.message}")
 
 
 def test_kustomization_lists_every_manifest() -> None:
@@ -63,6 +71,110 @@ def test_workloads_run_nvcts_image_with_no_token_and_only_what_they_need() -> No
         assert pod["serviceAccountName"] in accounts
         assert pod["automountServiceAccountToken"] is False
         assert {c["image"] for c in pod["containers"]} == {"nvct:0.1.0"}
+
+
+PRIVILEGED = {"nvct-installer", "nvct-mps-control"}
+# The host paths an unprivileged DaemonSet writes, and why; every other one is read-only.
+WRITABLE = {
+    "nvct-device-plugin": {
+        "/var/lib/kubelet/device-plugins",  # its sockets and status file
+        "/var/run/cdi",  # its CDI spec
+        "/run/nvct/mps",  # the MPS probe's client talks through the daemons' pipes
+    },
+    "nvct-labeller": {"/etc/kubernetes/node-feature-discovery/features.d"},  # its feature file
+    "nvct-exporter": set(),
+}
+
+
+def daemonset_pods() -> dict[str, dict]:
+    return {
+        d["metadata"]["name"]: d["spec"]["template"]["spec"]
+        for _, d in documents()
+        if d["kind"] == "DaemonSet"
+    }
+
+
+def test_only_the_installer_and_mps_control_are_privileged() -> None:
+    """README, Security model in the cluster: the others get their GPUs from nvct-runtime
+    (RuntimeClass nvct-system, NVIDIA_VISIBLE_DEVICES=all) and run hardened."""
+    from nvct.cli.main import cli
+
+    pods = daemonset_pods()
+    assert set(pods) == PRIVILEGED | set(WRITABLE)
+    for name, pod in pods.items():
+        for container in pod["containers"]:
+            context = container.get("securityContext", {})
+            assert context.get("privileged", False) is (name in PRIVILEGED), name
+            if name in PRIVILEGED:
+                continue
+            assert pod["runtimeClassName"] == "nvct-system", name
+            env = {e["name"]: e.get("value") for e in container.get("env", ())}
+            assert env["NVIDIA_VISIBLE_DEVICES"] == "all", name
+            assert context["allowPrivilegeEscalation"] is False, name
+            assert context["capabilities"] == {"drop": ["ALL"]}, name
+            assert context["readOnlyRootFilesystem"] is True, name
+            seccomp = context.get("seccompProfile") or pod["securityContext"]["seccompProfile"]
+            assert seccomp == {"type": "RuntimeDefault"}, name
+            for probe in (container["readinessProbe"], container["livenessProbe"]):
+                command = probe.get("exec", {}).get("command")
+                if command and command[0] == "nvct-cli":  # one nvct-cli accepts
+                    cli.make_context("nvct-cli", command[1:], resilient_parsing=True)
+                else:
+                    assert command or probe.get("httpGet"), (name, probe)
+            resources = container["resources"]
+            assert {"cpu", "memory"} <= set(resources["requests"]), name
+            assert {"cpu", "memory"} <= set(resources["limits"]), name
+            host_paths = {
+                v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v
+            }
+            written = {
+                host_paths[m["name"]]
+                for m in container["volumeMounts"]
+                if m["name"] in host_paths and not m.get("readOnly", False)
+            }
+            assert written == WRITABLE[name], name
+        assert not pod.get("hostNetwork") and not pod.get("hostIPC"), name
+        assert bool(pod.get("hostPID")) is (name == "nvct-installer"), name
+
+
+def test_the_system_runtime_class_runs_nvct_runtime_with_the_guard_off() -> None:
+    """RuntimeClass nvct-system -> handler nvct-system (node-install.sh registers it) ->
+    nvct-system-runtime -> the installer's system.toml, where only-allocated-gpus is off; the
+    node's config.toml keeps it on."""
+    from nvct.config import parse_config
+
+    (runtime_class,) = [d for _, d in documents() if d["kind"] == "RuntimeClass"
+                        and d["metadata"]["name"] == "nvct-system"]  # fmt: skip
+    assert "scheduling" not in runtime_class  # the labeller on it makes gpu.present
+    script = (DEPLOYMENTS / "node-install.sh").read_text()
+    assert f"SYSTEM_RUNTIME={runtime_class['handler']}\n" in script
+    wrapper = (DEPLOYMENTS / "nvct-system-runtime").read_text()
+    assert "exec /usr/bin/nvct-runtime" in wrapper
+    assert os.access(DEPLOYMENTS / "nvct-system-runtime", os.X_OK)
+    installer = daemonset_pods()["nvct-installer"]
+    maps = {d["metadata"]["name"]: d["data"] for _, d in documents() if d["kind"] == "ConfigMap"}
+    name, key = _mounted_config(installer, "/etc/nvct/system.toml")
+    assert "/etc/nvct/system.toml}" in wrapper  # its default
+    system = parse_config(maps[name][key].encode(), source=f"configmap {name} {key}")
+    assert system.only_allocated_gpus is False
+    name, key = _mounted_config(installer, "/etc/nvct/config.toml")
+    assert parse_config(maps[name][key].encode(), source="node").only_allocated_gpus is True
+
+
+def test_no_pod_but_the_exporter_gets_traffic() -> None:
+    policies = {d["metadata"]["name"]: d["spec"] for _, d in documents()
+                if d["kind"] == "NetworkPolicy"}  # fmt: skip
+    deny = policies["nvct-default-deny"]
+    assert deny["podSelector"] == {} and set(deny["policyTypes"]) == {"Ingress", "Egress"}
+    assert "ingress" not in deny and "egress" not in deny
+    exporter = policies["nvct-exporter"]
+    (rule,) = exporter["ingress"]
+    (container,) = daemonset_pods()["nvct-exporter"]["containers"]
+    (port,) = container["ports"]
+    assert rule["ports"] == [{"port": port["name"], "protocol": "TCP"}]
+    (ds,) = [d for _, d in documents() if d["kind"] == "DaemonSet"
+             and d["metadata"]["name"] == "nvct-exporter"]  # fmt: skip
+    assert exporter["podSelector"]["matchLabels"] == ds["spec"]["selector"]["matchLabels"]
 
 
 def test_the_exporters_config_command_mounts_and_service() -> None:
@@ -203,13 +315,14 @@ def node(tmp_path: Path) -> Path:
 
 # The program the device plugin's CDI spec names as its hook in the image (its packaged path).
 CDI_HOOK = "usr/bin/nvct-cdi-hook"
+SYSTEM_RUNTIME = "usr/bin/nvct-system-runtime"  # the image's deployments/nvct-system-runtime
 
 
 def packaged_image(image: Path, version: str = "") -> Path:
     """The image's packaged files (``version`` makes their content differ)."""
     for rel in ("usr/bin/nvct-runtime", "usr/share/nvct/lib/nvct/__init__.py",
                 "usr/libexec/nvct/nvct-runtime", "etc/nvct/config.toml", CDI_HOOK,
-                "usr/lib/nvct/grpc/grpc/__init__.py"):  # fmt: skip
+                "usr/lib/nvct/grpc/grpc/__init__.py", SYSTEM_RUNTIME):  # fmt: skip
         (image / rel).parent.mkdir(parents=True, exist_ok=True)
         (image / rel).write_text(f"packaged {rel}{version}\n")
     return image
@@ -255,6 +368,10 @@ def test_the_installer_installs_and_uninstalls_exactly(node: Path, tmp_path: Pat
     config = (node / "etc/containerd/config.toml").read_text()
     assert 'BinaryName = "/usr/bin/nvct-runtime"' in config
     assert 'container_annotations = ["cdi.k8s.io/*"]' in config  # the plugin's CDI annotations
+    # the RuntimeClass nvct-system's handler, and its wrapper
+    assert '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvct-system]' in config
+    assert 'BinaryName = "/usr/bin/nvct-system-runtime"' in config
+    assert (node / SYSTEM_RUNTIME).read_text() == f"packaged {SYSTEM_RUNTIME}\n"
     assert (node / "usr/bin/nvct-runtime").read_text() == "packaged usr/bin/nvct-runtime\n"
     assert (node / "usr/share/nvct/lib/nvct/__init__.py").exists()
     # what the plugin's CDI spec runs on the node, and nvct-cli's gRPC
@@ -273,6 +390,7 @@ def test_the_installer_installs_and_uninstalls_exactly(node: Path, tmp_path: Pat
     assert not (node / "usr/bin/nvct-runtime").exists()
     assert not (node / "usr/share/nvct").exists() and not (node / "usr/libexec/nvct").exists()
     assert not (node / CDI_HOOK).exists() and not (node / "usr/lib/nvct").exists()
+    assert not (node / SYSTEM_RUNTIME).exists()
     assert (node / "etc/nvct/config.toml").read_text() == "# the node's own nvct config\n"
     assert restarts_of(restarts) == 2
 
@@ -310,8 +428,9 @@ def test_a_newer_image_replaces_what_the_older_installed_never_the_nodes_own(
     assert restarts_of(restarts) == 1  # the config did not change again
 
 
+@pytest.mark.parametrize("runtime", ["usr/bin/nvct-runtime", SYSTEM_RUNTIME])
 def test_uninstall_keeps_the_runtime_while_a_container_runs_with_it(
-    node: Path, tmp_path: Path
+    node: Path, tmp_path: Path, runtime: str
 ) -> None:
     restarts = tmp_path / "restarts"
     node_install = installer(node, packaged_image(tmp_path / "image"), restarts)
@@ -319,16 +438,18 @@ def test_uninstall_keeps_the_runtime_while_a_container_runs_with_it(
     assert node_install("install").returncode == 0
     task = node / "run/containerd/io.containerd.runtime.v2.task/k8s.io/c0ffee"
     task.mkdir(parents=True)
-    (task / "options.json").write_text('{"binary_name":"/usr/bin/nvct-runtime"}')
+    (task / "options.json").write_text(f'{{"binary_name":"/{runtime}"}}')
     done = node_install("uninstall")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "kept /usr/bin/nvct-runtime" in done.stdout
+    assert f"kept /{runtime}" in done.stdout
     assert (node / "etc/containerd/config.toml").read_bytes() == before
     assert (node / "usr/bin/nvct-runtime").exists() and not (node / "usr/share/nvct").exists()
+    # the wrapper execs nvct-runtime: both stay while a container runs with it
+    assert (node / SYSTEM_RUNTIME).exists() is (runtime == SYSTEM_RUNTIME)
     shutil.rmtree(task)  # the container is gone: the next uninstall removes the rest
     done = node_install("uninstall")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert not (node / "usr/bin/nvct-runtime").exists()
+    assert not (node / "usr/bin/nvct-runtime").exists() and not (node / SYSTEM_RUNTIME).exists()
     assert not (node / "var/lib/nvct/node-install.list").exists()
     assert restarts_of(restarts) == 2
 

@@ -44,6 +44,12 @@ COMMAND_TIMEOUT_S = 5.0
 GET_MEMORY = "get_default_device_pinned_mem_limit 0"
 GET_THREADS = "get_default_active_thread_percentage"
 START_TIMEOUT_S = 5.0
+# The containers given a GPU's replicas mount its pipe and shm directories (CUDA clients connect
+# to the daemon's sockets in one and share memory in the other); its log directory is root's
+# alone (the daemons and the plugin, both root).
+PIPE_MODE = 0o755
+SHM_MODE = 0o755
+LOG_MODE = 0o700
 # The mount namespace: /dev/shm is the GPU's shm directory, then the daemon itself.
 _LAUNCH = 'mount --bind -- "$1" /dev/shm && shift && exec "$@"'
 
@@ -123,8 +129,13 @@ class MpsDaemon:
         Raises:
             MpsError: it did not start, or does not answer with the limits applied.
         """
-        for directory in (self.paths.pipe, self.paths.log, self.paths.shm):
-            os.makedirs(directory, mode=0o755, exist_ok=True)
+        for directory, mode in (
+            (self.paths.pipe, PIPE_MODE),
+            (self.paths.log, LOG_MODE),
+            (self.paths.shm, SHM_MODE),
+        ):
+            os.makedirs(directory, mode=mode, exist_ok=True)
+            os.chmod(directory, mode)  # makedirs obeys the umask and keeps an old directory's
         answer = self.limits_answered()
         if answer is not None and self.answers_limits(answer):
             self.pid = self._visible_pid()  # an earlier supervisor's: kept, clients and all

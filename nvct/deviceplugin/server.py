@@ -183,6 +183,9 @@ class ResourceService(rpc.DevicePluginServicer):  # type: ignore[misc,unused-ign
         return api.PreStartContainerResponse()
 
 
+SOCKET_MODE = 0o600
+
+
 class Endpoint:
     """One resource's gRPC server on its socket, registered with the kubelet."""
 
@@ -217,6 +220,9 @@ class Endpoint:
             raise OSError(f"cannot serve on {self.path}: {detail}")
         server.start()
         self.server = server
+        # Only root (the kubelet) may dial it, whatever the umask or the directory's mode: the
+        # socket answers Allocate, which names any GPU.
+        os.chmod(self.path, SOCKET_MODE)
         self.inode = os.stat(self.path).st_ino
 
     def register(self) -> None:

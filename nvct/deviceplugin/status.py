@@ -26,6 +26,9 @@ STALE_TEMP_S = 10.0  # a write takes milliseconds: an older temp file is a kille
 log = structlog.get_logger("nvct-device-plugin")
 
 
+STATUS_MODE = 0o600
+
+
 class StatusWriter:
     """Rewrites ``path`` from ``build()`` (resource -> its devices) and ``settings``."""
 
@@ -40,7 +43,9 @@ class StatusWriter:
         with self._lock:
             data = status_bytes(build(), self.settings)
             try:
-                write_atomic(str(self.path), data, 0o644)
+                # its readers (the exporter, nvct-cli, doctor) run as root, as the kubelet
+                # whose directory it is in
+                write_atomic(str(self.path), data, STATUS_MODE)
             except OSError as err:
                 log.warning("status_not_written", file=str(self.path), error=err.strerror)
 
