@@ -41,6 +41,27 @@ def test_crio_drop_in_parses_to_the_handler(tmp_path: Path) -> None:
     assert not path.exists()
 
 
+def test_crio_keeps_no_backup_in_its_drop_in_directory(tmp_path: Path) -> None:
+    """CRI-O applies every file of crio.conf.d in name order: a backup of the drop-in beside it
+    would be applied after it and bring the old handlers back. Registering a second handler
+    (the installer's nvct-system) leaves the directory holding the drop-in alone, and the
+    previous content outside it."""
+    dropins = tmp_path / "crio.conf.d"
+    path = dropins / "99-nvct.toml"
+    configure("crio", EngineOptions(config_path=path, runtime_path=RUNTIME))
+    first = path.read_text()
+    second = configure(
+        "crio", EngineOptions(config_path=path, runtime_path=RUNTIME, runtime_name="nvct-system")
+    )
+    assert [p.name for p in dropins.iterdir()] == ["99-nvct.toml"]
+    assert second.applied is not None and second.applied.backup is not None
+    kept = tmp_path / "crio.conf.d.nvct-backup" / "99-nvct.toml.nvct-backup"
+    assert second.applied.backup == kept
+    assert second.applied.backup.read_text() == first
+    handlers = tomllib.loads(path.read_text())["crio"]["runtime"]["runtimes"]
+    assert sorted(handlers) == ["nvct-system", "nvidia"]
+
+
 def test_crio_existing_drop_in_keeps_its_content() -> None:
     text = '# mine\n[crio.runtime]\n  log_level = "debug"\n'
     o = EngineOptions(config_path=Path("/x.toml"), runtime_path=RUNTIME, set_as_default=True)

@@ -100,7 +100,10 @@ def configure(engine: str, opts: EngineOptions, *, dry_run: bool = False) -> Con
     module = engine_module(engine)
     old = read_config(opts.config_path)
     edit = module.edit(old, opts)
-    change = FileChange(opts.config_path, old, edit.new)
+    elsewhere = getattr(module, "backup_dir", None)
+    change = FileChange(
+        opts.config_path, old, edit.new, elsewhere(opts) if elsewhere is not None else None
+    )
     if change.changed:
         module.validate(change, opts)
     applied = None if dry_run else apply_change(change)

@@ -21,6 +21,14 @@ RUNTIME_TABLE = ("crio", "runtime")
 CREATED = "# nvct: file created by nvct-cli configure --runtime crio"
 
 
+def backup_dir(opts: EngineOptions) -> Path:
+    """Where the drop-in's previous content is kept: beside the drop-in directory, never in it
+    (CRI-O applies every file of ``crio.conf.d`` in name order, ``99-nvct.toml.nvct-backup``
+    after ``99-nvct.toml``: the old handler would win)."""
+    folder = opts.config_path.parent
+    return folder.with_name(folder.name + ".nvct-backup")
+
+
 def edit(text: str | None, opts: EngineOptions) -> Edit:
     """The drop-in with (or, for ``--undo``, without) nvct's handler.
 

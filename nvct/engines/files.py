@@ -4,7 +4,9 @@ A config file nvct changes is read once (``read_config``), its new text is compu
 function, and the difference is a ``FileChange``. ``apply_change`` then writes it the only way
 a daemon can never observe half a file: a temp file in the same directory, fsync, rename over
 the original (through a symlink to its target), fsync of the directory. The previous content
-is kept next to it as ``<file>.nvct-backup``.
+is kept next to it as ``<file>.nvct-backup`` — or, for a file in a directory the engine reads
+whole (CRI-O's ``crio.conf.d`` takes every file in it, in name order, so a backup there would be
+applied after the file it backs up), in ``backup_dir`` outside it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ class FileChange:
     path: Path
     old: str | None
     new: str | None
+    backup_dir: Path | None = None  # None: beside the file
 
     @property
     def changed(self) -> bool:
@@ -104,7 +107,8 @@ def apply_change(change: FileChange) -> Applied:
     if not change.changed:
         return Applied(change.path, "unchanged")
     target = Path(os.path.realpath(change.path))
-    backup = target.with_name(target.name + BACKUP_SUFFIX) if change.old is not None else None
+    folder = change.backup_dir or target.parent
+    backup = folder / (target.name + BACKUP_SUFFIX) if change.old is not None else None
     mode, owner = NEW_FILE_MODE, None
     with contextlib.suppress(FileNotFoundError):
         st = target.stat()
@@ -119,6 +123,7 @@ def apply_change(change: FileChange) -> Applied:
         raise _write_error(change.path, err) from err
     try:
         if backup is not None and change.old is not None:
+            backup.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
             kept = _stage(backup, change.old.encode(), mode, owner)
             os.replace(kept, backup)
         if staged is not None:
