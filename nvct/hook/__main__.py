@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 
     from nvct.base.log import EventLog
     from nvct.base.oci import State
+    from nvct.base.order import DeviceRow, WorkOrder
     from nvct.container.stage import Staged
-    from nvct.plan.workorder import DeviceRow, WorkOrder
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,7 +24,7 @@ from nvct.plan.workorder import from_plan
 from nvct.request.parse import Request
 
 if TYPE_CHECKING:
-    from nvct.plan.workorder import WorkOrder
+    from nvct.base.order import WorkOrder
 
 # "create": make the library directories a start binds (shim, hook); "show": use those that
 # exist or could be made, making none (list, explain); "none": one mount per file (CDI specs

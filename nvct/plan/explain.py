@@ -23,7 +23,7 @@ from nvct.request.inputs import env_map, is_privileged, mount_pairs
 from nvct.request.parse import Request, parse_request, request_from_spec
 
 if TYPE_CHECKING:
-    from nvct.plan.workorder import WorkOrder
+    from nvct.base.order import WorkOrder
 
 SYS_ADMIN = frozenset({"SYS_ADMIN", "CAP_SYS_ADMIN", "ALL"})
 

@@ -50,7 +50,7 @@ TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings h
 if TYPE_CHECKING:
     from typing import Any
 
-    from nvct.plan.workorder import CacheEntry, WorkOrder
+    from nvct.base.order import CacheEntry, WorkOrder
 
 
 def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tuple[str, ...]:

@@ -28,12 +28,7 @@ TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings h
 if TYPE_CHECKING:
     from typing import Any
 
-    from nvct.plan.workorder import CacheEntry
-
-
-# The work order's format (``nvct.plan.workorder``): part of every order key, so an nvct that
-# writes another format never reads this one's orders.
-ORDER_VERSION = 7
+    from nvct.base.order import CacheEntry
 
 
 def read_order(cache_dir: str | os.PathLike[str], key: str) -> CacheEntry | None:

@@ -55,6 +55,7 @@ PRELOAD = (
     "nvct.host.discover.nvml",
     "nvct.container.ldconfig",
     "nvct.container.links",
+    "nvct.base.order",
     "nvct.plan.workorder",
     "nvct.host.load",
     "nvct.host.ldcache",
