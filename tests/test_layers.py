@@ -1,5 +1,5 @@
-"""The import graph follows the stages: helpers <- store <- container, config <- host, request
-<- plan <- frontends, and no frontend imports another.
+"""The import graph follows the stages: helpers <- store <- container, config <- host <- the
+CDI library, request <- plan <- frontends, and no frontend imports another.
 
 Read from the source (every ``import``: lazy ones inside functions and type-only ones under
 ``if TYPE_CHECKING:`` included), so a violation fails here before it becomes a cycle. The work
@@ -23,18 +23,17 @@ LIBRARY = {
     "container": {"base", "store"},
     "config": {"base", "store"},
     "host": {"base", "store", "config", "_version"},
-    "request": {"base", "config"},
-    "plan": {"base", "store", "container", "config", "host", "request"},
+    "cdi": {"base", "host"},
+    "request": {"base", "config", "cdi"},
+    "plan": {"base", "store", "container", "config", "host", "request", "cdi"},
     "podresources": {"base"},
 }
-FRONTENDS = {"runtime", "hook", "cli", "cdi", "doctor", "engines", "deviceplugin", "exporter"}
+FRONTENDS = {"runtime", "hook", "cli", "doctor", "engines", "deviceplugin", "exporter"}
 # Frontends another one may call: the CLI is the command line of the doctor, the engine
-# configuration, CDI and the exporter; the device plugin writes the CDI spec its answers name;
-# doctor asks the device plugin over its gRPC API and applies its advertising rule (only those:
-# see below).
+# configuration and the exporter; doctor asks the device plugin over its gRPC API and applies its
+# advertising rule (only those: see below).
 SERVES = {
-    "cli": {"doctor", "engines", "cdi", "exporter", "deviceplugin"},
-    "deviceplugin": {"cdi"},
+    "cli": {"doctor", "engines", "exporter", "deviceplugin"},
     "doctor": {"deviceplugin"},
 }
 # What doctor may import of the device plugin: its API, its advertising rule and its rule for the

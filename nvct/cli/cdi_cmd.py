@@ -18,7 +18,7 @@ def cdi() -> None:
 
 def spec_text(spec: dict[str, object], fmt: str) -> str:
     """The spec rendered in ``fmt`` (json or yaml)."""
-    from nvct.cdi.spec import to_json, to_yaml
+    from nvct.plan.cdi_spec import to_json, to_yaml
 
     return to_yaml(spec) if fmt == "yaml" else to_json(spec)
 
@@ -103,10 +103,10 @@ def generate(
     kind: str,
 ) -> None:
     """Generate a CDI spec (kind nvidia.com/gpu, or nvidia.com/imex-channel) from the host."""
-    from nvct.cdi.spec import SpecOptions, build_spec, hook_program
     from nvct.engines.files import FileChange, apply_change, read_config
     from nvct.host.arch import host_arch
     from nvct.host.load import load_inventory
+    from nvct.plan.cdi_spec import SpecOptions, build_spec, hook_program
 
     ids = tuple(i.strip() for item in device_ids for i in item.split(",") if i.strip())
     if ids and mode == "management":
@@ -117,7 +117,7 @@ def generate(
     options = SpecOptions(device_name_strategy, vendor, cls, ids, mode)
     inventory = load_inventory(obj.config, use_cache=obj.use_cache)
     if kind == "imex-channel":
-        from nvct.cdi.imex import build_imex_spec
+        from nvct.plan.cdi_imex import build_imex_spec
 
         spec = build_imex_spec(inventory)
     else:

@@ -45,8 +45,8 @@ def cdi_generator(config: Config, inventory: InventoryLoader) -> SpecGenerator:
 
     def generate(on_disk: Mapping[str, Any]) -> dict[str, Any] | None:
         from nvct.base.errors import NvctError
-        from nvct.cdi.spec import build_spec, hook_program, options_like
         from nvct.host.arch import host_arch
+        from nvct.plan.cdi_spec import build_spec, hook_program, options_like
 
         options, hook = options_like(on_disk)
         found = inventory()

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from nvct.base.errors import RequestError
 from nvct.base.order import ORDER_VERSION
+from nvct.cdi.specs import CdiSpecs, node_numbers
 from nvct.config import Config
-from nvct.host.cdi_specs import CdiSpecs, node_numbers
 
 if TYPE_CHECKING:
     from nvct.base.order import WorkOrder

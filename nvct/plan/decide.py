@@ -112,7 +112,7 @@ def decide(
 
 
 def _cdi(request: Request, config: Config) -> CdiOrdered | Refused:
-    from nvct.host.cdi_specs import load_cdi_specs
+    from nvct.cdi.specs import load_cdi_specs
     from nvct.host.fingerprint import cdi_specs_stamp
     from nvct.plan.cdi_order import cdi_order
 

@@ -24,8 +24,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nvct.base.cdi_names import KIND as KIND_RE
 from nvct.base.errors import RequestError
+from nvct.cdi.names import KIND as KIND_RE
+from nvct.cdi.specs import DRIVER_VERSION_ENV
 from nvct.config import CAPABILITIES, Config
 from nvct.host.arch import Arch
 from nvct.host.inventory import DeviceNode, Inventory
@@ -40,7 +41,6 @@ MANAGEMENT_VENDOR = "management.nvidia.com"  # NVIDIA's management spec's kind
 CLASS = "gpu"
 HOOK_PROGRAM = "nvct-cdi-hook"
 HOOK_ENV = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",)
-DRIVER_VERSION_ENV = "NVCT_CDI_DRIVER_VERSION"
 STRATEGIES = ("index", "uuid", "both")
 MODES = ("nvml", "management")
 
@@ -282,27 +282,6 @@ def build_spec(
         "devices": spec_devices,
         "containerEdits": edits,
     }
-
-
-def driver_version(spec: dict[str, Any]) -> str | None:
-    """The driver version a spec was generated for."""
-    for item in (spec.get("containerEdits") or {}).get("env") or ():
-        key, _, value = str(item).partition("=")
-        if key == DRIVER_VERSION_ENV:
-            return value
-    return None
-
-
-def device_names(spec: dict[str, Any]) -> list[str]:
-    """Fully qualified device names (``nvidia.com/gpu=0``) of a spec."""
-    kind = spec.get("kind")
-    if not isinstance(kind, str):
-        return []
-    return [
-        f"{kind}={d['name']}"
-        for d in spec.get("devices") or ()
-        if isinstance(d, dict) and isinstance(d.get("name"), str)
-    ]
 
 
 def to_json(spec: dict[str, Any]) -> str:

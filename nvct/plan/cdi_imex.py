@@ -8,8 +8,8 @@ import posixpath
 from typing import Any
 
 from nvct.base.errors import RequestError
-from nvct.cdi.spec import CDI_VERSION, _node
 from nvct.host.inventory import Inventory
+from nvct.plan.cdi_spec import CDI_VERSION, _node
 from nvct.plan.features import IMEX_DIR
 
 IMEX_KIND = "nvidia.com/imex-channel"
