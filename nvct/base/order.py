@@ -16,14 +16,12 @@ applies the one it plans itself. Format::
 
 The plan makes orders (``nvct.plan.workorder``, ``nvct.plan.cdi_order``); the store caches them
 and the container package carries them out. Their types live here, below all three, so neither
-the store nor the container names the plan.
+the store nor the container names the plan. The format's version is ``ORDER_VERSION`` in
+``nvct.store.cache``, which a cached create imports anyway: here it would cost that create one
+more module.
 """
 
 from __future__ import annotations
-
-# The format's version: part of every order key (``nvct.runtime.order_key``), so an nvct that
-# writes another format never reads this one's orders.
-ORDER_VERSION = 7
 
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
 if TYPE_CHECKING:

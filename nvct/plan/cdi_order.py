@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from nvct.base.errors import RequestError
-from nvct.base.order import ORDER_VERSION
 from nvct.cdi.specs import CdiSpecs, node_numbers
 from nvct.config import Config
+from nvct.store.cache import ORDER_VERSION
 
 if TYPE_CHECKING:
     from nvct.base.order import WorkOrder

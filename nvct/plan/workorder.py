@@ -5,8 +5,8 @@ The format and its types are the contract in ``nvct.base.order``; this is the pl
 
 from __future__ import annotations
 
-from nvct.base.order import ORDER_VERSION
 from nvct.host.components import DATACENTER_BRANDS
+from nvct.store.cache import ORDER_VERSION
 
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
 if TYPE_CHECKING:

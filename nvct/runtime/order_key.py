@@ -17,8 +17,8 @@ import sys
 from nvct._version import __version__
 from nvct.base.defaults import DEFAULT_CACHE_DIR
 from nvct.base.digest import sha256
-from nvct.base.order import ORDER_VERSION
 from nvct.request.inputs import request_inputs
+from nvct.store.cache import ORDER_VERSION
 
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
 if TYPE_CHECKING:

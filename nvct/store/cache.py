@@ -30,6 +30,10 @@ if TYPE_CHECKING:
 
     from nvct.base.order import CacheEntry
 
+# The work order's format (``nvct.base.order``): part of every order key, so an nvct that writes
+# another format never reads this one's orders.
+ORDER_VERSION = 7
+
 
 def read_order(cache_dir: str | os.PathLike[str], key: str) -> CacheEntry | None:
     """The shim's cache entry for exactly these inputs (see ``nvct.runtime.order_key``)."""

@@ -55,7 +55,6 @@ PRELOAD = (
     "nvct.host.discover.nvml",
     "nvct.container.ldconfig",
     "nvct.container.links",
-    "nvct.base.order",
     "nvct.plan.workorder",
     "nvct.host.load",
     "nvct.host.ldcache",
