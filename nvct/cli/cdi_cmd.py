@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from nvct.base.defaults import CDI_SPEC_DIRS
 from nvct.base.errors import EngineConfigError
 from nvct.cli.main import CliContext
 
@@ -152,7 +153,7 @@ def generate(
     "spec_dirs",
     multiple=True,
     type=click.Path(path_type=Path, file_okay=False),
-    help="Directory of CDI specs (repeatable; default /etc/cdi and /var/run/cdi).",
+    help=f"Directory of CDI specs (repeatable; default {' and '.join(CDI_SPEC_DIRS)}).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def list_cmd(spec_dirs: tuple[Path, ...], as_json: bool) -> None:
