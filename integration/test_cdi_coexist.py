@@ -17,11 +17,10 @@ from integration.harness.bundles import BundleFactory
 from integration.harness.nvidia_cdi import nvidia_yaml
 from integration.test_cdi_runtime import SCRIPT, cli, gpu_nodes, run, smi_uuids
 from nvct.base.plugin_files import CDI_KIND, CDI_SPEC_NAME
-from nvct.cdi.spec import device_names
+from nvct.cdi.specs import device_names, load_cdi_specs, load_spec_file
 from nvct.config import load_config
 from nvct.doctor.cdi_conflicts import check_cdi_conflicts
 from nvct.doctor.context import DoctorContext
-from nvct.host.cdi_specs import load_cdi_specs, load_spec_file
 from nvct.plan.cdi_order import cdi_order
 
 pytestmark = [pytest.mark.runc, pytest.mark.root]

@@ -21,7 +21,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-from nvct.base.defaults import DEFAULT_CACHE_DIR, ENV_VAR, config_path
+from nvct.base.defaults import CDI_SPEC_DIRS, DEFAULT_CACHE_DIR, ENV_VAR, config_path
 from nvct.base.plugin_files import DEFAULT_PLUGIN_DIR
 
 CAPABILITIES = ("utility", "compute", "video", "graphics", "display", "ngx", "compat32")
@@ -218,7 +218,7 @@ class Config:
     inject_proc_driver: str = "hook"
     cuda_compat: str = "ldconfig"
     library_mounts: str = "directory"
-    cdi_spec_dirs: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi")
+    cdi_spec_dirs: tuple[str, ...] = CDI_SPEC_DIRS
     dp_mig_strategy: str = "none"
     dp_device_id_strategy: str = "uuid"
     dp_device_list_strategy: tuple[str, ...] = ("cdi-cri",)

@@ -168,8 +168,8 @@ launcher /usr/bin/nvct-hook nvct.hook.__main__
 launcher /usr/bin/nvct-cli nvct.cli.main grpc
 launcher /usr/bin/nvct-device-plugin nvct.deviceplugin.__main__ grpc-required
 # the createContainer hook CDI specs name (nvct-cli cdi generate): a program, not
-# "python -m nvct.cdi.hook", so the spec works whichever tree nvct is imported from
-launcher /usr/bin/nvct-cdi-hook nvct.cdi.hook
+# "python -m nvct.hook.cdi", so the spec works whichever tree nvct is imported from
+launcher /usr/bin/nvct-cdi-hook nvct.hook.cdi
 ln -sf nvct-hook "$destdir/usr/bin/nvidia-container-runtime-hook"
 launcher /usr/libexec/nvct/nvct-runtime nvct.runtime.__main__
 launcher /usr/libexec/nvct/nvct-runtime-daemon nvct.runtime.launch.daemon

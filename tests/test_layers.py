@@ -1,10 +1,9 @@
-"""The import graph follows the stages: helpers <- store <- container, config <- host, request
-<- plan <- frontends, and no frontend imports another.
+"""The import graph follows the stages: helpers <- store <- container, config <- host <- the
+CDI library, request <- plan <- frontends, and no frontend imports another.
 
-Read from the source (every ``import`` that can run, lazy ones inside functions included), so
-a violation fails here before it becomes a cycle. Imports under ``if TYPE_CHECKING:`` never
-run (mypy reads them) and are left out: the container package names the work order's types,
-which the plan defines.
+Read from the source (every ``import``: lazy ones inside functions and type-only ones under
+``if TYPE_CHECKING:`` included), so a violation fails here before it becomes a cycle. The work
+order's types are a contract below all stages (``nvct.base.order``), so none needs naming upward.
 """
 
 from __future__ import annotations
@@ -24,18 +23,17 @@ LIBRARY = {
     "container": {"base", "store"},
     "config": {"base", "store"},
     "host": {"base", "store", "config", "_version"},
-    "request": {"base", "config"},
-    "plan": {"base", "store", "container", "config", "host", "request"},
+    "cdi": {"base", "host"},
+    "request": {"base", "config", "cdi"},
+    "plan": {"base", "store", "container", "config", "host", "request", "cdi"},
     "podresources": {"base"},
 }
-FRONTENDS = {"runtime", "hook", "cli", "cdi", "doctor", "engines", "deviceplugin", "exporter"}
+FRONTENDS = {"runtime", "hook", "cli", "doctor", "engines", "deviceplugin", "exporter"}
 # Frontends another one may call: the CLI is the command line of the doctor, the engine
-# configuration, CDI and the exporter; the device plugin writes the CDI spec its answers name;
-# doctor asks the device plugin over its gRPC API and applies its advertising rule (only those:
-# see below).
+# configuration and the exporter; doctor asks the device plugin over its gRPC API and applies its
+# advertising rule (only those: see below).
 SERVES = {
-    "cli": {"doctor", "engines", "cdi", "exporter", "deviceplugin"},
-    "deviceplugin": {"cdi"},
+    "cli": {"doctor", "engines", "exporter", "deviceplugin"},
     "doctor": {"deviceplugin"},
 }
 # What doctor may import of the device plugin: its API, its advertising rule and its rule for the
@@ -48,18 +46,9 @@ def _unit(module: str) -> str:
     return parts[1] if len(parts) > 1 else "nvct"
 
 
-def _runtime_imports(path: Path) -> list[tuple[int, str]]:
-    tree = ast.parse(path.read_text())
-    typing_only = {
-        id(n)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING"
-        for n in ast.walk(node)
-    }
+def _imports(path: Path) -> list[tuple[int, str]]:
     found: list[tuple[int, str]] = []
-    for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("nvct"):
             if node.module == "nvct":
                 found.extend((node.lineno, f"nvct.{a.name}") for a in node.names)
@@ -75,7 +64,7 @@ def _edges() -> list[tuple[str, str, str]]:
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE.parent)
         source = _unit(".".join(rel.with_suffix("").parts))
-        for line, module in _runtime_imports(path):
+        for line, module in _imports(path):
             target = _unit(module)
             if target != source:
                 edges.append((f"{rel}:{line}", source, target))
@@ -116,7 +105,7 @@ def test_doctor_reads_only_the_plugins_api_and_advertising_rule() -> None:
     wrong = [
         f"{path.relative_to(PACKAGE.parent)}:{line}: {module}"
         for path in sorted((PACKAGE / "doctor").rglob("*.py"))
-        for line, module in _runtime_imports(path)
+        for line, module in _imports(path)
         if module.startswith("nvct.deviceplugin")
         and not any(module == m or module.startswith(f"{m}.") for m in DOCTOR_READS)
     ]

@@ -9,6 +9,10 @@ ENV_VAR = "NVCT_CONFIG"
 DEFAULT_CACHE_DIR = "/var/cache/nvct"
 # Where the native launcher hands a GPU container's create to the shim daemon.
 DEFAULT_SOCKET = "/run/nvct/shim.sock"
+# The CDI spec directories, static then dynamic (the CDI project's DefaultSpecDirs): the config's
+# default, what engines are told and where doctor and ``cdi list`` look. Here, not in nvct.cdi,
+# because the config (below the CDI library) defaults to it.
+CDI_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 
 
 def config_path(explicit: str | None = None) -> tuple[str, bool]:

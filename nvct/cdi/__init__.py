@@ -1,5 +1,9 @@
-"""CDI (Container Device Interface) specs for the host's GPUs, and the hook they call.
+"""The CDI library: reading what the Container Device Interface specs on a host offer.
 
-``spec``: build a spec from the plan code and render it as JSON or YAML; ``registry``: read
-the specs in the spec directories; ``hook``: the createContainer hook (symlinks, ldconfig).
+``names``: fully-qualified device names (``vendor/class=name``); ``specs``: the spec files and
+their devices by the CDI rules (later directories win, conflicts dropped) and resolving names to
+edits; ``registry``: listing every name (``nvct-cli cdi list``). The default spec directories are
+``nvct.base.defaults.CDI_SPEC_DIRS`` (the config defaults to them). Writing specs is the plan's
+(``nvct.plan.cdi_spec``, ``nvct.plan.cdi_imex``), and the hook they name is ``nvct.hook.cdi``,
+as the CDI project keeps ``pkg/cdi`` apart from its producers.
 """

@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from nvct.cdi.spec import device_names
-from nvct.host.cdi_specs import load_spec_file, spec_files  # one loader, the runtime's
+from nvct.base.defaults import CDI_SPEC_DIRS
+from nvct.cdi.specs import device_names, load_spec_file, spec_files  # the runtime's loader
 
-SPEC_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
+SPEC_DIRS = tuple(Path(d) for d in CDI_SPEC_DIRS)
 
 
 @dataclass(frozen=True, slots=True)

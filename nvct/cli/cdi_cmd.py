@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from nvct.base.defaults import CDI_SPEC_DIRS
 from nvct.base.errors import EngineConfigError
 from nvct.cli.main import CliContext
 
@@ -18,7 +19,7 @@ def cdi() -> None:
 
 def spec_text(spec: dict[str, object], fmt: str) -> str:
     """The spec rendered in ``fmt`` (json or yaml)."""
-    from nvct.cdi.spec import to_json, to_yaml
+    from nvct.plan.cdi_spec import to_json, to_yaml
 
     return to_yaml(spec) if fmt == "yaml" else to_json(spec)
 
@@ -103,10 +104,10 @@ def generate(
     kind: str,
 ) -> None:
     """Generate a CDI spec (kind nvidia.com/gpu, or nvidia.com/imex-channel) from the host."""
-    from nvct.cdi.spec import SpecOptions, build_spec, hook_program
     from nvct.engines.files import FileChange, apply_change, read_config
     from nvct.host.arch import host_arch
     from nvct.host.load import load_inventory
+    from nvct.plan.cdi_spec import SpecOptions, build_spec, hook_program
 
     ids = tuple(i.strip() for item in device_ids for i in item.split(",") if i.strip())
     if ids and mode == "management":
@@ -117,7 +118,7 @@ def generate(
     options = SpecOptions(device_name_strategy, vendor, cls, ids, mode)
     inventory = load_inventory(obj.config, use_cache=obj.use_cache)
     if kind == "imex-channel":
-        from nvct.cdi.imex import build_imex_spec
+        from nvct.plan.cdi_imex import build_imex_spec
 
         spec = build_imex_spec(inventory)
     else:
@@ -152,7 +153,7 @@ def generate(
     "spec_dirs",
     multiple=True,
     type=click.Path(path_type=Path, file_okay=False),
-    help="Directory of CDI specs (repeatable; default /etc/cdi and /var/run/cdi).",
+    help=f"Directory of CDI specs (repeatable; default {' and '.join(CDI_SPEC_DIRS)}).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def list_cmd(spec_dirs: tuple[Path, ...], as_json: bool) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from nvct.base.defaults import CDI_SPEC_DIRS
 from nvct.base.errors import EngineConfigError
 from nvct.cli.main import CliContext
 from nvct.engines import (
@@ -181,8 +182,8 @@ def render_text(result: ConfigureResult) -> tuple[list[str], list[str]]:
     "cdi_spec_dirs",
     multiple=True,
     metavar="DIR",
-    help="With --cdi: CDI spec directories the engine reads (repeatable; default /etc/cdi, "
-    "/var/run/cdi).",
+    help="With --cdi: CDI spec directories the engine reads (repeatable; default "
+    f"{', '.join(CDI_SPEC_DIRS)}).",
 )
 @click.option("--dry-run", is_flag=True, help="Print the change as a unified diff; write nothing.")
 @click.option("--undo", is_flag=True, help="Remove what nvct added.")

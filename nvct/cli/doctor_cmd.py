@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from nvct.base.defaults import CDI_SPEC_DIRS
 from nvct.cli.main import CliContext
 from nvct.config import Config
 from nvct.doctor import DoctorContext, run_doctor
@@ -45,8 +46,8 @@ def cdi_generator(config: Config, inventory: InventoryLoader) -> SpecGenerator:
 
     def generate(on_disk: Mapping[str, Any]) -> dict[str, Any] | None:
         from nvct.base.errors import NvctError
-        from nvct.cdi.spec import build_spec, hook_program, options_like
         from nvct.host.arch import host_arch
+        from nvct.plan.cdi_spec import build_spec, hook_program, options_like
 
         options, hook = options_like(on_disk)
         found = inventory()
@@ -87,7 +88,7 @@ def cdi_generator(config: Config, inventory: InventoryLoader) -> SpecGenerator:
     "cdi_dirs",
     type=_PATH,
     multiple=True,
-    help="CDI spec directory, repeatable (default: /etc/cdi and /var/run/cdi).",
+    help=f"CDI spec directory, repeatable (default: {' and '.join(CDI_SPEC_DIRS)}).",
 )
 @click.option("--sysfs-root", type=_PATH, default=Path("/sys"), show_default=True)
 @click.option(

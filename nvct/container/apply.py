@@ -21,7 +21,7 @@ TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings h
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from nvct.plan.workorder import DeviceRow
+    from nvct.base.order import DeviceRow
 
 _FLAG_BY_OPTION = {
     "ro": linux.MS_RDONLY,

@@ -17,7 +17,7 @@ TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings h
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from nvct.plan.workorder import DeviceRow
+    from nvct.base.order import DeviceRow
 
 
 CGROUP_ROOT = "/sys/fs/cgroup"

@@ -19,12 +19,10 @@ from nvct.container.rootfs import Rootfs, in_container
 
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
 if TYPE_CHECKING:
-    from nvct.plan.workorder import WorkOrder
+    from nvct.base.order import WorkOrder
 
 COMPAT_DIR = "/usr/local/cuda/compat"
 COMPAT_CONF = "/etc/ld.so.conf.d/00-cuda-compat.conf"
-# NVML brands of data-center GPUs (nvmlBrandType): Tesla, and "NVIDIA" for current ones.
-DATACENTER_BRANDS = frozenset({"tesla", "nvidia"})
 _PREFIX = "libcuda.so."
 
 

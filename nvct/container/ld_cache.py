@@ -20,8 +20,8 @@ from nvct.base.ldcache_format import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from nvct.base.order import WorkOrder
     from nvct.container.rootfs import Rootfs
-    from nvct.plan.workorder import WorkOrder
 
 
 def image_cache_with(rootfs: Rootfs, order: WorkOrder) -> tuple[str, bytes] | None:

@@ -6,7 +6,7 @@ from nvct.container.rootfs import Rootfs, in_container
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from nvct.plan.workorder import WorkOrder
+    from nvct.base.order import WorkOrder
 
 LD_CONF = "/etc/ld.so.conf.d/000-nvidia-driver.conf"
 

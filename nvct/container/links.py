@@ -18,8 +18,8 @@ TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings h
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from nvct.base.order import LinkRow
     from nvct.container.rootfs import Rootfs
-    from nvct.plan.workorder import LinkRow
 
 
 def create_symlink(rootfs: Rootfs, path: str, target: str) -> bool:

@@ -25,8 +25,8 @@ TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings h
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from nvct.base.order import WorkOrder
     from nvct.container.ldconfig import Ldconfig
-    from nvct.plan.workorder import WorkOrder
 
 LD_SO_CACHE = "/etc/ld.so.cache"
 

@@ -221,8 +221,9 @@ class Plugin:
         """Write the CDI spec the answers name (before registering); its device names."""
         if not {"cdi-cri", "cdi-annotations"} & set(self.config.dp_device_list_strategy):
             return frozenset()
-        from nvct.cdi.spec import SpecOptions, build_spec, device_names, hook_program, to_json
+        from nvct.cdi.specs import device_names
         from nvct.host.arch import host_arch
+        from nvct.plan.cdi_spec import SpecOptions, build_spec, hook_program, to_json
 
         # Its own kind: the node's nvidia.com/gpu spec may sit in the same directory.
         options = SpecOptions(strategy="both", vendor=CDI_VENDOR, cls=CDI_CLASS)

@@ -15,15 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nvct.cdi.specs import DRIVER_VERSION_ENV, load_spec_file, spec_files
 from nvct.doctor.context import DoctorContext
 from nvct.doctor.result import CheckResult, failed, passed, warned
-from nvct.host.cdi_specs import load_spec_file
 
 NAME = "cdi-spec"
 KIND = "nvidia.com/gpu"
 VERSION_ANNOTATION = "nvct.driver-version"
-VERSION_ENV = "NVCT_CDI_DRIVER_VERSION"
-SUFFIXES = (".json", ".yaml", ".yml")
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +39,7 @@ def recorded_version(data: dict[str, Any]) -> str | None:
     edits = data.get("containerEdits")
     for item in (edits.get("env") if isinstance(edits, dict) else None) or ():
         key, _, value = str(item).partition("=")
-        if key == VERSION_ENV and version is None:
+        if key == DRIVER_VERSION_ENV and version is None:
             version = value
     return str(version) if version else None
 
@@ -52,7 +50,7 @@ def find_specs(dirs: tuple[Path, ...]) -> tuple[list[CdiSpec], list[str]]:
     errors: list[str] = []
     for directory in dirs:
         try:
-            files = sorted(p for p in directory.iterdir() if p.suffix in SUFFIXES)
+            files = spec_files(directory)
         except OSError:
             continue
         for path in files:

@@ -18,7 +18,7 @@ _SHOWN = 4
 def check_cdi_conflicts(ctx: DoctorContext) -> list[CheckResult]:
     """A FAIL per pair of files defining the same names (with which to remove or
     regenerate), else one PASS."""
-    from nvct.host.cdi_specs import load_cdi_specs
+    from nvct.cdi.specs import load_cdi_specs
 
     specs = load_cdi_specs(ctx.cdi_dirs)
     pairs: dict[tuple[str, str], list[str]] = {}

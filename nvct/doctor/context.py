@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nvct.base.defaults import DEFAULT_SOCKET
+from nvct.base.defaults import CDI_SPEC_DIRS, DEFAULT_SOCKET
 from nvct.config import Config
 
 if TYPE_CHECKING:
     from nvct.host.inventory import Inventory
 
-DEFAULT_CDI_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
+DEFAULT_CDI_DIRS = tuple(Path(d) for d in CDI_SPEC_DIRS)
 
 
 @dataclass(frozen=True, slots=True)

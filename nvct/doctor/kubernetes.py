@@ -173,7 +173,7 @@ def check_cdi_spec(ctx: DoctorContext, inventory: Inventory | None) -> CheckResu
         f"restart the plugin pod (it writes {path} when it starts); the engine's CDI spec "
         "dirs must include [device-plugin] cdi-spec-dir"
     )
-    from nvct.host.cdi_specs import load_spec_file
+    from nvct.cdi.specs import load_spec_file
 
     read = [str(d) for d in ctx.cdi_dirs]
     if path.parent not in ctx.cdi_dirs:

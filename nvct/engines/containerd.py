@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from nvct.base import cri_annotations
+from nvct.base.defaults import CDI_SPEC_DIRS
 from nvct.base.errors import EngineConfigError
 from nvct.engines import (
     RUNTIME_BINARY,
@@ -61,7 +62,6 @@ CRI_PLUGIN = {
     3: ("plugins", "io.containerd.cri.v1.runtime"),
 }
 CDI_SINCE = (1, 7)
-CDI_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 CREATED = "# nvct: file created by nvct-cli configure --runtime containerd"
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import tomlkit
 
+from nvct.base.defaults import CDI_SPEC_DIRS
 from nvct.base.errors import ConfigError, EngineConfigError
 from nvct.config import parse_config
 from nvct.engines.files import Applied, FileChange, apply_change, read_config
@@ -51,7 +52,7 @@ _NVIDIA_DEFAULTS: dict[str, Any] = {
     "nvidia-container-runtime.mode": "auto",
     "nvidia-container-runtime.modes.cdi.annotation-prefixes": ["cdi.k8s.io/"],
     "nvidia-container-runtime.modes.cdi.default-kind": "nvidia.com/gpu",
-    "nvidia-container-runtime.modes.cdi.spec-dirs": ["/etc/cdi", "/var/run/cdi"],
+    "nvidia-container-runtime.modes.cdi.spec-dirs": list(CDI_SPEC_DIRS),
     "nvidia-container-runtime.modes.csv.mount-spec-path": (
         "/etc/nvidia-container-runtime/host-files-for-container.d"
     ),

@@ -19,8 +19,9 @@ if TYPE_CHECKING:
 
     from nvct.base.log import EventLog
     from nvct.base.oci import State
+    from nvct.base.order import DeviceRow, WorkOrder
     from nvct.container.stage import Staged
-    from nvct.plan.workorder import DeviceRow, WorkOrder
+    from nvct.plan.model import RootfsLayout
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -153,25 +154,35 @@ def _plan_here(spec: dict[str, Any], root: str, log: EventLog) -> WorkOrder | No
 
     ensure_site_packages()
     from nvct.config import load_config
-    from nvct.container.rootfs import Rootfs
-    from nvct.plan.compose import plan_container
-    from nvct.plan.model import RootfsLayout
+    from nvct.plan.decide import NoGpu, PlannedOrder, Refused, decide
     from nvct.request.parse import request_from_spec
 
     config = load_config()
     log.configure(config.log_file, config.log_level)
-    request = request_from_spec(spec, config)
-    for line in request.ignored:
+    decision = decide(
+        request_from_spec(spec, config),
+        config,
+        lambda: _layout(root),
+        library_dirs="create",
+        cdi=False,  # a prestart hook cannot add the spec's devices: nvct-runtime does
+    )
+    for line in decision.ignored:
         log.info("nvidia_input_ignored", why=line)
-    if not request.wants_gpu:
-        log.debug("no_gpu_requested", decisions=list(request.decisions))
+    if isinstance(decision, NoGpu):
+        log.debug("no_gpu_requested", decisions=list(decision.request.decisions))
         return None
+    if isinstance(decision, Refused):
+        raise decision.error
+    assert isinstance(decision, PlannedOrder)  # noqa: S101 - cdi=False: never a CDI order
+    return decision.planned.order
+
+
+def _layout(root: str) -> RootfsLayout:
+    from nvct.container.rootfs import Rootfs
+    from nvct.plan.model import RootfsLayout
+
     with Rootfs(root) as rootfs:
-        layout = RootfsLayout(debian=rootfs.exists("/etc/debian_version"))
-    planned = plan_container(request, config, layout, library_dirs="create")
-    for line in planned.plan.notes:
-        log.info("nvidia_input_ignored", why=line)
-    return planned.order
+        return RootfsLayout(debian=rootfs.exists("/etc/debian_version"))
 
 
 if __name__ == "__main__":

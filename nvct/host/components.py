@@ -8,6 +8,10 @@ expanded by ``expand_capabilities``.
 
 from __future__ import annotations
 
+# NVML brands of data-center GPUs (nvmlBrandType): Tesla, and "NVIDIA" for current ones. Only
+# they may load an image's forward-compatible libcuda on any driver (nvct.container.cuda_compat).
+DATACENTER_BRANDS = frozenset({"tesla", "nvidia"})
+
 LIBRARY_PREFIXES: dict[str, tuple[str, ...]] = {
     "utility": ("libnvidia-ml.so", "libnvidia-cfg.so", "libnvidia-nscq.so"),
     "compute": (

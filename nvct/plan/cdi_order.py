@@ -13,12 +13,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from nvct.base.errors import RequestError
+from nvct.cdi.specs import CdiSpecs, node_numbers
 from nvct.config import Config
-from nvct.host.cdi_specs import CdiSpecs, node_numbers
 from nvct.store.cache import ORDER_VERSION
 
 if TYPE_CHECKING:
-    from nvct.plan.workorder import WorkOrder
+    from nvct.base.order import WorkOrder
 
 HOOK_STAGES = (
     "prestart",

@@ -3,7 +3,7 @@
 config + request + inventory -> ``build_plan`` -> library directories -> work order. The shim
 and the hook (which carry the order out), ``explain`` and ``list`` (which show the plan as a
 start would carry it out) and ``cdi generate`` (which renders it) all call ``plan_container``,
-so a new step is added here once.
+so a new step is added here once; the first three reach it through ``nvct.plan.decide``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from nvct.plan.workorder import from_plan
 from nvct.request.parse import Request
 
 if TYPE_CHECKING:
-    from nvct.plan.workorder import WorkOrder
+    from nvct.base.order import WorkOrder
 
 # "create": make the library directories a start binds (shim, hook); "show": use those that
 # exist or could be made, making none (list, explain); "none": one mount per file (CDI specs
@@ -60,11 +60,7 @@ def plan_container(
         NvctError: the request cannot be met (unknown device, failed requirement, no driver).
     """
     if request.visible == "cdi":
-        raise RequestError(
-            f"CDI devices ({', '.join(request.devices)}) come from CDI specs, not nvct's plan",
-            hint="run the container with nvct-runtime or an engine with CDI support "
-            "(nvct-cli explain shows what they give)",
-        )
+        raise cdi_refusal(request)
     if fingerprint is None and (inventory is None or library_dirs != "none"):
         fingerprint = inventory_fingerprint(config.driver_root, config.dev_root, config.proc_root)
     fingerprint = fingerprint or ""
@@ -81,3 +77,12 @@ def plan_container(
     if library_dirs != "none":
         plan = with_library_dirs(plan, config, fingerprint, create=library_dirs == "create")
     return Planned(plan, from_plan(plan, config), fingerprint)
+
+
+def cdi_refusal(request: Request) -> RequestError:
+    """Why CDI devices get no plan: their specs say what the container gets."""
+    return RequestError(
+        f"CDI devices ({', '.join(request.devices)}) come from CDI specs, not nvct's plan",
+        hint="run the container with nvct-runtime or an engine with CDI support "
+        "(nvct-cli explain shows what they give)",
+    )

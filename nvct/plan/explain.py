@@ -1,8 +1,8 @@
 """``nvct-cli explain``: what nvct would inject into one container, and why.
 
-The same request parsing and plan building as the shim and the hook (``request_from_spec`` /
-``parse_request`` and ``build_plan``); only requirements are not enforced, so a failing one is
-shown next to everything else instead of stopping at the first error.
+The same request parsing and decision as the shim and the hook (``request_from_spec`` /
+``parse_request`` and ``nvct.plan.decide``); only requirements are not enforced, so a failing
+one is shown next to everything else instead of stopping at the first error.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from nvct.base.errors import NvctError, SpecError
 from nvct.config import Config
 from nvct.host.arch import Arch
 from nvct.host.inventory import Inventory
-from nvct.plan.compose import plan_container
+from nvct.plan.decide import CdiOrdered, NoGpu, Refused, decide
 from nvct.plan.model import Plan, RootfsLayout
 from nvct.request.inputs import env_map, is_privileged, mount_pairs
 from nvct.request.parse import Request, parse_request, request_from_spec
 
 if TYPE_CHECKING:
-    from nvct.plan.workorder import WorkOrder
+    from nvct.base.order import WorkOrder
 
 SYS_ADMIN = frozenset({"SYS_ADMIN", "CAP_SYS_ADMIN", "ALL"})
 
@@ -179,22 +179,24 @@ def explain(
             )
     except NvctError as err:
         return Explanation(inp, layout, error=err.one_line())
-    if not request.wants_gpu:
+    decision = decide(
+        request,
+        config,
+        lambda: layout.layout,
+        library_dirs="show",
+        inventory=inventory,
+        arch=arch,
+        enforce_requirements=False,
+    )
+    problems = decision.problems if isinstance(decision, CdiOrdered | Refused) else ()
+    notes = tuple(f"CDI spec not used: {p}" for p in problems)
+    if isinstance(decision, Refused):
+        return Explanation(inp, layout, request, error=decision.error.one_line(), notes=notes)
+    if isinstance(decision, CdiOrdered):
+        return Explanation(inp, layout, request, cdi=decision.order, notes=notes)
+    if isinstance(decision, NoGpu):
         return Explanation(inp, layout, request)
-    if request.visible == "cdi":
-        return _explain_cdi(inp, layout, request, config)
-    try:
-        plan = plan_container(
-            request,
-            config,
-            layout.layout,
-            library_dirs="show",
-            inventory=inventory(),
-            arch=arch,
-            enforce_requirements=False,
-        ).plan
-    except NvctError as err:
-        return Explanation(inp, layout, request, error=err.one_line())
+    plan = decision.planned.plan
     return Explanation(inp, layout, request, plan, libcuda=_libcuda(inp, plan, config))
 
 
@@ -217,21 +219,6 @@ def _libcuda(inp: ContainerInput, plan: Plan, config: Config) -> str:
         )
     with Rootfs(str(inp.rootfs)) as view:
         return choose_compat(compat_names(view), host_driver, datacenter)[1]
-
-
-def _explain_cdi(
-    inp: ContainerInput, layout: LayoutChoice, request: Request, config: Config
-) -> Explanation:
-    from nvct.host.cdi_specs import load_cdi_specs
-    from nvct.plan.cdi_order import cdi_order
-
-    specs = load_cdi_specs(config.cdi_spec_dirs)
-    notes = tuple(f"CDI spec not used: {p}" for p in specs.problems)
-    try:
-        order = cdi_order(request.devices, specs, config)
-    except NvctError as err:
-        return Explanation(inp, layout, request, error=err.one_line(), notes=notes)
-    return Explanation(inp, layout, request, cdi=order, notes=notes)
 
 
 def _cdi_lines(order: WorkOrder) -> list[str]:

@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from nvct.base.cdi_names import is_qualified, looks_qualified
 from nvct.base.errors import RequestError, RequirementError
+from nvct.cdi.names import is_qualified, looks_qualified
 from nvct.config import CAPABILITIES, Config
 from nvct.request.features import FEATURE_VARIABLES, NO_FEATURES, Features, parse_features
 from nvct.request.ignored import ignored_inputs

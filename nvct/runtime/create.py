@@ -50,7 +50,7 @@ TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings h
 if TYPE_CHECKING:
     from typing import Any
 
-    from nvct.plan.workorder import CacheEntry, WorkOrder
+    from nvct.base.order import CacheEntry, WorkOrder
 
 
 def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tuple[str, ...]:
@@ -224,12 +224,16 @@ def _read(path: str, required: bool) -> bytes:
 
 
 def plan_entry(spec: dict[str, Any], config_file: str | None, debian: bool) -> CacheEntry:
-    """The full planning pass (no cache); returns the cache entry for these inputs."""
+    """The full planning pass (no cache); returns the cache entry for these inputs.
+
+    Raises:
+        NvctError: the container must not start (``nvct.plan.decide`` refused it).
+    """
     from nvct.base._site import ensure_site_packages
 
     ensure_site_packages()
     from nvct.config import load_config
-    from nvct.plan.compose import plan_container
+    from nvct.plan.decide import CdiOrdered, NoGpu, Refused, decide
     from nvct.plan.model import RootfsLayout
     from nvct.request.parse import request_from_spec
 
@@ -242,27 +246,23 @@ def plan_entry(spec: dict[str, Any], config_file: str | None, debian: bool) -> C
         "log": (config.log_file, config.log_level),
         "order": None,
     }
-    request = request_from_spec(spec, config)
-    if not request.wants_gpu:
-        return {**entry, "decisions": list(request.decisions), "ignored": list(request.ignored)}
-    if request.visible == "cdi":
-        from nvct.host.cdi_specs import load_cdi_specs
-        from nvct.plan.cdi_order import cdi_order
-
-        dirs = list(config.cdi_spec_dirs)
-        stamp = cdi_specs_stamp(dirs)  # before reading: a spec changed meanwhile is re-read
-        order = cdi_order(request.devices, load_cdi_specs(dirs), config)
-        return {**entry, "order": order, "gpus": order["gpus"], "cdi": (dirs, stamp)}
-    planned = plan_container(
-        request,
+    decision = decide(
+        request_from_spec(spec, config),
         config,
-        RootfsLayout(debian=debian),
+        lambda: RootfsLayout(debian=debian),
         library_dirs="create",
         fingerprint=entry["fingerprint"],
     )
+    if isinstance(decision, Refused):
+        raise decision.error
+    if isinstance(decision, NoGpu):
+        return {**entry, "decisions": list(decision.request.decisions), "ignored": decision.ignored}
+    if isinstance(decision, CdiOrdered):
+        cdi = (decision.dirs, decision.stamp)
+        return {**entry, "order": decision.order, "gpus": decision.order["gpus"], "cdi": cdi}
     return {
         **entry,
-        "order": planned.order,
-        "gpus": [s.label for s in planned.plan.selected],
-        "ignored": [*request.ignored, *planned.plan.notes],
+        "order": decision.planned.order,
+        "gpus": [s.label for s in decision.planned.plan.selected],
+        "ignored": decision.ignored,
     }

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
 
-    from nvct.plan.workorder import DeviceRow, MountRow, WorkOrder
+    from nvct.base.order import DeviceRow, MountRow, WorkOrder
 
 
 def _is_gpu_hook(hook: Any) -> bool:

@@ -28,11 +28,10 @@ TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings h
 if TYPE_CHECKING:
     from typing import Any
 
-    from nvct.plan.workorder import CacheEntry
+    from nvct.base.order import CacheEntry
 
-
-# The work order's format (``nvct.plan.workorder``): part of every order key, so an nvct that
-# writes another format never reads this one's orders.
+# The work order's format (``nvct.base.order``): part of every order key, so an nvct that writes
+# another format never reads this one's orders.
 ORDER_VERSION = 7
 
 

@@ -31,7 +31,7 @@ TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings h
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from nvct.plan.workorder import WorkOrder
+    from nvct.base.order import WorkOrder
 
 SUBDIR = "libdirs"
 XATTR_SELINUX = "security.selinux"

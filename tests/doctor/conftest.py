@@ -168,8 +168,8 @@ def containerd_files(tmp: Path, *, imported: bool, relative: bool = True) -> Pat
 
 def cdi_generator(sim: Any, tmp: Path) -> Any:
     """doctor's view of `cdi generate` now, for the recorded driver ``sim``."""
-    from nvct.cdi.spec import build_spec, options_like
     from nvct.host.arch import host_arch
+    from nvct.plan.cdi_spec import build_spec, options_like
 
     config = sim_config(sim, tmp)
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from nvct.cdi.spec import SpecOptions, build_spec
 from nvct.doctor import FAIL, PASS, WARN, cdi
 from nvct.host.arch import host_arch
+from nvct.plan.cdi_spec import SpecOptions, build_spec
 from tests.conftest import sim_config
 from tests.doctor.conftest import cdi_generator, context, write_cdi
 from tests.test_cli import cli, roots

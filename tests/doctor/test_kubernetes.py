@@ -22,12 +22,12 @@ import pytest
 
 from nvct.base.plugin_files import CDI_CLASS, CDI_KIND, CDI_VENDOR, STATUS_FILE
 from nvct.base.plugin_status import status_bytes
-from nvct.cdi.spec import SpecOptions, build_spec
 from nvct.deviceplugin.api import v1beta1_pb2 as api
 from nvct.deviceplugin.api import v1beta1_pb2_grpc as rpc
 from nvct.doctor import FAIL, PASS, SKIP, WARN, CheckResult, k8s_plugin, k8s_runtime, kubernetes
 from nvct.doctor.report import DoctorReport
 from nvct.host.arch import host_arch
+from nvct.plan.cdi_spec import SpecOptions, build_spec
 from tests.conftest import sim_config
 from tests.doctor.conftest import by_name, cdi_generator, context, executable
 

@@ -60,6 +60,7 @@ PRELOAD = (
     "nvct.host.ldcache",
     "nvct.plan.build",
     "nvct.plan.compose",
+    "nvct.plan.decide",
     "nvct.plan.libdirs",
     "nvct.request.parse",
     "nvct.runtime.__main__",

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from nvct.base.errors import RequestError
+from nvct.cdi.specs import load_cdi_specs
 from nvct.config import Config
-from nvct.host.cdi_specs import load_cdi_specs
 from nvct.plan.cdi_order import cdi_order
 from nvct.request.inputs import request_inputs
 from nvct.request.parse import parse_request, request_from_spec

@@ -1,10 +1,10 @@
-"""nvct-cli cdi generate / list, the CDI spec model, and the CDI createContainer hook; the
-specs are built from the simulated drivers' recorded inventories (tests/inventories.py)."""
+"""nvct-cli cdi generate / list and the CDI spec writer (``nvct.plan.cdi_spec``); the specs are
+built from the simulated drivers' recorded inventories (tests/inventories.py). The hook they
+name is tested in tests/hook/test_cdi_hook.py."""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,25 +15,23 @@ import yaml
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT7
 
-from nvct.cdi import hook as cdi_hook
 from nvct.cdi.registry import list_devices
-from nvct.cdi.spec import (
-    SpecOptions,
-    build_spec,
-    device_names,
-    driver_version,
-    to_json,
-    to_yaml,
-)
+from nvct.cdi.specs import device_names, driver_version
 from nvct.cli.main import main
 from nvct.host.arch import host_arch
 from nvct.plan.build import build_plan
+from nvct.plan.cdi_spec import (
+    SpecOptions,
+    build_spec,
+    to_json,
+    to_yaml,
+)
 from nvct.request.parse import parse_request
 from tests.conftest import sim_config
 from tests.inventories import RecordedDriver
 
 HOOK = "/usr/bin/nvct-cdi-hook"
-SCHEMA_DIR = Path(__file__).resolve().parent / "fixtures" / "cdi-schema"  # CDI's spec schema
+SCHEMA_DIR = Path(__file__).resolve().parent.parent / "fixtures" / "cdi-schema"  # CDI's spec schema
 
 
 def spec_for(sim: RecordedDriver, tmp: Path, strategy: str = "index", **options: object) -> dict:
@@ -335,45 +333,3 @@ def test_generate_refuses_a_suffix_registries_ignore(recorded_h100x4, tmp_path, 
     assert main([*cli_roots(recorded_h100x4, tmp_path), "cdi", "generate", "-o", str(out)]) == 1
     assert "only read *.json and *.yaml" in capsys.readouterr().err
     assert not out.exists()
-
-
-# -- the createContainer hook -------------------------------------------------------------
-
-
-def test_hook_args() -> None:
-    args = cdi_hook.parse_args(
-        ["--symlink", "a.so.1::/usr/lib/a.so", "--ldconfig-dir", "/usr/lib", "--ldconfig", "/l"]
-    )
-    assert args.symlinks == [("a.so.1", "/usr/lib/a.so")]
-    assert args.ldconfig_dirs == ["/usr/lib"] and args.ldconfig == "/l"
-    for bad in (["--symlink", "x"], ["--symlink", "a::rel"], ["--bogus", "1"], ["--ldconfig"]):
-        with pytest.raises(ValueError):
-            cdi_hook.parse_args(bad)
-
-
-def test_hook_creates_links_inside_the_root_only(tmp_path, monkeypatch, capsys) -> None:
-    bundle = tmp_path / "bundle"
-    root = bundle / "rootfs"
-    (root / "usr/lib").mkdir(parents=True)
-    (root / "usr/lib/evil").symlink_to("/")  # an image trying to escape
-    (bundle / "config.json").write_text(json.dumps({"root": {"path": "rootfs"}}))
-    state = json.dumps({"ociVersion": "1.0.2", "id": "x", "pid": 1, "bundle": str(bundle)})
-    monkeypatch.setattr(sys, "stdin", _Stdin(state.encode()))
-    argv = ["--symlink", "libx.so.1::/usr/lib/libx.so", "--symlink", "t::/usr/lib/evil/tmp/nvct-x"]
-    assert cdi_hook.main(argv) == 0, capsys.readouterr().err
-    assert os.readlink(root / "usr/lib/libx.so") == "libx.so.1"
-    assert os.readlink(root / "tmp/nvct-x") == "t"  # /usr/lib/evil -> / resolved in the root
-    assert not os.path.lexists("/tmp/nvct-x")
-
-
-def test_hook_fails_closed_on_a_bad_state(monkeypatch, capsys) -> None:
-    monkeypatch.setattr(sys, "stdin", _Stdin(b'{"bundle": "relative"}'))
-    assert cdi_hook.main(["--symlink", "a::/b"]) == 1
-    assert "no absolute bundle path" in capsys.readouterr().err
-
-
-class _Stdin:
-    def __init__(self, data: bytes) -> None:
-        import io
-
-        self.buffer = io.BytesIO(data)

@@ -1,4 +1,5 @@
-"""A CDI spec (``nvidia.com/gpu``) rendered from the same plans the hook carries out.
+"""A CDI spec (``nvidia.com/gpu``) rendered from the same plans the hook carries out, as the
+typed model of ``nvct.cdi.model`` (``build_spec`` returns its JSON-ready mapping).
 
 The common edits are the plan for ``NVIDIA_VISIBLE_DEVICES=none`` (control device nodes,
 libraries, binaries, IPC, firmware); each device's edits are the device nodes its own plan
@@ -24,8 +25,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nvct.base.cdi_names import KIND as KIND_RE
 from nvct.base.errors import RequestError
+from nvct.cdi import model
+from nvct.cdi.names import KIND as KIND_RE
+from nvct.cdi.specs import DRIVER_VERSION_ENV
 from nvct.config import CAPABILITIES, Config
 from nvct.host.arch import Arch
 from nvct.host.inventory import DeviceNode, Inventory
@@ -40,7 +43,6 @@ MANAGEMENT_VENDOR = "management.nvidia.com"  # NVIDIA's management spec's kind
 CLASS = "gpu"
 HOOK_PROGRAM = "nvct-cdi-hook"
 HOOK_ENV = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",)
-DRIVER_VERSION_ENV = "NVCT_CDI_DRIVER_VERSION"
 STRATEGIES = ("index", "uuid", "both")
 MODES = ("nvml", "management")
 
@@ -153,14 +155,9 @@ def devices(
     return out
 
 
-def _node(node: DeviceNode) -> dict[str, Any]:
-    return {
-        "path": node.path,
-        "hostPath": node.host_path,
-        "type": "c",
-        "major": node.major,
-        "minor": node.minor,
-    }
+def spec_node(node: DeviceNode) -> model.DeviceNode:
+    """A host device node as a spec's device node."""
+    return model.DeviceNode(node.path, node.host_path, node.major, node.minor)
 
 
 def hook_program(explicit: str | None = None) -> str:
@@ -194,7 +191,7 @@ def hook_program(explicit: str | None = None) -> str:
     )
 
 
-def hook_entry(plan: Plan, ldconfig: str, hook: str) -> dict[str, Any] | None:
+def hook_entry(plan: Plan, ldconfig: str, hook: str) -> model.Hook | None:
     """The createContainer hook for the plan's symlinks and ldconfig run (None: nothing to do)."""
     if not plan.symlinks and not plan.ldconfig_dirs:
         return None
@@ -203,7 +200,7 @@ def hook_entry(plan: Plan, ldconfig: str, hook: str) -> dict[str, Any] | None:
         args += ["--symlink", f"{link.target}::{link.path}"]
     for directory in plan.ldconfig_dirs:
         args += ["--ldconfig-dir", directory]
-    return {"hookName": "createContainer", "path": hook, "args": args, "env": list(HOOK_ENV)}
+    return model.Hook("createContainer", hook, tuple(args), HOOK_ENV)
 
 
 def management_nodes(inventory: Inventory) -> list[DeviceNode]:
@@ -226,8 +223,9 @@ def build_spec(
     strategy: str | None = None,
     hook: str,
 ) -> dict[str, Any]:
-    """The whole CDI spec as a JSON-ready dict (``strategy`` overrides ``options.strategy``);
-    ``hook`` is the path of the nvct-cdi-hook program the spec runs (``hook_program``).
+    """The whole CDI spec, built as typed values (``nvct.cdi.model``) and returned as the
+    JSON-ready mapping its file holds (``strategy`` overrides ``options.strategy``); ``hook``
+    is the path of the nvct-cdi-hook program the spec runs (``hook_program``).
 
     In management mode the spec has one device, ``all``, with every NVIDIA device node (for
     monitoring and operator containers, like NVIDIA's management spec); the common edits are
@@ -250,59 +248,23 @@ def build_spec(
             inventory, config, arch, caps, common, strategy or options.strategy, options.device_ids
         )
     all_nodes: dict[str, DeviceNode] = {}
-    spec_devices = []
+    spec_devices: list[model.Device] = []
     for device in named:
         for node in device.nodes:
             all_nodes.setdefault(node.path, node)
-        spec_devices += [
-            {"name": name, "containerEdits": {"deviceNodes": [_node(n) for n in device.nodes]}}
-            for name in device.names
-        ]
+        edits = model.ContainerEdits(device_nodes=tuple(spec_node(n) for n in device.nodes))
+        spec_devices += [model.Device(name, edits) for name in device.names]
     if named and options.mode != "management":
-        spec_devices.append(
-            {
-                "name": "all",
-                "containerEdits": {"deviceNodes": [_node(n) for n in all_nodes.values()]},
-            }
-        )
-    edits: dict[str, Any] = {
-        "env": ["NVIDIA_VISIBLE_DEVICES=void", f"{DRIVER_VERSION_ENV}={inventory.driver_version}"],
-        "deviceNodes": [_node(d.node) for d in common.devices],
-        "mounts": [
-            {"hostPath": m.source, "containerPath": m.target, "options": list(m.options)}
-            for m in common.mounts
-        ],
-    }
+        every = tuple(spec_node(n) for n in all_nodes.values())
+        spec_devices.append(model.Device("all", model.ContainerEdits(device_nodes=every)))
     entry = hook_entry(common, str(config.ldconfig), hook)
-    if entry is not None:
-        edits["hooks"] = [entry]
-    return {
-        "cdiVersion": CDI_VERSION,
-        "kind": kind,
-        "devices": spec_devices,
-        "containerEdits": edits,
-    }
-
-
-def driver_version(spec: dict[str, Any]) -> str | None:
-    """The driver version a spec was generated for."""
-    for item in (spec.get("containerEdits") or {}).get("env") or ():
-        key, _, value = str(item).partition("=")
-        if key == DRIVER_VERSION_ENV:
-            return value
-    return None
-
-
-def device_names(spec: dict[str, Any]) -> list[str]:
-    """Fully qualified device names (``nvidia.com/gpu=0``) of a spec."""
-    kind = spec.get("kind")
-    if not isinstance(kind, str):
-        return []
-    return [
-        f"{kind}={d['name']}"
-        for d in spec.get("devices") or ()
-        if isinstance(d, dict) and isinstance(d.get("name"), str)
-    ]
+    edits = model.ContainerEdits(
+        env=("NVIDIA_VISIBLE_DEVICES=void", f"{DRIVER_VERSION_ENV}={inventory.driver_version}"),
+        device_nodes=tuple(spec_node(d.node) for d in common.devices),
+        mounts=tuple(model.Mount(m.source, m.target, tuple(m.options)) for m in common.mounts),
+        hooks=(entry,) if entry is not None else None,
+    )
+    return model.Spec(CDI_VERSION, kind, tuple(spec_devices), edits).to_dict()
 
 
 def to_json(spec: dict[str, Any]) -> str:

@@ -18,13 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nvct.base.cdi_names import KIND, split_qualified
 from nvct.base.errors import RequestError
 from nvct.base.plugin_files import CDI_KIND as PLUGIN_KIND
 from nvct.base.plugin_files import CDI_SPEC_NAME as PLUGIN_SPEC
+from nvct.cdi.names import KIND, split_qualified
 from nvct.host.fingerprint import CDI_SUFFIXES
 
 SUFFIXES = CDI_SUFFIXES
+# The common env entry nvct's specs record their driver version in (nvct.plan.cdi_spec).
+DRIVER_VERSION_ENV = "NVCT_CDI_DRIVER_VERSION"
 MAX_SPEC_BYTES = 16 << 20
 _SHOWN_NAMES = 24
 
@@ -223,3 +225,24 @@ def node_numbers(node: Mapping[str, Any]) -> tuple[str, int, int, int]:
         major, minor = os.major(st.st_rdev), os.minor(st.st_rdev)
         mode = mode if isinstance(mode, int) else stat.S_IMODE(st.st_mode)
     return str(kind), major, minor, mode if isinstance(mode, int) else 0o666
+
+
+def driver_version(spec: dict[str, Any]) -> str | None:
+    """The driver version a spec was generated for."""
+    for item in (spec.get("containerEdits") or {}).get("env") or ():
+        key, _, value = str(item).partition("=")
+        if key == DRIVER_VERSION_ENV:
+            return value
+    return None
+
+
+def device_names(spec: dict[str, Any]) -> list[str]:
+    """Fully qualified device names (``nvidia.com/gpu=0``) of a spec."""
+    kind = spec.get("kind")
+    if not isinstance(kind, str):
+        return []
+    return [
+        f"{kind}={d['name']}"
+        for d in spec.get("devices") or ()
+        if isinstance(d, dict) and isinstance(d.get("name"), str)
+    ]

@@ -8,8 +8,9 @@ import posixpath
 from typing import Any
 
 from nvct.base.errors import RequestError
-from nvct.cdi.spec import CDI_VERSION, _node
+from nvct.cdi import model
 from nvct.host.inventory import Inventory
+from nvct.plan.cdi_spec import CDI_VERSION, spec_node
 from nvct.plan.features import IMEX_DIR
 
 IMEX_KIND = "nvidia.com/imex-channel"
@@ -32,11 +33,12 @@ def build_imex_spec(inventory: Inventory) -> dict[str, Any]:
             "channels (nvidia-modprobe -i <channel>)",
         )
     devices = [
-        {
-            "name": posixpath.basename(n.path)[len("channel") :],
-            "containerEdits": {"deviceNodes": [_node(n)]},
-        }
+        model.Device(
+            posixpath.basename(n.path)[len("channel") :],
+            model.ContainerEdits(device_nodes=(spec_node(n),)),
+        )
         for n in channels
     ]
-    devices.append({"name": "all", "containerEdits": {"deviceNodes": [_node(n) for n in channels]}})
-    return {"cdiVersion": CDI_VERSION, "kind": IMEX_KIND, "devices": devices}
+    every = model.ContainerEdits(device_nodes=tuple(spec_node(n) for n in channels))
+    devices.append(model.Device("all", every))
+    return model.Spec(CDI_VERSION, IMEX_KIND, tuple(devices)).to_dict()
