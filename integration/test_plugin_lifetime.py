@@ -21,8 +21,8 @@ from integration.conftest import write_nvct_config
 from integration.harness.deviceplugin import uuids
 from integration.kubelet.standin import sockets
 from integration.simdriver import inject
-from nvct.base.plugin_files import STATUS_FILE
-from nvct.base.plugin_status import read_status
+from nvct.node.files import STATUS_FILE
+from nvct.node.status import read_status
 
 pytestmark = [pytest.mark.root]
 GPU = "nvidia.com/gpu"
@@ -97,7 +97,7 @@ def test_a_health_step_that_raises_marks_every_device_until_it_runs_again(
     tmp_path, sim_driver, kubelet, monkeypatch
 ) -> None:
     from nvct.config import load_config
-    from nvct.deviceplugin.__main__ import Plugin
+    from nvct.deviceplugin.plugin import Plugin
 
     control = tmp_path / "nvml-control"
     control.mkdir()

@@ -21,8 +21,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-from nvct.base.defaults import DEFAULT_CACHE_DIR, ENV_VAR, config_path
-from nvct.base.plugin_files import DEFAULT_PLUGIN_DIR
+from nvct.base.defaults import DEFAULT_CACHE_DIR, DEFAULT_PLUGIN_DIR, ENV_VAR, config_path
 
 CAPABILITIES = ("utility", "compute", "video", "graphics", "display", "ngx", "compat32")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -31,6 +30,8 @@ PROC_DRIVER_MODES = ("hook", "always", "off")
 CUDA_COMPAT = ("ldconfig", "off")
 SHARING_STRATEGIES = ("time-slicing", "mps")
 REPLICAS_OF_ONE_GPU = ("error", "warn")
+# How MIG devices are advertised (nvct.node.devices): not, as nvidia.com/gpu, or per profile.
+MIG_STRATEGIES = ("none", "single", "mixed")
 
 
 def _schema() -> dict[str, Any]:
@@ -87,7 +88,7 @@ def _schema() -> dict[str, Any]:
             ),
             "device-plugin": section(
                 {
-                    "mig-strategy": {"enum": ["none", "single", "mixed"]},
+                    "mig-strategy": {"enum": list(MIG_STRATEGIES)},
                     "device-id-strategy": {"enum": ["uuid", "index"]},
                     "device-list-strategy": {
                         "type": "array",
@@ -141,7 +142,7 @@ def _schema() -> dict[str, Any]:
 
 def _sharing_rule() -> dict[str, Any]:
     """One ``[[device-plugin.sharing.gpus]]`` rule; what needs the GPUs is checked by
-    ``nvct.host.sharing.plan_sharing``."""
+    ``nvct.node.sharing.plan_sharing``."""
     return {
         "type": "object",
         "additionalProperties": False,

@@ -352,7 +352,7 @@ def test_the_nodes_get_only_allocated_gpus_and_the_plugin_answers_what_passes_it
     kustomization lists the manifests as they are: no patches or generators), install it on a
     node without a config of its own, and check the plugin's answers pass that guard."""
     from nvct.config import load_config, parse_config
-    from nvct.deviceplugin.guard import envvar_without_guard_pass
+    from nvct.node.guard import envvar_without_guard_pass
 
     kustomization = yaml.safe_load((DEPLOYMENTS / "kustomization.yaml").read_text())
     assert set(kustomization) <= {"apiVersion", "kind", "resources"}

@@ -9,6 +9,8 @@ ENV_VAR = "NVCT_CONFIG"
 DEFAULT_CACHE_DIR = "/var/cache/nvct"
 # Where the native launcher hands a GPU container's create to the shim daemon.
 DEFAULT_SOCKET = "/run/nvct/shim.sock"
+# The kubelet's device-plugins directory: nvct-device-plugin's sockets and status file.
+DEFAULT_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 
 
 def config_path(explicit: str | None = None) -> tuple[str, bool]:

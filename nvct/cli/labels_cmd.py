@@ -17,9 +17,10 @@ import click
 from nvct.base.atomic import write_atomic
 from nvct.base.errors import DiscoveryError
 from nvct.cli.main import CliContext
-from nvct.host.labels import MIG_STRATEGIES, feature_file, node_labels
+from nvct.config import MIG_STRATEGIES
 from nvct.host.load import load_inventory
-from nvct.host.sharing import plan_sharing
+from nvct.node.labels import feature_file
+from nvct.node.offer import offer
 
 DEFAULT_OUTPUT = "/etc/kubernetes/node-feature-discovery/features.d/nvct"
 DMI_PRODUCT = "class/dmi/id/product_name"
@@ -79,12 +80,9 @@ def labels(
 
     def render() -> str:
         inventory = load_inventory(config, use_cache=obj.use_cache)
-        plan = plan_sharing(config, inventory)  # a bad rule: one line, exit 1
+        offered = offer(config, inventory)  # a bad sharing rule: one line, exit 1
         return feature_file(
-            node_labels(
-                inventory,
-                mig_strategy=config.dp_mig_strategy,
-                plan=plan,
+            offered.labels(
                 machine=_machine(sysfs_root),
                 timestamp=None if no_timestamp else int(time.time()),
             )

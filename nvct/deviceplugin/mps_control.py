@@ -24,7 +24,7 @@ from nvct.deviceplugin.health import Health, Transition
 from nvct.deviceplugin.mps import MpsDaemon, gpu_daemons
 from nvct.deviceplugin.mps_watch import MpsWatch, Supervised
 from nvct.deviceplugin.watchers import Verdicts, Watcher
-from nvct.host.sharing import SharingConfigError, plan_sharing
+from nvct.node.sharing import SharingConfigError, plan_sharing
 
 WATCH_S = 0.1
 

@@ -11,7 +11,7 @@ from nvct.doctor.driver import DriverFacts
 from nvct.doctor.result import CheckResult, failed, passed, skipped, warned
 from nvct.host.discover.nvml import NvmlGpu
 from nvct.host.inventory import Gpu, Inventory, MigDevice
-from nvct.host.sharing import MPS, SharingConfigError, SharingPlan, mps_control_binary, plan_sharing
+from nvct.node.sharing import MPS, SharingConfigError, SharingPlan, mps_control_binary, plan_sharing
 
 NAME = "sharing"
 

@@ -18,8 +18,8 @@ from nvct.config import Config
 from nvct.exporter.collector import SampleCollector
 from nvct.exporter.sample import GpuIdentity
 from nvct.exporter.sampler import Policy, Sampler
-from nvct.podresources.client import PodResourcesClient
-from nvct.podresources.ids import DeviceMap, GpuIds
+from nvct.kubeapi.podresources.client import PodResourcesClient
+from nvct.kubeapi.podresources.ids import DeviceMap, GpuIds
 
 log = structlog.get_logger("nvct-exporter")
 

@@ -20,14 +20,15 @@ from typing import Any
 import grpc
 import pytest
 
-from nvct.base.plugin_files import CDI_CLASS, CDI_KIND, CDI_VENDOR, STATUS_FILE
-from nvct.base.plugin_status import status_bytes
+from nvct.base.cdi_names import PLUGIN_CLASS, PLUGIN_KIND, PLUGIN_VENDOR
 from nvct.cdi.spec import SpecOptions, build_spec
-from nvct.deviceplugin.api import v1beta1_pb2 as api
-from nvct.deviceplugin.api import v1beta1_pb2_grpc as rpc
 from nvct.doctor import FAIL, PASS, SKIP, WARN, CheckResult, k8s_plugin, k8s_runtime, kubernetes
 from nvct.doctor.report import DoctorReport
 from nvct.host.arch import host_arch
+from nvct.kubeapi.deviceplugin import v1beta1_pb2 as api
+from nvct.kubeapi.deviceplugin import v1beta1_pb2_grpc as rpc
+from nvct.node.files import STATUS_FILE
+from nvct.node.status import status_bytes
 from tests.conftest import sim_config
 from tests.doctor.conftest import by_name, cdi_generator, context, executable
 
@@ -353,7 +354,7 @@ def test_no_engine_config_at_all(tmp_path) -> None:
 
 def plugin_spec(sim: Any, tmp: Path) -> dict[str, Any]:
     """The spec nvct-device-plugin writes (both name forms, the hook)."""
-    options = SpecOptions(strategy="both", vendor=CDI_VENDOR, cls=CDI_CLASS)
+    options = SpecOptions(strategy="both", vendor=PLUGIN_VENDOR, cls=PLUGIN_CLASS)
     return build_spec(sim.inventory, sim_config(sim, tmp), host_arch(), options=options, hook=HOOK)
 
 
@@ -415,11 +416,11 @@ def test_plugin_cdi_spec_stale(recorded_h100x4, tmp_path) -> None:
     kind = kubernetes.check_cdi_spec(ctx, sim.inventory)
     assert kind.status == FAIL
     assert kind.message == (
-        f"{path} is of kind nvidia.com/gpu, the plugin's answers name {CDI_KIND}: an older "
+        f"{path} is of kind nvidia.com/gpu, the plugin's answers name {PLUGIN_KIND}: an older "
         "nvct-device-plugin wrote it, and it collides with the node's nvidia.com/gpu spec"
     )
     older = dataclasses.replace(sim.inventory, driver_version="535.104.05")
-    options = SpecOptions(vendor=CDI_VENDOR, cls=CDI_CLASS)
+    options = SpecOptions(vendor=PLUGIN_VENDOR, cls=PLUGIN_CLASS)
     write_spec(
         tmp_path,
         build_spec(older, sim_config(sim, tmp_path), host_arch(), options=options, hook=HOOK),
