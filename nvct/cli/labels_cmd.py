@@ -6,7 +6,6 @@ plugin's, from ``[device-plugin]`` of the same config, so the labels say what it
 
 from __future__ import annotations
 
-import dataclasses
 import signal
 import threading
 import time
@@ -17,7 +16,8 @@ import click
 from nvct.base.atomic import write_atomic
 from nvct.base.errors import DiscoveryError
 from nvct.cli.main import CliContext
-from nvct.config import MIG_STRATEGIES
+from nvct.config import with_settings
+from nvct.config.kubernetes import MIG_STRATEGIES
 from nvct.host.load import load_inventory
 from nvct.node.labels import feature_file
 from nvct.node.offer import offer
@@ -76,7 +76,7 @@ def labels(
     """
     config = obj.config
     if mig_strategy is not None:
-        config = dataclasses.replace(config, dp_mig_strategy=mig_strategy)
+        config = with_settings(config, "device-plugin", mig_strategy=mig_strategy)
 
     def render() -> str:
         inventory = load_inventory(config, use_cache=obj.use_cache)

@@ -21,11 +21,11 @@ import structlog
 from nvct.base.defaults import config_path
 from nvct.base.errors import NvctError
 from nvct.base.log import configure_stdout_structlog
-from nvct.config import MIG_STRATEGIES, Config, load_config
-from nvct.deviceplugin.allocate import STRATEGIES
+from nvct.config import Config, load_config
+from nvct.config.flags import flag_options, with_flags
 from nvct.deviceplugin.plugin import Plugin, error
 from nvct.deviceplugin.watchers import watchdog
-from nvct.node.devices import ID_STRATEGIES, DeviceConfigError
+from nvct.node.devices import DeviceConfigError
 from nvct.node.guard import FIX as GUARD_FIX
 from nvct.node.guard import envvar_without_guard_pass, node_guard
 from nvct.node.sharing import SharingConfigError
@@ -49,7 +49,7 @@ def run(config: Config) -> int:
     pause = INIT_RETRY_MIN_S
     try:
         while not plugin.start():
-            if config.dp_fail_on_init_error:
+            if config.device_plugin.fail_on_init_error:
                 return 1
             log.info("init_retry", retry_in_s=pause)
             if stop.wait(pause):
@@ -86,22 +86,7 @@ def run(config: Config) -> int:
 @click.option("--driver-root", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--dev-root", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--proc-root", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--mig-strategy", type=click.Choice(MIG_STRATEGIES))
-@click.option("--device-id-strategy", type=click.Choice(ID_STRATEGIES))
-@click.option(
-    "--device-list-strategy",
-    help=f"Comma list of {', '.join(STRATEGIES)}.",
-)
-@click.option("--plugin-dir", type=click.Path(file_okay=False))
-@click.option("--cdi-spec-dir", type=click.Path(file_okay=False))
-@click.option("--sysfs-root", type=click.Path(file_okay=False))
-@click.option("--fail-on-init-error/--no-fail-on-init-error", default=None)
-@click.option("--quiet-period", type=click.FloatRange(min=0))
-@click.option(
-    "--mps-root",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Where each MPS daemon's pipe, log and shm directories go.",
-)
+@flag_options("device-plugin")
 def cli(config_file: str | None, **flags: Any) -> int:
     """Advertise the node's GPUs to the kubelet and answer its allocations."""
     _logging()
@@ -114,25 +99,11 @@ def cli(config_file: str | None, **flags: Any) -> int:
     for name in ("driver_root", "dev_root", "proc_root"):
         if flags[name] is not None:
             overrides[name] = flags[name].absolute()
-    for name in ("mig_strategy", "device_id_strategy", "plugin_dir", "cdi_spec_dir"):
-        if flags[name] is not None:
-            overrides[f"dp_{name}"] = flags[name]
-    for name in ("sysfs_root", "fail_on_init_error", "quiet_period"):
-        if flags[name] is not None:
-            overrides[f"dp_{name}"] = flags[name]
-    if flags["mps_root"] is not None:  # containers mount from it: never relative
-        overrides["dp_mps_root"] = str(flags["mps_root"].absolute())
-    if flags["device_list_strategy"]:
-        chosen = tuple(s.strip() for s in flags["device_list_strategy"].split(",") if s.strip())
-        bad = [s for s in chosen if s not in STRATEGIES]
-        if bad or not chosen:
-            error(
-                f"--device-list-strategy {flags['device_list_strategy']!r}: "
-                f"use one or more of {', '.join(STRATEGIES)}"
-            )
-            return 2
-        overrides["dp_device_list_strategy"] = chosen
-    config = dataclasses.replace(config, **overrides)
+    try:
+        config = with_flags(dataclasses.replace(config, **overrides), "device-plugin", flags)
+    except NvctError as err:
+        error(err.one_line())
+        return 2
     log.info("starting", settings=json.loads(json.dumps(_settings(config), default=str)))
     try:
         _check_guard(config, config_path(config_file)[0])
@@ -149,15 +120,14 @@ def _check_guard(config: Config, own_file: str) -> None:
         ConfigError: runtime-config names an invalid config.
     """
     guarded, where = node_guard(config, own_file)
-    problem = envvar_without_guard_pass(config.dp_device_list_strategy, guarded, where)
+    problem = envvar_without_guard_pass(config.device_plugin.device_list_strategy, guarded, where)
     if problem is not None:
         log.error("envvar_ignored_by_guard", problem=problem, fix=GUARD_FIX)
         print(f"nvct-device-plugin: error: {problem} (fix: {GUARD_FIX})", file=sys.stderr)
 
 
 def _settings(config: Config) -> dict[str, Any]:
-    shown = [f.name for f in dataclasses.fields(config) if f.name.startswith(("dp_", "driver"))]
-    return {name: getattr(config, name) for name in shown}
+    return {"driver_root": config.driver_root, **dataclasses.asdict(config.device_plugin)}
 
 
 def main() -> int:

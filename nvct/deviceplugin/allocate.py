@@ -34,7 +34,6 @@ from nvct.deviceplugin.health import HEALTHY
 from nvct.deviceplugin.mps import CONTAINER_SHM, MpsPaths
 from nvct.node.devices import PluginDevice
 
-STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
 DEVICE_MOUNT_DIR = "/var/run/nvidia-container-devices"
 ANNOTATION_PREFIX = "cdi.k8s.io/"
 REPLICAS_ENV = "NVCT_SHARED_GPU_REPLICAS"

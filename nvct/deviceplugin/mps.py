@@ -411,7 +411,7 @@ def gpu_daemons(
     return [
         kind(
             binary,
-            MpsPaths(config.dp_mps_root, s.device.uuid),
+            MpsPaths(config.device_plugin.sharing.mps_root, s.device.uuid),
             pinned_memory_mib=s.pinned_memory_mib,
             threads=s.active_thread_percentage,
             library_path=library_path,

@@ -20,7 +20,8 @@ import structlog
 from nvct.base.atomic import write_atomic
 from nvct.base.cdi_names import PLUGIN_CLASS, PLUGIN_SPEC_NAME, PLUGIN_VENDOR
 from nvct.base.errors import NvctError
-from nvct.config import Config, setting_field
+from nvct.config import Config
+from nvct.config.declare import recorded
 from nvct.deviceplugin.allocate import SharingPolicy
 from nvct.deviceplugin.health import Health, Transition
 from nvct.deviceplugin.mps_watch import MpsWatch
@@ -34,7 +35,7 @@ from nvct.node.files import KUBELET_SOCKET, STATUS_FILE
 from nvct.node.health.latches import LatchFile, boot_id
 from nvct.node.offer import offer
 from nvct.node.sharing import SharingPlan
-from nvct.node.status import SETTINGS, Devices
+from nvct.node.status import Devices
 
 if TYPE_CHECKING:
     from nvct.deviceplugin.nvml_watch import NvmlWatch
@@ -61,7 +62,7 @@ class Plugin:
     def __init__(self, config: Config, stop: threading.Event) -> None:
         self.config = config
         self.stop = stop
-        self.plugin_dir = Path(config.dp_plugin_dir)
+        self.plugin_dir = Path(config.device_plugin.plugin_dir)
         self.endpoints: list[Endpoint] = []
         self.watch: NvmlWatch | None = None
         self.mps: MpsWatch | None = None
@@ -106,8 +107,8 @@ class Plugin:
         devices = [d for r in found for d in r.devices]
         self.health = Health(
             [d.id for d in devices],
-            quiet=config.dp_quiet_period,
-            ignored_xids=config.dp_ignored_xids,
+            quiet=config.device_plugin.quiet_period,
+            ignored_xids=config.device_plugin.ignored_xids,
             uuids={d.id: d.uuid for d in devices},
             latches=LatchFile(self.plugin_dir, boot_id(Path(config.proc_root))),
         )
@@ -121,16 +122,16 @@ class Plugin:
         names = self._cdi_spec(inventory)
         topology = read_topology(watch.nvml, devices)
         policy = SharingPolicy(
-            fail_greater_than_one=config.dp_sharing_fail_greater_than_one,
-            replicas_of_one_gpu=config.dp_sharing_replicas_of_one_gpu,
-            mps_root=config.dp_mps_root,
+            fail_greater_than_one=config.device_plugin.sharing.fail_requests_greater_than_one,
+            replicas_of_one_gpu=config.device_plugin.sharing.replicas_of_one_gpu,
+            mps_root=config.device_plugin.sharing.mps_root,
         )
         for resource in found:
             service = ResourceService(
                 resource,
                 self.verdicts,
-                strategies=config.dp_device_list_strategy,
-                id_strategy=config.dp_device_id_strategy,
+                strategies=config.device_plugin.device_list_strategy,
+                id_strategy=config.device_plugin.device_id_strategy,
                 cdi_names=names,
                 links=topology.links,
                 pcie=topology.pcie_closeness(pcie_score),
@@ -150,7 +151,7 @@ class Plugin:
         log.info(
             "devices",
             resources={r.name: [d.id for d in r.devices] for r in found},
-            strategies=list(config.dp_device_list_strategy),
+            strategies=list(config.device_plugin.device_list_strategy),
         )
         if not found:
             log.warning("no_devices", detail="no GPU to advertise; waiting")
@@ -199,7 +200,7 @@ class Plugin:
 
     def _cdi_spec(self, inventory: Inventory) -> frozenset[str]:
         """Write the CDI spec the answers name (before registering); its device names."""
-        if not {"cdi-cri", "cdi-annotations"} & set(self.config.dp_device_list_strategy):
+        if not {"cdi-cri", "cdi-annotations"} & set(self.config.device_plugin.device_list_strategy):
             return frozenset()
         from nvct.cdi.spec import SpecOptions, build_spec, device_names, hook_program, to_json
         from nvct.host.arch import host_arch
@@ -207,9 +208,11 @@ class Plugin:
         # Its own kind: the node's nvidia.com/gpu spec may sit in the same directory.
         options = SpecOptions(strategy="both", vendor=PLUGIN_VENDOR, cls=PLUGIN_CLASS)
         spec = build_spec(inventory, self.config, host_arch(), options=options, hook=hook_program())
-        if self.config.dp_host_driver_root:
-            spec = on_host(spec, str(self.config.driver_root), self.config.dp_host_driver_root)
-        path = Path(self.config.dp_cdi_spec_dir) / PLUGIN_SPEC_NAME
+        if self.config.device_plugin.host_driver_root:
+            spec = on_host(
+                spec, str(self.config.driver_root), self.config.device_plugin.host_driver_root
+            )
+        path = Path(self.config.device_plugin.cdi_spec_dir) / PLUGIN_SPEC_NAME
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(str(path), to_json(spec).encode(), 0o644)
         log.info("cdi_spec_written", file=str(path))
@@ -244,7 +247,7 @@ class Plugin:
 
     def _settings(self) -> dict[str, Any]:
         """The settings the status file records (doctor judges the node by them)."""
-        return {key: getattr(self.config, setting_field("device-plugin", key)) for key in SETTINGS}
+        return recorded(self.config.device_plugin)
 
     def serve(self) -> None:
         """Serve and register every endpoint; again whenever the kubelet restarts."""

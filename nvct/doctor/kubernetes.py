@@ -140,7 +140,7 @@ def advertised(ctx: DoctorContext, inventory: Inventory) -> tuple[Resource, ...]
 def check_guard(ctx: DoctorContext) -> CheckResult:
     """The plugin's device-list strategy against this node's leak guard
     (``request.only-allocated-gpus``, which drops every ``NVIDIA_VISIBLE_DEVICES``)."""
-    strategies = ctx.config.dp_device_list_strategy
+    strategies = ctx.config.device_plugin.device_list_strategy
     where = ctx.config_file or "the node's config.toml"
     problem = envvar_without_guard_pass(strategies, ctx.config.only_allocated_gpus, where)
     if problem is not None:
@@ -156,12 +156,12 @@ def check_guard(ctx: DoctorContext) -> CheckResult:
 def check_cdi_spec(ctx: DoctorContext, inventory: Inventory | None) -> CheckResult:
     """With a CDI device-list strategy: the plugin's spec exists, parses, names every device
     the plugin advertises, and is what would be generated now."""
-    strategies = ctx.config.dp_device_list_strategy
+    strategies = ctx.config.device_plugin.device_list_strategy
     if not set(CDI_STRATEGIES) & set(strategies):
         return skipped(
             CDI_SPEC, f"device-list-strategy {','.join(strategies)} hands out no CDI device"
         )
-    path = Path(ctx.config.dp_cdi_spec_dir) / PLUGIN_SPEC_NAME
+    path = Path(ctx.config.device_plugin.cdi_spec_dir) / PLUGIN_SPEC_NAME
     fix = (
         f"restart the plugin pod (it writes {path} when it starts); the engine's CDI spec "
         "dirs must include [device-plugin] cdi-spec-dir"
@@ -220,7 +220,7 @@ def check_cdi_spec(ctx: DoctorContext, inventory: Inventory | None) -> CheckResu
             fix,
         )
     # The plugin moves paths under host-driver-root: not what `cdi generate` writes here.
-    drift = None if ctx.config.dp_host_driver_root else drift_of(ctx, spec)
+    drift = None if ctx.config.device_plugin.host_driver_root else drift_of(ctx, spec)
     if drift:
         return failed(CDI_SPEC, f"{path} is stale: {drift}", fix)
     return passed(
@@ -231,7 +231,7 @@ def check_cdi_spec(ctx: DoctorContext, inventory: Inventory | None) -> CheckResu
 
 def check_mig_strategy(ctx: DoctorContext, inventory: Inventory | None) -> CheckResult:
     """``[device-plugin] mig-strategy`` against the GPUs' MIG modes."""
-    strategy = ctx.config.dp_mig_strategy
+    strategy = ctx.config.device_plugin.mig_strategy
     if inventory is None:
         return skipped(MIG, f"mig-strategy {strategy}: {NO_DRIVER}")
     try:

@@ -19,7 +19,7 @@ NAME = "sharing"
 def check_sharing(ctx: DoctorContext, facts: DriverFacts) -> CheckResult:
     """``[device-plugin.sharing]`` is valid for the GPUs NVML reports here."""
     config = ctx.config
-    if not config.dp_sharing_gpus:
+    if not config.device_plugin.sharing.gpus:
         return passed(NAME, "no [[device-plugin.sharing.gpus]] rule: every GPU is advertised whole")
     if facts.driver_version is None:
         return skipped(NAME, "NVML did not answer: the sharing rules cannot be checked")

@@ -69,8 +69,8 @@ def plugin_view(plugin_dir: Path, devices: DeviceMap) -> PluginView:
         return PluginView(out, present=True, accepted=accepted)
     return PluginView(
         out,
-        recorded.dp_quiet_period if "quiet-period" in policy else None,
-        recorded.dp_ignored_xids if "ignored-xids" in policy else None,
+        recorded.device_plugin.quiet_period if "quiet-period" in policy else None,
+        recorded.device_plugin.ignored_xids if "ignored-xids" in policy else None,
         present=True,
         accepted=accepted,
     )

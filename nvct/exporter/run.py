@@ -59,7 +59,7 @@ def discover(config: Config) -> Discovered:
 
 def hostname(config: Config) -> str:
     """The Hostname label: configured, else the DaemonSet's NODE_NAME, else the host name."""
-    return config.ex_hostname or os.environ.get("NODE_NAME", "") or socket.gethostname()
+    return config.exporter.hostname or os.environ.get("NODE_NAME", "") or socket.gethostname()
 
 
 def run(config: Config) -> int:
@@ -79,12 +79,16 @@ def run(config: Config) -> int:
     except NvctError as err:
         report_error(f"{err.one_line()} (driver-root {config.driver_root})")
         return 1
-    client = PodResourcesClient(config.ex_pod_resources_socket) if config.ex_kubernetes else None
+    client = (
+        PodResourcesClient(config.exporter.pod_resources_socket)
+        if config.exporter.kubernetes
+        else None
+    )
     policy = Policy(
-        Path(config.dp_plugin_dir),
-        config.dp_quiet_period,
-        config.dp_ignored_xids,
-        config.ex_extra_resources,
+        Path(config.device_plugin.plugin_dir),
+        config.device_plugin.quiet_period,
+        config.device_plugin.ignored_xids,
+        config.exporter.extra_resources,
     )
     try:
         sampler = Sampler(nvml, found.gpus, found.devices, client, policy)
@@ -95,21 +99,25 @@ def run(config: Config) -> int:
         log.warning("xid_events_unsupported", detail="XID metrics stay 0")
     registry = CollectorRegistry(auto_describe=False)
     registry.register(
-        SampleCollector(sampler.latest, hostname(config), kubernetes=config.ex_kubernetes)
+        SampleCollector(sampler.latest, hostname(config), kubernetes=config.exporter.kubernetes)
     )
     try:
-        server, _ = start_http_server(config.ex_port, addr=config.ex_address, registry=registry)
+        server, _ = start_http_server(
+            config.exporter.port, addr=config.exporter.address, registry=registry
+        )
     except OSError as err:
-        report_error(f"cannot listen on {config.ex_address}:{config.ex_port}: {err.strerror}")
+        report_error(
+            f"cannot listen on {config.exporter.address}:{config.exporter.port}: {err.strerror}"
+        )
         return 1
-    sampler.start(config.ex_interval)
+    sampler.start(config.exporter.interval)
     log.info(
         "serving",
-        address=config.ex_address,
+        address=config.exporter.address,
         port=server.server_port,
-        interval_s=config.ex_interval,
+        interval_s=config.exporter.interval,
         gpus=[g.uuid for g in found.gpus],
-        pod_resources=config.ex_pod_resources_socket if config.ex_kubernetes else None,
+        pod_resources=config.exporter.pod_resources_socket if config.exporter.kubernetes else None,
     )
     stop.wait()
     server.shutdown()

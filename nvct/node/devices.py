@@ -20,13 +20,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from nvct.base.errors import NvctError
-from nvct.config import MIG_STRATEGIES
+from nvct.config.kubernetes import MIG_STRATEGIES
 from nvct.host.inventory import Inventory
 from nvct.node.files import socket_name
 from nvct.node.sharing import SharingPlan, base_resource, shareable, single_fits
 
 VENDOR = "nvidia.com"
-ID_STRATEGIES = ("uuid", "index")  # what a container is told (allocate)
 
 
 class DeviceConfigError(NvctError):

@@ -41,7 +41,7 @@ def node_guard(config: Config, own_file: str | None) -> tuple[bool, str]:
     Raises:
         ConfigError: ``runtime-config`` names a file that is not a valid nvct config.
     """
-    path = config.dp_runtime_config
+    path = config.device_plugin.runtime_config
     if not path:
         return config.only_allocated_gpus, own_file or "the plugin's config"
     if not Path(path).is_file():

@@ -23,7 +23,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 
-from nvct.config import MIG_STRATEGIES
+from nvct.config.kubernetes import MIG_STRATEGIES
 from nvct.host.inventory import Gpu, Inventory
 from nvct.node.sharing import SharingPlan, mig_resource, single_fits
 

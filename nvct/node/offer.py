@@ -71,5 +71,5 @@ def offer(
         if strict:
             raise
         plan = SharingPlan({})
-    root = Path(config.dp_sysfs_root) if sysfs_root is None else sysfs_root
-    return Offer(inventory, config.dp_mig_strategy, plan, root)
+    root = Path(config.device_plugin.sysfs_root) if sysfs_root is None else sysfs_root
+    return Offer(inventory, config.device_plugin.mig_strategy, plan, root)

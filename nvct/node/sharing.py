@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nvct.base.errors import ConfigError
-from nvct.config import Config, SharingRule
+from nvct.config import Config
+from nvct.config.kubernetes import SharingRule
 from nvct.host.inventory import Inventory
 
 TIME_SLICING = "time-slicing"
@@ -136,12 +137,12 @@ def plan_sharing(config: Config, inventory: Inventory) -> SharingPlan:
             mig-strategy mixed, MPS replicas above the GPU's client limit, MPS limits beyond
             the GPU, or MPS settings on a time-slicing rule.
     """
-    devices = shareable(inventory, config.dp_mig_strategy)
+    devices = shareable(inventory, config.device_plugin.mig_strategy)
     shares: dict[str, Share] = {}
     warnings: list[str] = []
-    for number, rule in enumerate(config.dp_sharing_gpus, start=1):
+    for number, rule in enumerate(config.device_plugin.sharing.gpus, start=1):
         where = f"[[device-plugin.sharing.gpus]] rule {number} (devices {list(rule.devices)})"
-        _check_rule(rule, where, config.dp_mig_strategy)
+        _check_rule(rule, where, config.device_plugin.mig_strategy)
         for selector in rule.devices:
             if not any(selects(selector, d) for d in devices):
                 warnings.append(
@@ -205,7 +206,7 @@ def _check_rule(rule: SharingRule, where: str, mig_strategy: str) -> None:
 
 def _resource(rule: SharingRule, device: Shareable, where: str, config: Config) -> str:
     """Where ``device``'s replicas are advertised (after "nvidia.com/")."""
-    base = base_resource(device, config.dp_mig_strategy)
+    base = base_resource(device, config.device_plugin.mig_strategy)
     if rule.resource is not None:
         if device.is_mig:
             raise SharingConfigError(
@@ -213,7 +214,7 @@ def _resource(rule: SharingRule, device: Shareable, where: str, config: Config) 
                 hint="MIG devices keep their profile's resource: use rename = true instead",
             )
         return rule.resource.partition("/")[2]
-    renamed = config.dp_sharing_rename if rule.rename is None else rule.rename
+    renamed = config.device_plugin.sharing.rename_by_default if rule.rename is None else rule.rename
     return base + SHARED_SUFFIX if renamed else base
 
 
@@ -236,7 +237,7 @@ def single_fits(inventory: Inventory) -> bool:
 
 def _share(rule: SharingRule, device: Shareable, number: int, where: str, config: Config) -> Share:
     resource = _resource(rule, device, where, config)
-    base = base_resource(device, config.dp_mig_strategy)
+    base = base_resource(device, config.device_plugin.mig_strategy)
     if rule.strategy != MPS:
         return Share(device, TIME_SLICING, rule.replicas, resource, base, number)
     if device.is_mig:

@@ -13,19 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nvct.config.declare import recorded_names
+from nvct.config.kubernetes import DevicePlugin
 from nvct.node.files import STATUS_FILE
 
 VERSION = 2
-# The [device-plugin] keys recorded, by their config.toml names.
-SETTINGS = (
-    "mig-strategy",
-    "device-id-strategy",
-    "device-list-strategy",
-    "cdi-spec-dir",
-    "host-driver-root",
-    "quiet-period",
-    "ignored-xids",
-)
+# The [device-plugin] keys recorded, by their config.toml names: those declared recorded=True.
+SETTINGS = recorded_names(DevicePlugin)
 
 Devices = dict[str, list[dict[str, Any]]]
 

@@ -29,7 +29,7 @@ def advertised(id_strategy: str) -> dict[str, dict[str, object]]:
     )
     found = resources(
         A100,
-        mig_strategy=config.dp_mig_strategy,
+        mig_strategy=config.device_plugin.mig_strategy,
         sysfs_root=Path("/nonexistent"),
         plan=plan_sharing(config, A100),
     )

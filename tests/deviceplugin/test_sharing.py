@@ -45,15 +45,18 @@ def rule(devices: str, replicas: int = 4, extra: str = "") -> str:
 
 def test_a_rule_is_read_with_its_defaults() -> None:
     c = config("[device-plugin.sharing]\nrename-by-default = true\n" + rule('["0"]'))
-    assert c.dp_sharing_rename is True
-    (only,) = c.dp_sharing_gpus
+    assert c.device_plugin.sharing.rename_by_default is True
+    (only,) = c.device_plugin.sharing.gpus
     assert (only.devices, only.replicas, only.strategy, only.rename) == (
         ("0",),
         4,
         "time-slicing",
         None,
     )
-    assert Config().dp_sharing_gpus == () and Config().dp_mps_root == "/run/nvct/mps"
+    assert (
+        Config().device_plugin.sharing.gpus == ()
+        and Config().device_plugin.sharing.mps_root == "/run/nvct/mps"
+    )
 
 
 @pytest.mark.parametrize(
@@ -156,7 +159,7 @@ def test_mps_replica_limit_follows_compute_capability() -> None:
 def advertised(c: Config, inv: Inventory = H100) -> dict[str, list[str]]:
     found = resources(
         inv,
-        mig_strategy=c.dp_mig_strategy,
+        mig_strategy=c.device_plugin.mig_strategy,
         sysfs_root=Path("/nonexistent"),
         plan=plan_sharing(c, inv),
     )

@@ -8,6 +8,7 @@ import pytest
 
 from nvct.base.errors import ConfigError
 from nvct.config import Config
+from nvct.config.kubernetes import DevicePlugin
 from nvct.node.guard import envvar_without_guard_pass, node_guard
 
 
@@ -34,11 +35,14 @@ def test_the_node_guard_comes_from_runtime_config_else_the_plugins_own(tmp_path:
         "/etc/nvct/config.toml",
     )
     node = tmp_path / "host/etc/nvct/config.toml"
-    pointed = Config(only_allocated_gpus=True, dp_runtime_config=str(node))
+    pointed = Config(only_allocated_gpus=True, device_plugin=DevicePlugin(runtime_config=str(node)))
     assert node_guard(pointed, "/cm/config.toml") == (False, str(node))  # nvct not there yet
     node.parent.mkdir(parents=True)
     node.write_text("[request]\nonly-allocated-gpus = true\n")
-    assert node_guard(Config(dp_runtime_config=str(node)), None) == (True, str(node))
+    assert node_guard(Config(device_plugin=DevicePlugin(runtime_config=str(node))), None) == (
+        True,
+        str(node),
+    )
     node.write_text("[request]\nonly-allocated-gpus = 1\n")
     with pytest.raises(ConfigError, match=rf"^\[device-plugin\] runtime-config {node}: "):
-        node_guard(Config(dp_runtime_config=str(node)), None)
+        node_guard(Config(device_plugin=DevicePlugin(runtime_config=str(node))), None)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from nvct.base.errors import ConfigError
 from nvct.config import Config, load_config, parse_config
 
-SHIPPED = Path(__file__).parent.parent / "config" / "config.toml"
+SHIPPED = Path(__file__).parent.parent.parent / "config" / "config.toml"
 
 
 def test_shipped_file_is_all_comments_and_matches_the_code_defaults() -> None:
@@ -26,7 +26,7 @@ def test_shipped_file_is_all_comments_and_matches_the_code_defaults() -> None:
 
 
 def test_every_schema_key_is_documented() -> None:
-    from nvct.config import SCHEMA
+    from nvct.config import config_schema
 
     text = SHIPPED.read_text()
 
@@ -43,7 +43,7 @@ def test_every_schema_key_is_documented() -> None:
             else:
                 assert re.search(rf"(?m)^#{re.escape(key)} = ", text), name
 
-    documented("", SCHEMA["properties"])
+    documented("", config_schema()["properties"])
 
 
 @pytest.mark.parametrize(
@@ -124,10 +124,13 @@ def test_with_table_sets_a_sections_keys_validated_as_a_files() -> None:
     """Settings recorded elsewhere (the device plugin's status file) applied to a Config."""
     from nvct.config import with_table
 
-    base = Config(dp_mig_strategy="none", log_level="debug")
+    base = Config(log_level="debug")
     table = {"mig-strategy": "mixed", "device-list-strategy": ["envvar"], "ignored-xids": [48]}
     changed = with_table(base, "device-plugin", table, source="status")
-    assert changed.dp_mig_strategy == "mixed" and changed.dp_device_list_strategy == ("envvar",)
-    assert changed.dp_ignored_xids == (48,) and changed.log_level == "debug"
+    assert (
+        changed.device_plugin.mig_strategy == "mixed"
+        and changed.device_plugin.device_list_strategy == ("envvar",)
+    )
+    assert changed.device_plugin.ignored_xids == (48,) and changed.log_level == "debug"
     with pytest.raises(ConfigError, match=re.escape("status: key 'device-plugin.mig-strategy'")):
         with_table(base, "device-plugin", {"mig-strategy": "weird"}, source="status")

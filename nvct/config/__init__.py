@@ -1,13 +1,17 @@
 """nvct's own configuration: ``/etc/nvct/config.toml``.
 
-Defaults live here; the file only overrides. The file is validated against ``SCHEMA`` with
-jsonschema, and unknown keys are errors, so a typo never silently falls back to a default.
+Defaults live here; the file only overrides. The Kubernetes tables are declared as typed
+sections, each key once (``nvct.config.kubernetes``, by ``nvct.config.declare``); the others
+are still fields of ``Config`` beside the hand-written schema below. The file is validated
+against ``config_schema()`` with jsonschema, and unknown keys are errors, so a typo never
+silently falls back to a default.
 Validation results are remembered per file content (see ``nvct.store.cache``) so the hook's hot
 path does not pay jsonschema's import on every container start.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -21,17 +25,20 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-from nvct.base.defaults import DEFAULT_CACHE_DIR, DEFAULT_PLUGIN_DIR, ENV_VAR, config_path
+from nvct.base.defaults import DEFAULT_CACHE_DIR, ENV_VAR, config_path
+from nvct.config.declare import from_toml, schema_of, with_values
+from nvct.config.kubernetes import DevicePlugin, Exporter
 
 CAPABILITIES = ("utility", "compute", "video", "graphics", "display", "ngx", "compat32")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LIBRARY_MOUNTS = ("directory", "files")
 PROC_DRIVER_MODES = ("hook", "always", "off")
 CUDA_COMPAT = ("ldconfig", "off")
-SHARING_STRATEGIES = ("time-slicing", "mps")
-REPLICAS_OF_ONE_GPU = ("error", "warn")
-# How MIG devices are advertised (nvct.node.devices): not, as nvidia.com/gpu, or per profile.
-MIG_STRATEGIES = ("none", "single", "mixed")
+# The declared tables: TOML name -> (Config's field, its dataclass).
+SECTIONS: dict[str, tuple[str, type]] = {
+    "device-plugin": ("device_plugin", DevicePlugin),
+    "exporter": ("exporter", Exporter),
+}
 
 
 def _schema() -> dict[str, Any]:
@@ -86,47 +93,7 @@ def _schema() -> dict[str, Any]:
                     "library-mounts": {"enum": list(LIBRARY_MOUNTS)},
                 }
             ),
-            "device-plugin": section(
-                {
-                    "mig-strategy": {"enum": list(MIG_STRATEGIES)},
-                    "device-id-strategy": {"enum": ["uuid", "index"]},
-                    "device-list-strategy": {
-                        "type": "array",
-                        "minItems": 1,
-                        "items": {
-                            "enum": ["envvar", "volume-mounts", "cdi-annotations", "cdi-cri"]
-                        },
-                    },
-                    "plugin-dir": abspath,
-                    "cdi-spec-dir": abspath,
-                    "host-driver-root": {"type": "string", "pattern": "^(/.*)?$"},
-                    "runtime-config": {"type": "string", "pattern": "^(/.*)?$"},
-                    "sysfs-root": abspath,
-                    "fail-on-init-error": boolean,
-                    "quiet-period": {"type": "number", "minimum": 0},
-                    "ignored-xids": {"type": "array", "items": {"type": "integer"}},
-                    "sharing": section(
-                        {
-                            "rename-by-default": boolean,
-                            "fail-requests-greater-than-one": boolean,
-                            "replicas-of-one-gpu": {"enum": list(REPLICAS_OF_ONE_GPU)},
-                            "mps-root": abspath,
-                            "gpus": {"type": "array", "items": _sharing_rule()},
-                        }
-                    ),
-                }
-            ),
-            "exporter": section(
-                {
-                    "address": {"type": "string"},
-                    "port": {"type": "integer", "minimum": 0, "maximum": 65535},
-                    "interval": {"type": "number", "minimum": 0.1},
-                    "kubernetes": boolean,
-                    "pod-resources-socket": abspath,
-                    "extra-resources": {"type": "array", "items": string},
-                    "hostname": {"type": "string"},
-                }
-            ),
+            **{name: schema_of(cls) for name, (_, cls) in SECTIONS.items()},
             "cdi": section(
                 {"spec-dirs": {"type": "array", "items": {"type": "string", "pattern": "^/"}}}
             ),
@@ -140,59 +107,11 @@ def _schema() -> dict[str, Any]:
     }
 
 
-def _sharing_rule() -> dict[str, Any]:
-    """One ``[[device-plugin.sharing.gpus]]`` rule; what needs the GPUs is checked by
-    ``nvct.node.sharing.plan_sharing``."""
-    return {
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["devices", "replicas"],
-        "properties": {
-            "devices": {
-                "type": "array",
-                "minItems": 1,
-                "items": {"type": "string", "minLength": 1},
-            },
-            "strategy": {"enum": list(SHARING_STRATEGIES)},
-            "replicas": {"type": "integer", "minimum": 2},
-            "rename": {"type": "boolean"},
-            "resource": {
-                "type": "string",
-                "pattern": "^nvidia\\.com/[a-z0-9]([-a-z0-9_.]{0,50}[a-z0-9])?$",
-            },
-            "pinned-memory-mib": {"type": "integer", "minimum": 1},
-            "active-thread-percentage": {"type": "integer", "minimum": 1, "maximum": 100},
-        },
-    }
-
-
-SCHEMA: dict[str, Any] = _schema()
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SharingRule:
-    """One ``[[device-plugin.sharing.gpus]]`` entry: which GPUs, how they are shared."""
-
-    devices: tuple[str, ...]  # "all", indices ("0", "1:0"), UUIDs or product names
-    replicas: int
-    strategy: str = "time-slicing"
-    rename: bool | None = None  # None: rename-by-default
-    resource: str | None = None  # a resource name of this rule's own (whole GPUs)
-    pinned_memory_mib: int | None = None  # mps; None: the GPU's memory / replicas
-    active_thread_percentage: int | None = None  # mps; None: 100 / replicas
-
-    @classmethod
-    def from_toml(cls, table: dict[str, Any]) -> SharingRule:
-        """A validated TOML table as a rule."""
-        return cls(
-            devices=tuple(table["devices"]),
-            replicas=table["replicas"],
-            strategy=table.get("strategy", "time-slicing"),
-            rename=table.get("rename"),
-            resource=table.get("resource"),
-            pinned_memory_mib=table.get("pinned-memory-mib"),
-            active_thread_percentage=table.get("active-thread-percentage"),
-        )
+@functools.cache
+def config_schema() -> dict[str, Any]:
+    """The JSON schema of config.toml, built when first asked for (validation, doctor, tests):
+    the hook's hot path loads a config it validated before and never needs it."""
+    return _schema()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -220,29 +139,8 @@ class Config:
     cuda_compat: str = "ldconfig"
     library_mounts: str = "directory"
     cdi_spec_dirs: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi")
-    dp_mig_strategy: str = "none"
-    dp_device_id_strategy: str = "uuid"
-    dp_device_list_strategy: tuple[str, ...] = ("cdi-cri",)
-    dp_plugin_dir: str = DEFAULT_PLUGIN_DIR
-    dp_cdi_spec_dir: str = "/var/run/cdi"
-    dp_host_driver_root: str = ""
-    dp_runtime_config: str = ""  # the node's nvct-runtime config as the plugin sees it
-    dp_sysfs_root: str = "/sys"
-    dp_fail_on_init_error: bool = True
-    dp_quiet_period: float = 30.0
-    dp_ignored_xids: tuple[int, ...] = (13, 31, 43, 45, 68, 109)
-    ex_address: str = "0.0.0.0"  # noqa: S104 - a node exporter is scraped from the cluster
-    ex_port: int = 9400
-    ex_interval: float = 10.0
-    ex_kubernetes: bool = True
-    ex_pod_resources_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
-    ex_extra_resources: tuple[str, ...] = ()
-    ex_hostname: str = ""
-    dp_sharing_rename: bool = False
-    dp_sharing_fail_greater_than_one: bool = False
-    dp_sharing_replicas_of_one_gpu: str = "error"
-    dp_mps_root: str = "/run/nvct/mps"
-    dp_sharing_gpus: tuple[SharingRule, ...] = ()
+    device_plugin: DevicePlugin = field(default_factory=DevicePlugin)
+    exporter: Exporter = field(default_factory=Exporter)
     log_file: str = "/var/log/nvct.log"
     log_level: str = "info"
     source: str = field(default="(defaults)", compare=False)
@@ -270,44 +168,10 @@ _KEYMAP: dict[tuple[str, ...], str] = {
     ("inject", "cuda-compat"): "cuda_compat",
     ("inject", "library-mounts"): "library_mounts",
     ("cdi", "spec-dirs"): "cdi_spec_dirs",
-    ("device-plugin", "mig-strategy"): "dp_mig_strategy",
-    ("device-plugin", "device-id-strategy"): "dp_device_id_strategy",
-    ("device-plugin", "device-list-strategy"): "dp_device_list_strategy",
-    ("device-plugin", "plugin-dir"): "dp_plugin_dir",
-    ("device-plugin", "cdi-spec-dir"): "dp_cdi_spec_dir",
-    ("device-plugin", "host-driver-root"): "dp_host_driver_root",
-    ("device-plugin", "runtime-config"): "dp_runtime_config",
-    ("device-plugin", "sysfs-root"): "dp_sysfs_root",
-    ("device-plugin", "fail-on-init-error"): "dp_fail_on_init_error",
-    ("device-plugin", "quiet-period"): "dp_quiet_period",
-    ("device-plugin", "ignored-xids"): "dp_ignored_xids",
-    ("exporter", "address"): "ex_address",
-    ("exporter", "port"): "ex_port",
-    ("exporter", "interval"): "ex_interval",
-    ("exporter", "kubernetes"): "ex_kubernetes",
-    ("exporter", "pod-resources-socket"): "ex_pod_resources_socket",
-    ("exporter", "extra-resources"): "ex_extra_resources",
-    ("exporter", "hostname"): "ex_hostname",
-    ("device-plugin", "sharing", "rename-by-default"): "dp_sharing_rename",
-    ("device-plugin", "sharing", "fail-requests-greater-than-one"): (
-        "dp_sharing_fail_greater_than_one"
-    ),
-    ("device-plugin", "sharing", "replicas-of-one-gpu"): "dp_sharing_replicas_of_one_gpu",
-    ("device-plugin", "sharing", "mps-root"): "dp_mps_root",
-    ("device-plugin", "sharing", "gpus"): "dp_sharing_gpus",
     ("log", "file"): "log_file",
     ("log", "level"): "log_level",
 }
 _PATH_FIELDS = {"driver_root", "dev_root", "proc_root", "ldconfig"}
-
-
-def setting_field(*key: str) -> str:
-    """The ``Config`` field a config.toml key sets (``"device-plugin", "mig-strategy"``).
-
-    Raises:
-        KeyError: no such key.
-    """
-    return _KEYMAP[key]
 
 
 def load_config(explicit: str | None = None, *, use_cache: bool = True) -> Config:
@@ -341,7 +205,7 @@ def parse_config(raw: bytes, *, source: str, use_cache: bool = False) -> Config:
     """Parse and validate config.toml bytes into a Config.
 
     Raises:
-        ConfigError: not UTF-8, not TOML, or not valid against SCHEMA.
+        ConfigError: not UTF-8, not TOML, or not valid against the schema.
     """
     from nvct.store import cache  # avoids an import cycle
 
@@ -357,7 +221,7 @@ def parse_config(raw: bytes, *, source: str, use_cache: bool = False) -> Config:
         validate_config_data(data, source=source)
         if use_cache:
             cache.remember_config(cache_path, raw)
-    return Config(source=source, **_values(data))
+    return Config(source=source, **_values(data, None))
 
 
 def with_table(config: Config, section: str, table: Mapping[str, Any], *, source: str) -> Config:
@@ -368,12 +232,26 @@ def with_table(config: Config, section: str, table: Mapping[str, Any], *, source
     """
     data = {section: dict(table)}
     validate_config_data(data, source=source)
-    return replace(config, **_values(data))
+    return replace(config, **_values(data, config))
 
 
-def _values(data: dict[str, Any]) -> dict[str, Any]:
-    """The ``Config`` fields a validated config document sets."""
+def with_settings(config: Config, section: str, **values: Any) -> Config:
+    """``config`` with keys of the declared table ``section`` (``"device-plugin"``) set by their
+    field names, a nested table's included (``mps_root``): for values typed already (flags).
+
+    Raises:
+        KeyError: ``section`` is not a declared table, or has no such key.
+    """
+    attr, _ = SECTIONS[section]
+    return replace(config, **{attr: with_values(getattr(config, attr), values)})
+
+
+def _values(data: dict[str, Any], base: Config | None) -> dict[str, Any]:
+    """The ``Config`` fields a validated config document sets (over ``base``'s tables)."""
     values: dict[str, Any] = {}
+    for name, (attr, cls) in SECTIONS.items():
+        if name in data:
+            values[attr] = from_toml(cls, data[name], getattr(base, attr, None))
     for keys, attr in _KEYMAP.items():
         node: Any = data
         for key in keys:
@@ -383,8 +261,6 @@ def _values(data: dict[str, Any]) -> dict[str, Any]:
         else:
             if attr in _PATH_FIELDS:
                 node = Path(node)
-            elif attr == "dp_sharing_gpus":
-                node = tuple(SharingRule.from_toml(rule) for rule in node)
             elif isinstance(node, list):
                 node = tuple(node)
             values[attr] = node
@@ -394,10 +270,10 @@ def _values(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def validate_config_data(data: dict[str, Any], *, source: str) -> None:
-    """Validate parsed TOML against SCHEMA; the first error names the file and key."""
+    """Validate parsed TOML against the schema; the first error names the file and key."""
     import jsonschema  # 50 ms import, kept off the hot path
 
-    validator = jsonschema.Draft7Validator(SCHEMA)
+    validator = jsonschema.Draft7Validator(config_schema())
     errors = sorted(validator.iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
     if not errors:
         return
