@@ -26,7 +26,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 from nvct.base.defaults import DEFAULT_CACHE_DIR, ENV_VAR, config_path
-from nvct.config.declare import from_toml, schema_of, with_values
+from nvct.config.declare import Table, from_toml, schema_of, with_values
 from nvct.config.kubernetes import DevicePlugin, Exporter
 
 CAPABILITIES = ("utility", "compute", "video", "graphics", "display", "ngx", "compat32")
@@ -114,8 +114,8 @@ def config_schema() -> dict[str, Any]:
     return _schema()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Config:
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
+class Config(Table):  # equality, hash and repr by its fields (Table): less import time
     """Effective configuration (defaults overridden by the file and command-line flags)."""
 
     driver_root: Path = Path("/")

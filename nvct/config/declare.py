@@ -52,6 +52,32 @@ class Key:
         self.items = items  # an array of tables: each one's dataclass
 
 
+class Table:
+    """Value semantics for a declared table's dataclass (``eq=False, repr=False``): equal, hashed
+    and shown by its fields. Generated per class, ``__eq__``, ``__hash__`` and ``__repr__`` cost
+    ~0.25 ms of import apiece table, and the hook imports the config."""
+
+    __slots__ = ()
+
+    def _fields(self) -> tuple[Any, ...]:
+        """The values compared (``field(compare=False)`` left out, as a dataclass does)."""
+        fields = dataclasses.fields(self)  # type: ignore[arg-type]
+        return tuple(getattr(self, f.name) for f in fields if f.compare)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        fields = dataclasses.fields(self)  # type: ignore[arg-type]
+        shown = (f"{f.name}={getattr(self, f.name)!r}" for f in fields if f.repr)
+        return f"{type(self).__name__}({', '.join(shown)})"
+
+
 def key(
     default: Any = dataclasses.MISSING,
     schema: dict[str, Any] | None = None,

@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nvct.base.defaults import DEFAULT_PLUGIN_DIR
-from nvct.config.declare import key, table
+from nvct.config.declare import Table, key, table
 
-# The tables are frozen dataclasses without slots: slots make each class twice (~0.5 ms apiece
-# at import, which the hook pays).
+# The tables are frozen dataclasses without slots (slots make each class twice) whose equality,
+# hash and repr come from Table: ~0.5 ms less import apiece, which the hook pays.
 
 # How MIG devices are advertised (nvct.node.devices): not, as nvidia.com/gpu, or per profile.
 MIG_STRATEGIES = ("none", "single", "mixed")
@@ -30,8 +30,8 @@ _BOOLEAN = {"type": "boolean"}
 _RESOURCE = {"type": "string", "pattern": "^nvidia\\.com/[a-z0-9]([-a-z0-9_.]{0,50}[a-z0-9])?$"}
 
 
-@dataclass(frozen=True, kw_only=True)
-class SharingRule:
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+class SharingRule(Table):
     """One ``[[device-plugin.sharing.gpus]]`` entry: which GPUs, how they are shared (what
     needs the GPUs is checked by ``nvct.node.sharing.plan_sharing``)."""
 
@@ -51,8 +51,8 @@ class SharingRule:
     )
 
 
-@dataclass(frozen=True, kw_only=True)
-class Sharing:
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+class Sharing(Table):
     """``[device-plugin.sharing]``: which GPUs are shared, and how the plugin answers for them."""
 
     rename_by_default: bool = key(False, _BOOLEAN)
@@ -68,8 +68,8 @@ class Sharing:
     gpus: tuple[SharingRule, ...] = key((), items=SharingRule)
 
 
-@dataclass(frozen=True, kw_only=True)
-class DevicePlugin:
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+class DevicePlugin(Table):
     """``[device-plugin]``: nvct-device-plugin, and what ``nvct-cli labels`` and doctor take
     it to advertise."""
 
@@ -108,8 +108,8 @@ class DevicePlugin:
     sharing: Sharing = table(Sharing)  # noqa: RUF009 - a field(default_factory=Sharing)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Exporter:
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+class Exporter(Table):
     """``[exporter]``: ``nvct-cli exporter``, GPU metrics with pod labels."""
 
     # a node exporter is scraped from the cluster

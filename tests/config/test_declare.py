@@ -106,3 +106,14 @@ def test_flags_come_from_the_declarations() -> None:
     assert "--ignored-xids" not in runner.invoke(command, ["--help"]).output  # no flag declared
     with pytest.raises(ConfigError, match="--device-list-strategy 'nope': use one or more of"):
         with_flags(Config(), "device-plugin", {"device_list_strategy": "nope"})
+
+
+def test_tables_compare_hash_and_show_by_their_fields() -> None:
+    """Table gives the declared dataclasses a dataclass's value semantics (source is not
+    compared: field(compare=False))."""
+    assert Config(source="a") == Config(source="b") and hash(Config(source="a")) == hash(Config())
+    changed = with_settings(Config(), "device-plugin", mps_root="/m")
+    assert changed != Config() and changed.device_plugin.sharing != Config().device_plugin.sharing
+    assert len({Outer(), Outer(), Outer(mode="b")}) == 2
+    assert repr(Outer(mode="b")).startswith("Outer(mode='b', tags=('x',), inner=Inner(depth=2.0")
+    assert Outer() != Inner()
