@@ -10,6 +10,7 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -20,6 +21,11 @@ from nvct.exporter.sample import GpuIdentity
 from nvct.exporter.sampler import Policy, Sampler
 from nvct.kubeapi.podresources.client import PodResourcesClient
 from nvct.kubeapi.podresources.ids import DeviceMap, GpuIds
+from nvct.node.devices import DeviceConfigError
+from nvct.node.offer import offer
+
+if TYPE_CHECKING:
+    from nvct.host.inventory import Inventory
 
 log = structlog.get_logger("nvct-exporter")
 
@@ -32,10 +38,12 @@ def report_error(message: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Discovered:
-    """The node's GPUs, as labels and as the device IDs that name them."""
+    """The node's GPUs, as labels and as the device IDs that name them; the resources this
+    node's ``[device-plugin]`` offers them as."""
 
     gpus: list[GpuIdentity]
     devices: DeviceMap
+    offered: tuple[str, ...] = ()
 
 
 def discover(config: Config) -> Discovered:
@@ -54,7 +62,18 @@ def discover(config: Config) -> Discovered:
     ids = [
         GpuIds(g.uuid, g.index, tuple((m.uuid, m.index) for m in g.migs)) for g in inventory.gpus
     ]
-    return Discovered(gpus, DeviceMap(ids))
+    return Discovered(gpus, DeviceMap(ids), offered_resources(config, inventory))
+
+
+def offered_resources(config: Config, inventory: Inventory) -> tuple[str, ...]:
+    """The resources ``[device-plugin]`` offers on these GPUs (``nvct.node.offer``), so a pod
+    holding a renamed one (``nvidia.com/gpu.shared``, a rule's own) is attributed before the
+    plugin's status file names it, or where the plugin runs elsewhere; none where the plugin
+    could not advertise them (a MIG strategy that does not fit)."""
+    try:
+        return tuple(r.name for r in offer(config, inventory, strict=False).resources())
+    except DeviceConfigError:
+        return ()
 
 
 def hostname(config: Config) -> str:
@@ -88,7 +107,7 @@ def run(config: Config) -> int:
         Path(config.device_plugin.plugin_dir),
         config.device_plugin.quiet_period,
         config.device_plugin.ignored_xids,
-        config.exporter.extra_resources,
+        (*config.exporter.extra_resources, *found.offered),
     )
     try:
         sampler = Sampler(nvml, found.gpus, found.devices, client, policy)

@@ -1,10 +1,11 @@
 """The one function every Kubernetes frontend asks: what this node offers the kubelet.
 
 nvct-device-plugin serves ``Offer.resources()``, ``nvct-cli labels`` writes ``Offer.labels()``,
-doctor checks both against the GPUs: all from one sharing plan and one MIG strategy, so what is
-advertised and what is labelled cannot disagree. (The exporter reads the same offer as the
-running plugin recorded it, ``nvct.node.status.advertised``: the plugin may run from a ConfigMap
-the node's config.toml does not show.)
+doctor checks both against the GPUs, the exporter attributes pods for its resources: all from
+one sharing plan and one MIG strategy, so what is advertised and what is labelled cannot
+disagree. (The exporter also reads the offer as the running plugin recorded it,
+``nvct.node.status.advertised``: the plugin may run from a ConfigMap the node's config.toml does
+not show.)
 """
 
 from __future__ import annotations

@@ -4,7 +4,6 @@ inventory."""
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 
@@ -14,8 +13,8 @@ from nvct.config import parse_config
 from nvct.host.inventory import Inventory
 from nvct.node.offer import offer
 from nvct.node.sharing import SharingConfigError
+from tests.inventories import read_fixture
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 SHARED = b"""
 [device-plugin]
 mig-strategy = "mixed"
@@ -29,7 +28,7 @@ replicas = 4
 
 
 def a100mig() -> Inventory:
-    return Inventory.from_dict(json.loads((FIXTURES / "a100x8-570-mig.json").read_text()))
+    return Inventory.from_dict(read_fixture("a100x8-570-mig"))
 
 
 def test_the_labels_describe_exactly_what_is_advertised(tmp_path: Path) -> None:
