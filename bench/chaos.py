@@ -47,7 +47,7 @@ import integration.conftest  # noqa: F401 - before the harness, which imports fr
 from integration.harness.deviceplugin import PluginProcess
 from integration.kubelet.standin import Kubelet
 from integration.simdriver import inject
-from nvct.base.plugin_status import read_status
+from nvct.node.status import read_status
 
 GPU = "nvidia.com/gpu"
 PRESET = "h100x4-550"

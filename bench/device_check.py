@@ -6,7 +6,7 @@ and advertising depend on, and what nvct makes of it.
 Read straight from NVML (pynvml, not nvct): per GPU, the event types it supports, ECC mode,
 remapped rows, retired pages pending, the GPU recovery-action field, MIG mode; and what nvct's
 health policy makes of them (the event types its watch registers, ``health_condition`` with
-"was reset", through ``nvct.host.health``). Then nvct on
+"was reset", through ``nvct.node.health``). Then nvct on
 that host, as installed: ``nvct-cli info``, ``list``, ``doctor``, ``labels``, ``cdi generate``;
 ``nvct-device-plugin`` against the kubelet stand-in (registration, ListAndWatch, preferred
 allocation, Allocate); one exporter scrape; and, where runc and a static busybox are at hand,
@@ -104,8 +104,8 @@ def run(report: Report, argv: list[str], timeout: float = 120, **kw: Any) -> str
 def nvml_facts(report: Report) -> None:
     import pynvml as n
 
-    from nvct.host.health.nvml_condition import read_condition
-    from nvct.host.health.nvml_events import register
+    from nvct.node.health.nvml_condition import read_condition
+    from nvct.node.health.nvml_events import register
 
     n.nvmlInit()
     try:

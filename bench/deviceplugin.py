@@ -32,12 +32,12 @@ PRESET = "h100pcie-x8-nvlink-pairs"
 def policy_alone(sim: object, rounds: int) -> dict[str, dict[str, float]]:
     """``preferred`` for 1..7 of the 8 GPUs, in process, on the topology the plugin reads
     (the simulated driver's NVML, through the plugin's own reader)."""
-    from nvct.deviceplugin.devices import PluginDevice
     from nvct.deviceplugin.preferred import pcie_score, preferred
     from nvct.deviceplugin.topology import read_topology
     from nvct.host.arch import host_arch
     from nvct.host.discover.libraries import driver_nvml_library
     from nvct.host.discover.nvml import open_nvml
+    from nvct.node.devices import PluginDevice
 
     gpus = sim.spec.gpus  # type: ignore[attr-defined]
     devices = [

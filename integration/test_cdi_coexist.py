@@ -16,7 +16,7 @@ from integration.conftest import write_nvct_config
 from integration.harness.bundles import BundleFactory
 from integration.harness.nvidia_cdi import nvidia_yaml
 from integration.test_cdi_runtime import SCRIPT, cli, gpu_nodes, run, smi_uuids
-from nvct.base.plugin_files import CDI_KIND, CDI_SPEC_NAME
+from nvct.cdi.names import PLUGIN_KIND, PLUGIN_SPEC_NAME
 from nvct.cdi.specs import device_names, load_cdi_specs, load_spec_file
 from nvct.config import load_config
 from nvct.doctor.cdi_conflicts import check_cdi_conflicts
@@ -42,12 +42,12 @@ def node(tmp_path: Path, sim_driver: Any, plugin_factory: Any) -> tuple[Path, Pa
     assert done.returncode == 0, done.stderr
     (run_dir / "nvidia.yaml").write_text(nvidia_yaml(sim_driver))
     plugin = plugin_factory("--device-list-strategy", "cdi-annotations")
-    written = plugin.work / "cdi" / CDI_SPEC_NAME
+    written = plugin.work / "cdi" / PLUGIN_SPEC_NAME
     deadline = time.monotonic() + 30
     while not written.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert written.exists(), plugin.output()
-    (run_dir / CDI_SPEC_NAME).write_bytes(written.read_bytes())
+    (run_dir / PLUGIN_SPEC_NAME).write_bytes(written.read_bytes())
     return etc, run_dir, config
 
 
@@ -56,9 +56,9 @@ def test_every_name_of_every_spec_resolves(node: tuple[Path, Path, Path]) -> Non
     config = load_config(str(config_file))
     specs = load_cdi_specs([etc, run_dir])
     assert specs.problems == () and specs.conflicts == ()
-    files = [etc / "nvidia.json", run_dir / "nvidia.yaml", run_dir / CDI_SPEC_NAME]
+    files = [etc / "nvidia.json", run_dir / "nvidia.yaml", run_dir / PLUGIN_SPEC_NAME]
     names = {f: device_names(load_spec_file(f)) for f in files}
-    assert {n.partition("=")[0] for n in names[run_dir / CDI_SPEC_NAME]} == {CDI_KIND}
+    assert {n.partition("=")[0] for n in names[run_dir / PLUGIN_SPEC_NAME]} == {PLUGIN_KIND}
     nvidias = set(names[run_dir / "nvidia.yaml"])
     for path, defined in names.items():
         for name in defined:
@@ -79,7 +79,10 @@ def test_a_container_gets_exactly_the_gpu_each_spec_names(
     gpus = sim_driver.spec.gpus
     asked = [
         # The plugin's answer (cdi-annotations), generate's UUID name, NVIDIA's index name.
-        ({"annotations": {"cdi.k8s.io/nvct-device-plugin_gpu": f"{CDI_KIND}={gpus[1].uuid}"}}, []),
+        (
+            {"annotations": {"cdi.k8s.io/nvct-device-plugin_gpu": f"{PLUGIN_KIND}={gpus[1].uuid}"}},
+            [],
+        ),
         ({}, [f"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu={gpus[3].uuid}"]),
         ({}, ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=2"]),
     ]
@@ -107,7 +110,7 @@ def test_two_specs_of_one_kind_in_one_directory_are_named_with_the_fix(
     ), result.stderr
     assert f"remove {run_dir / 'nvidia.yaml'} (or {run_dir / 'nvct.json'})" in result.stderr
     # The plugin's own names stay usable beside the conflict.
-    assert not any(c.name.startswith(CDI_KIND) for c in load_cdi_specs([run_dir]).conflicts)
+    assert not any(c.name.startswith(PLUGIN_KIND) for c in load_cdi_specs([run_dir]).conflicts)
     ctx = DoctorContext(config=load_config(str(config)), cdi_dirs=(etc, run_dir))
     (found,) = check_cdi_conflicts(ctx)
     assert found.status == "FAIL" and str(run_dir / "nvct.json") in found.message

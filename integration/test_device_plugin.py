@@ -21,7 +21,8 @@ from integration.harness.deviceplugin import PluginProcess, apply, uuids
 from integration.harness.podman import podman_run, spec_in_cdi_dir
 from integration.kubelet.standin import Kubelet, sockets
 from integration.simdriver import inject
-from nvct.base.plugin_files import CDI_KIND, CDI_SPEC_NAME, STATUS_FILE
+from nvct.cdi.names import PLUGIN_KIND, PLUGIN_SPEC_NAME
+from nvct.node.files import STATUS_FILE
 
 pytestmark = [pytest.mark.root]
 GPU = "nvidia.com/gpu"
@@ -90,11 +91,11 @@ def test_a_plugin_started_before_the_kubelet_registers_when_it_appears(
         (
             "cdi-annotations",
             lambda r, u: (
-                dict(r.annotations) == {"cdi.k8s.io/nvct-device-plugin_gpu": f"{CDI_KIND}={u}"}
+                dict(r.annotations) == {"cdi.k8s.io/nvct-device-plugin_gpu": f"{PLUGIN_KIND}={u}"}
                 and not r.envs
             ),
         ),
-        ("cdi-cri", lambda r, u: [d.name for d in r.cdi_devices] == [f"{CDI_KIND}={u}"]),
+        ("cdi-cri", lambda r, u: [d.name for d in r.cdi_devices] == [f"{PLUGIN_KIND}={u}"]),
     ],
 )
 def test_allocate_answers_per_strategy(
@@ -123,7 +124,7 @@ def test_the_plugins_socket_and_status_are_roots_alone_its_cdi_spec_read_only_to
     files = {
         "socket": kubelet.plugin_dir / "nvidia-gpu.sock",
         "status": kubelet.plugin_dir / STATUS_FILE,
-        "cdi": plugin.work / "cdi" / CDI_SPEC_NAME,
+        "cdi": plugin.work / "cdi" / PLUGIN_SPEC_NAME,
     }
     modes = {name: path.stat().st_mode & 0o7777 for name, path in files.items()}
     assert modes == {"socket": 0o600, "status": 0o600, "cdi": 0o644}
@@ -144,10 +145,10 @@ def test_index_ids_reach_only_the_container_the_kubelet_keeps_uuids(
     assert [(m.host_path, m.container_path) for m in response.mounts] == [
         ("/dev/null", "/var/run/nvidia-container-devices/1")
     ]
-    assert dict(response.annotations) == {"cdi.k8s.io/nvct-device-plugin_gpu": f"{CDI_KIND}=1"}
-    assert [d.name for d in response.cdi_devices] == [f"{CDI_KIND}=1"]
-    spec = json.loads((plugin.work / "cdi" / CDI_SPEC_NAME).read_text())
-    assert spec["kind"] == CDI_KIND and "1" in {d["name"] for d in spec["devices"]}
+    assert dict(response.annotations) == {"cdi.k8s.io/nvct-device-plugin_gpu": f"{PLUGIN_KIND}=1"}
+    assert [d.name for d in response.cdi_devices] == [f"{PLUGIN_KIND}=1"]
+    spec = json.loads((plugin.work / "cdi" / PLUGIN_SPEC_NAME).read_text())
+    assert spec["kind"] == PLUGIN_KIND and "1" in {d["name"] for d in spec["devices"]}
 
 
 def test_an_envvar_plugin_on_a_guarded_node_says_so_at_start(
@@ -410,9 +411,9 @@ def test_cdi_cri_names_resolved_by_a_cdi_engine_give_exactly_the_allocated_gpu(
     response = kubelet.allocate(GPU, [uuid])
     assert not response.envs and not response.mounts and not response.annotations
     names = [d.name for d in response.cdi_devices]
-    assert names == [f"{CDI_KIND}={uuid}"]
+    assert names == [f"{PLUGIN_KIND}={uuid}"]
     with spec_in_cdi_dir() as path:
-        shutil.copyfile(plugin.work / "cdi" / CDI_SPEC_NAME, path)
+        shutil.copyfile(plugin.work / "cdi" / PLUGIN_SPEC_NAME, path)
         result = podman_run(podman, names, "nvidia-smi -L; echo ===; ls /dev")
     assert result.returncode == 0, result.stderr
     smi, devs = result.stdout.split("===")
@@ -533,6 +534,6 @@ def test_mig_mixed_gives_one_resource_and_socket_per_profile(tmp_path, kubelet) 
         assert {"nvidia-gpu.sock", "nvidia-mig-3g.40gb.sock"} <= names
         mig = sorted(expected["nvidia.com/mig-3g.40gb"])[0]
         answer = kubelet.allocate("nvidia.com/mig-3g.40gb", [mig])
-        assert [d.name for d in answer.cdi_devices] == [f"{CDI_KIND}={mig}"]
+        assert [d.name for d in answer.cdi_devices] == [f"{PLUGIN_KIND}={mig}"]
     finally:
         plugin.stop()

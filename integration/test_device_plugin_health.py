@@ -17,8 +17,8 @@ import pytest
 from integration.harness.deviceplugin import PluginProcess
 from integration.kubelet.standin import Kubelet
 from integration.simdriver import cached_driver, inject, preset
-from nvct.base.plugin_files import STATUS_FILE
-from nvct.host.health.latches import LatchFile
+from nvct.node.files import STATUS_FILE
+from nvct.node.health.latches import LatchFile
 
 pytestmark = [pytest.mark.root]
 GPU = "nvidia.com/gpu"

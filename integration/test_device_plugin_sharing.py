@@ -24,7 +24,7 @@ from integration.harness.deviceplugin import MpsControlProcess, apply, uuids
 from integration.harness.processes import until
 from integration.kubelet.standin import Kubelet, sockets
 from integration.simdriver import inject
-from nvct.base.plugin_files import CDI_KIND
+from nvct.cdi.names import PLUGIN_KIND
 
 pytestmark = [pytest.mark.root]
 GPU = "nvidia.com/gpu"
@@ -61,10 +61,10 @@ def test_gpu_0_sliced_by_four_the_others_whole(kubelet, plugin_factory, sim_driv
     assert kubelet.devices(GPU) == dict.fromkeys([*replicas(ids[0], 4), *ids[1:]], "Healthy")
     assert sockets(kubelet.plugin_dir) == ["kubelet.sock", "nvidia-gpu.sock"]
     answer = kubelet.allocate(GPU, [f"{ids[0]}::2"])
-    assert [d.name for d in answer.cdi_devices] == [f"{CDI_KIND}={ids[0]}"]  # ::n stripped
+    assert [d.name for d in answer.cdi_devices] == [f"{PLUGIN_KIND}={ids[0]}"]  # ::n stripped
     # a replica and a whole GPU: no fail-requests-greater-than-one here
     both = kubelet.allocate(GPU, [f"{ids[0]}::1", ids[2]])
-    assert [d.name for d in both.cdi_devices] == [f"{CDI_KIND}={u}" for u in (ids[0], ids[2])]
+    assert [d.name for d in both.cdi_devices] == [f"{PLUGIN_KIND}={u}" for u in (ids[0], ids[2])]
     with pytest.raises(grpc.RpcError) as refused:
         kubelet.allocate(GPU, [f"{ids[0]}::0", f"{ids[0]}::3"])
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -101,7 +101,7 @@ def test_renamed_shared_gpus_are_their_own_resource_and_socket(
     assert kubelet.plugins[SHARED].endpoint == "nvidia-gpu.shared.sock"
     assert {"nvidia-gpu.sock", "nvidia-gpu.shared.sock"} <= set(sockets(kubelet.plugin_dir))
     one = kubelet.allocate(SHARED, [f"{ids[1]}::3"])
-    assert [d.name for d in one.cdi_devices] == [f"{CDI_KIND}={ids[1]}"]
+    assert [d.name for d in one.cdi_devices] == [f"{PLUGIN_KIND}={ids[1]}"]
     with pytest.raises(grpc.RpcError) as refused:
         kubelet.allocate(SHARED, [f"{ids[0]}::0", f"{ids[1]}::0"])
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -555,6 +555,6 @@ def test_mig_slices(tmp_path, kubelet) -> None:
         assert kubelet.plugins[resource].endpoint == f"nvidia-mig-{mig.profile}.shared.sock"
         assert mig.uuid not in kubelet.devices(f"nvidia.com/mig-{mig.profile}")
         answer = kubelet.allocate(resource, [f"{mig.uuid}::1"])
-        assert [d.name for d in answer.cdi_devices] == [f"{CDI_KIND}={mig.uuid}"]
+        assert [d.name for d in answer.cdi_devices] == [f"{PLUGIN_KIND}={mig.uuid}"]
     finally:
         plugin.stop()

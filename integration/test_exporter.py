@@ -25,8 +25,8 @@ from integration.harness.skips import need_binary, need_root, require
 from integration.kubelet.podresources import Container, PodResources
 from integration.simdriver import inject
 from nvct.base.atomic import write_atomic
-from nvct.base.plugin_files import STATUS_FILE
-from nvct.base.plugin_status import status_bytes
+from nvct.node.files import STATUS_FILE
+from nvct.node.status import status_bytes
 
 pytestmark = [pytest.mark.root]
 GPU, SHARED = "nvidia.com/gpu", "nvidia.com/gpu.shared"

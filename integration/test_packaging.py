@@ -88,7 +88,7 @@ from integration.harness.packages import (
 from integration.harness.shimd import ShimDaemon
 from integration.harness.skips import need_binary, need_docker, need_root, require
 from integration.kubelet.standin import Kubelet, sockets
-from nvct.base.plugin_files import CDI_KIND
+from nvct.cdi.names import PLUGIN_KIND
 
 pytestmark = [pytest.mark.slow]
 
@@ -613,7 +613,7 @@ def test_installed_device_plugin_registers_and_answers_allocate(
         ids = [gpu.uuid for gpu in sim_driver.spec.gpus]
         assert kubelet.devices(GPU) == dict.fromkeys(ids, "Healthy")
         response = kubelet.allocate(GPU, [ids[1]])
-        assert [d.name for d in response.cdi_devices] == [f"{CDI_KIND}={ids[1]}"]
+        assert [d.name for d in response.cdi_devices] == [f"{PLUGIN_KIND}={ids[1]}"]
         spec = (tmp_path / "cdi" / "nvct-device-plugin.json").read_text()
         assert ids[1] in spec
         assert plugin.proc is not None

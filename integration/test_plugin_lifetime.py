@@ -7,7 +7,6 @@ make them (a directory on the socket path, a sweeping kubelet), in process where
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -21,8 +20,8 @@ from integration.conftest import write_nvct_config
 from integration.harness.deviceplugin import uuids
 from integration.kubelet.standin import sockets
 from integration.simdriver import inject
-from nvct.base.plugin_files import STATUS_FILE
-from nvct.base.plugin_status import read_status
+from nvct.node.files import STATUS_FILE
+from nvct.node.status import read_status
 
 pytestmark = [pytest.mark.root]
 GPU = "nvidia.com/gpu"
@@ -96,19 +95,20 @@ def test_a_kubelet_sweeping_its_directory_never_kills_the_plugin(
 def test_a_health_step_that_raises_marks_every_device_until_it_runs_again(
     tmp_path, sim_driver, kubelet, monkeypatch
 ) -> None:
-    from nvct.config import load_config
-    from nvct.deviceplugin.__main__ import Plugin
+    from nvct.config import load_config, with_settings
+    from nvct.deviceplugin.plugin import Plugin
 
     control = tmp_path / "nvml-control"
     control.mkdir()
     monkeypatch.setenv("NVCT_SIM_CONTROL_DIR", str(control))
     config = load_config(str(write_nvct_config(tmp_path / "nvct" / "config.toml", sim_driver)))
-    config = dataclasses.replace(
+    config = with_settings(
         config,
-        dp_plugin_dir=str(kubelet.plugin_dir),
-        dp_cdi_spec_dir=str(tmp_path / "cdi"),
-        dp_sysfs_root=str(tmp_path / "sys"),
-        dp_quiet_period=1.0,
+        "device-plugin",
+        plugin_dir=str(kubelet.plugin_dir),
+        cdi_spec_dir=str(tmp_path / "cdi"),
+        sysfs_root=str(tmp_path / "sys"),
+        quiet_period=1.0,
     )
     stop = threading.Event()
     plugin = Plugin(config, stop)

@@ -152,7 +152,7 @@ EOF
             ;;
         esac
         if [ "${3:-}" = grpc-required ]; then
-            echo "from nvct.base.grpc_deps import require_grpc"
+            echo "from nvct.kubeapi.grpc_deps import require_grpc"
             echo
             echo "require_grpc(\"${1##*/}\")"
         fi

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from integration.cri import runtime_v1_pb2 as cri
 from integration.kubelet.cri import Pod, container_config
-from nvct.deviceplugin.api import v1beta1_pb2 as dp
+from nvct.kubeapi.deviceplugin import v1beta1_pb2 as dp
 
 
 def device(host: str, permissions: str) -> dp.DeviceSpec:

@@ -193,14 +193,14 @@ def test_the_exporters_config_command_mounts_and_service() -> None:
     assert command[0] == "nvct-cli" and "exporter" in command
     cli.make_context("nvct-cli", command[1:], resilient_parsing=True)
     mounts = {v["mountPath"]: v.get("readOnly", False) for v in container["volumeMounts"]}
-    assert mounts[str(Path(config.ex_pod_resources_socket).parent)] is True
-    assert mounts[config.dp_plugin_dir] is True
+    assert mounts[str(Path(config.exporter.pod_resources_socket).parent)] is True
+    assert mounts[config.device_plugin.plugin_dir] is True
     assert mounts[str(config.driver_root)] is True
     (port,) = container["ports"]
-    assert port["containerPort"] == config.ex_port == 9400
+    assert port["containerPort"] == config.exporter.port == 9400
     (service,) = [d for _, d in documents() if d["kind"] == "Service"]
     assert service["spec"]["selector"] == ds["spec"]["selector"]["matchLabels"]
-    assert service["metadata"]["annotations"]["prometheus.io/port"] == str(config.ex_port)
+    assert service["metadata"]["annotations"]["prometheus.io/port"] == str(config.exporter.port)
     assert service["spec"]["ports"][0]["targetPort"] == port["name"]
 
 
@@ -212,7 +212,7 @@ def test_the_device_plugins_config_and_command_are_valid(tmp_path: Path) -> None
     (config_map,) = [d for _, d in documents() if d["kind"] == "ConfigMap"
                      and d["metadata"]["name"] == "nvct-device-plugin"]  # fmt: skip
     config = parse_config(config_map["data"]["config.toml"].encode(), source="configmap")
-    assert config.dp_device_list_strategy == ("cdi-cri", "cdi-annotations")
+    assert config.device_plugin.device_list_strategy == ("cdi-cri", "cdi-annotations")
     (plugin,) = [d for _, d in documents() if d["kind"] == "DaemonSet"
                  and d["metadata"]["name"] == "nvct-device-plugin"]  # fmt: skip
     command = plugin["spec"]["template"]["spec"]["containers"][0]["command"]
@@ -230,10 +230,10 @@ def test_the_device_plugins_config_and_command_are_valid(tmp_path: Path) -> None
         for line in text.splitlines()
     )  # fmt: skip
     shared = parse_config(example.encode(), source="configmap, sharing example")
-    assert [(r.devices, r.strategy, r.replicas) for r in shared.dp_sharing_gpus] == [
+    assert [(r.devices, r.strategy, r.replicas) for r in shared.device_plugin.sharing.gpus] == [
         (("0",), "time-slicing", 4)
     ]
-    assert shared.dp_mps_root in mounts
+    assert shared.device_plugin.sharing.mps_root in mounts
 
 
 def test_the_labeller_command_is_one_nvct_cli_accepts() -> None:
@@ -287,7 +287,9 @@ def test_mps_control_reads_the_device_plugins_config_and_shares_its_mps_root() -
     assert volume_of(spec, config_path)["configMap"]["name"] == "nvct-device-plugin"
     (config_map,) = [d for _, d in documents() if d["kind"] == "ConfigMap"
                      and d["metadata"]["name"] == "nvct-device-plugin"]  # fmt: skip
-    root = parse_config(config_map["data"]["config.toml"].encode(), source="configmap").dp_mps_root
+    root = parse_config(
+        config_map["data"]["config.toml"].encode(), source="configmap"
+    ).device_plugin.sharing.mps_root
     plugin_spec = plugin["spec"]["template"]["spec"]
     assert volume_of(spec, root)["hostPath"] == volume_of(plugin_spec, root)["hostPath"]
     assert volume_of(spec, root)["hostPath"]["path"] == root
@@ -473,7 +475,7 @@ def test_the_nodes_get_only_allocated_gpus_and_the_plugin_answers_what_passes_it
     kustomization lists the manifests as they are: no patches or generators), install it on a
     node without a config of its own, and check the plugin's answers pass that guard."""
     from nvct.config import load_config, parse_config
-    from nvct.deviceplugin.guard import envvar_without_guard_pass
+    from nvct.node.guard import envvar_without_guard_pass
 
     kustomization = yaml.safe_load((DEPLOYMENTS / "kustomization.yaml").read_text())
     assert set(kustomization) <= {"apiVersion", "kind", "resources"}
@@ -522,6 +524,6 @@ def test_the_nodes_get_only_allocated_gpus_and_the_plugin_answers_what_passes_it
         for v in plugin["volumes"]
         if v["name"] == m["name"] and v.get("hostPath", {}).get("path") == "/"
     ]
-    assert settings.dp_runtime_config == f"{host}/etc/nvct/config.toml"
-    strategies = settings.dp_device_list_strategy
+    assert settings.device_plugin.runtime_config == f"{host}/etc/nvct/config.toml"
+    strategies = settings.device_plugin.device_list_strategy
     assert envvar_without_guard_pass(strategies, on_node.only_allocated_gpus, "node") is None

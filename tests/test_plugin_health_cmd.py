@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from nvct.cli.main import main
-from nvct.host.health.latches import LatchFile
-from nvct.host.health.policy import RESET, SERVICE
+from nvct.node.health.latches import LatchFile
+from nvct.node.health.policy import RESET, SERVICE
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from nvct.base import protogen
+from nvct.kubeapi import protogen
 
 HERE = Path(__file__).resolve().parent
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import grpc
 
-from nvct.podresources.api import v1_pb2 as api
-from nvct.podresources.api import v1_pb2_grpc as rpc
+from nvct.kubeapi.podresources import v1_pb2 as api
+from nvct.kubeapi.podresources import v1_pb2_grpc as rpc
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,8 @@ from typing import Any
 
 import grpc
 
-from nvct.deviceplugin.api import v1beta1_pb2 as api
-from nvct.deviceplugin.api import v1beta1_pb2_grpc as rpc
+from nvct.kubeapi.deviceplugin import v1beta1_pb2 as api
+from nvct.kubeapi.deviceplugin import v1beta1_pb2_grpc as rpc
 
 VERSION = "v1beta1"
 _RESOURCE = re.compile(

@@ -13,6 +13,8 @@ DEFAULT_SOCKET = "/run/nvct/shim.sock"
 # default, what engines are told and where doctor and ``cdi list`` look. Here, not in nvct.cdi,
 # because the config (below the CDI library) defaults to it.
 CDI_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
+# The kubelet's device-plugins directory: nvct-device-plugin's sockets and status file.
+DEFAULT_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 
 
 def config_path(explicit: str | None = None) -> tuple[str, bool]:

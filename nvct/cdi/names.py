@@ -16,6 +16,17 @@ _NAME = r"[A-Za-z0-9](?:[A-Za-z0-9_.:-]*[A-Za-z0-9])?"
 QUALIFIED = re.compile(rf"^({_VENDOR})/({_CLASS})=({_NAME})$")
 KIND = re.compile(rf"^{_VENDOR}/{_CLASS}$")
 
+# The kind of nvct-device-plugin's own spec: a vendor no node spec uses. `nvct-cli cdi
+# generate`, the packages' refresh unit and NVIDIA's toolkit all write nvidia.com/gpu into
+# /var/run/cdi, and two specs of one kind in one directory lose every name they share (the CDI
+# rule: neither is used). Not NVIDIA's plugin's k8s.device-plugin.nvidia.com either: its spec
+# may be left on a node that moves to nvct. The same shape as NVIDIA's, so tools that know that
+# pattern read it.
+PLUGIN_VENDOR = "k8s.device-plugin.nvct.io"
+PLUGIN_CLASS = "gpu"
+PLUGIN_KIND = f"{PLUGIN_VENDOR}/{PLUGIN_CLASS}"
+PLUGIN_SPEC_NAME = "nvct-device-plugin.json"  # in [device-plugin] cdi-spec-dir
+
 
 def looks_qualified(token: str) -> bool:
     """Whether ``token`` is meant as a CDI name (it has the ``kind=`` shape), valid or not."""

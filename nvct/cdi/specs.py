@@ -19,9 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from nvct.base.errors import RequestError
-from nvct.base.plugin_files import CDI_KIND as PLUGIN_KIND
-from nvct.base.plugin_files import CDI_SPEC_NAME as PLUGIN_SPEC
-from nvct.cdi.names import KIND, split_qualified
+from nvct.cdi.names import KIND, PLUGIN_KIND, split_qualified
+from nvct.cdi.names import PLUGIN_SPEC_NAME as PLUGIN_SPEC
 from nvct.host.fingerprint import CDI_SUFFIXES
 
 SUFFIXES = CDI_SUFFIXES

@@ -6,7 +6,6 @@ plugin's, from ``[device-plugin]`` of the same config, so the labels say what it
 
 from __future__ import annotations
 
-import dataclasses
 import signal
 import threading
 import time
@@ -17,9 +16,11 @@ import click
 from nvct.base.atomic import write_atomic
 from nvct.base.errors import DiscoveryError
 from nvct.cli.main import CliContext
-from nvct.host.labels import MIG_STRATEGIES, feature_file, node_labels
+from nvct.config import with_settings
+from nvct.config.kubernetes import MIG_STRATEGIES
 from nvct.host.load import load_inventory
-from nvct.host.sharing import plan_sharing
+from nvct.node.labels import feature_file
+from nvct.node.offer import offer
 
 DEFAULT_OUTPUT = "/etc/kubernetes/node-feature-discovery/features.d/nvct"
 DMI_PRODUCT = "class/dmi/id/product_name"
@@ -75,16 +76,13 @@ def labels(
     """
     config = obj.config
     if mig_strategy is not None:
-        config = dataclasses.replace(config, dp_mig_strategy=mig_strategy)
+        config = with_settings(config, "device-plugin", mig_strategy=mig_strategy)
 
     def render() -> str:
         inventory = load_inventory(config, use_cache=obj.use_cache)
-        plan = plan_sharing(config, inventory)  # a bad rule: one line, exit 1
+        offered = offer(config, inventory)  # a bad sharing rule: one line, exit 1
         return feature_file(
-            node_labels(
-                inventory,
-                mig_strategy=config.dp_mig_strategy,
-                plan=plan,
+            offered.labels(
                 machine=_machine(sysfs_root),
                 timestamp=None if no_timestamp else int(time.time()),
             )

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import click
 
 from nvct.cli.main import CliContext
+from nvct.config import with_settings
 
 
 @click.command("mps-control")
@@ -27,5 +27,5 @@ def mps_control(obj: CliContext, /, mps_root: Path | None) -> int:
     configure_stdout_structlog()
     config = obj.config
     if mps_root is not None:  # containers mount from it: never relative
-        config = dataclasses.replace(config, dp_mps_root=str(mps_root.absolute()))
+        config = with_settings(config, "device-plugin", mps_root=str(mps_root.absolute()))
     return run(config)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import click
 
+from nvct.base.defaults import DEFAULT_PLUGIN_DIR
 from nvct.base.errors import NvctError
-from nvct.base.plugin_files import DEFAULT_PLUGIN_DIR
-from nvct.host.health.latches import LatchFile, boot_id
+from nvct.node.health.latches import LatchFile, boot_id
 
 _PLUGIN_DIR = click.option(
     "--plugin-dir",

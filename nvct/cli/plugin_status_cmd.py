@@ -8,9 +8,10 @@ from pathlib import Path
 
 import click
 
+from nvct.base.defaults import DEFAULT_PLUGIN_DIR
 from nvct.base.errors import NvctError
-from nvct.base.plugin_files import DEFAULT_PLUGIN_DIR, STATUS_FILE
-from nvct.base.plugin_status import read_status
+from nvct.node.files import STATUS_FILE
+from nvct.node.status import read_status
 
 
 @click.command("device-plugin-status")

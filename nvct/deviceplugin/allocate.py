@@ -29,12 +29,11 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from nvct.base.errors import NvctError
-from nvct.base.plugin_files import CDI_KIND
-from nvct.deviceplugin.devices import PluginDevice
+from nvct.cdi.names import PLUGIN_KIND
 from nvct.deviceplugin.health import HEALTHY
 from nvct.deviceplugin.mps import CONTAINER_SHM, MpsPaths
+from nvct.node.devices import PluginDevice
 
-STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
 DEVICE_MOUNT_DIR = "/var/run/nvidia-container-devices"
 ANNOTATION_PREFIX = "cdi.k8s.io/"
 REPLICAS_ENV = "NVCT_SHARED_GPU_REPLICAS"
@@ -159,8 +158,8 @@ def _shared(
 
 
 def _cdi_name(device: PluginDevice, names: Collection[str], id_strategy: str) -> str:
-    by_uuid = f"{CDI_KIND}={device.uuid}"
-    by_index = f"{CDI_KIND}={device.index}"
+    by_uuid = f"{PLUGIN_KIND}={device.uuid}"
+    by_index = f"{PLUGIN_KIND}={device.index}"
     order = (by_index, by_uuid) if id_strategy == "index" else (by_uuid, by_index)
     for name in order:
         if name in names:

@@ -1,5 +1,5 @@
 """Device health as a state machine, judged by the node's one health policy
-(``nvct.host.health.policy``).
+(``nvct.node.health.policy``).
 
 A device goes ``Unhealthy`` with a reason on an event (an XID that is not ignored, a double-bit
 ECC error, NVML answering GPU_IS_LOST) or when NVML's recovery-action field asks for something.
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import structlog
 
 from nvct.base.errors import NvctError
-from nvct.host.health.latches import LatchFile
-from nvct.host.health.policy import (
+from nvct.node.health.latches import LatchFile
+from nvct.node.health.policy import (
     RESET,
     SERVICE,
     TRANSIENT,

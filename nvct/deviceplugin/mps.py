@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 from nvct.base.errors import NvctError
 from nvct.config import Config
 from nvct.host.inventory import Inventory
-from nvct.host.sharing import MPS_CONTROL, Share, SharingConfigError, mps_control_binary
+from nvct.node.sharing import MPS_CONTROL, Share, SharingConfigError, mps_control_binary
 
 PID_FILE = "nvidia-cuda-mps-control.pid"
 CONTAINER_ROOT = "/mps"  # where a container finds its GPU's pipe directory
@@ -422,7 +422,7 @@ def gpu_daemons(
     return [
         kind(
             binary,
-            MpsPaths(config.dp_mps_root, s.device.uuid),
+            MpsPaths(config.device_plugin.sharing.mps_root, s.device.uuid),
             pinned_memory_mib=s.pinned_memory_mib,
             threads=s.active_thread_percentage,
             library_path=library_path,

@@ -24,7 +24,7 @@ from nvct.deviceplugin.health import Health, Transition
 from nvct.deviceplugin.mps import MpsDaemon, gpu_daemons
 from nvct.deviceplugin.mps_watch import MpsWatch, Supervised
 from nvct.deviceplugin.watchers import Verdicts, Watcher
-from nvct.host.sharing import SharingConfigError, plan_sharing
+from nvct.node.sharing import SharingConfigError, plan_sharing
 
 WATCH_S = 0.1
 
@@ -58,7 +58,7 @@ def run(config: Config, stop: threading.Event | None = None) -> int:
     # A GPU's daemon is its own one "replica": the same supervision as the plugin's replicas.
     health = Health(gpus, quiet=0, ignored_xids=())
     watch = MpsWatch([Supervised(d, [d.paths.uuid]) for d in daemons], health)
-    log.info("starting", gpus=gpus, mps_root=config.dp_mps_root)
+    log.info("starting", gpus=gpus, mps_root=config.device_plugin.sharing.mps_root)
     # supervised: a step that raises is logged with its traceback and the loop goes on, where
     # ending it would quit every daemon and the work of every client
     loop = Watcher(

@@ -3,7 +3,7 @@ answers (a GPU that fell off the bus answers GPU_IS_LOST), and its memory health
 action, row remapping, retired pages).
 
 Events are registered per physical GPU with the types it supports, MIG devices through their
-GPU, and routed back by GPU and instance ids (``nvct.host.health.nvml_events``): a GPU without
+GPU, and routed back by GPU and instance ids (``nvct.node.health.nvml_events``): a GPU without
 ECC or a MIG node keeps its XIDs. NVML is loaded by absolute path from the driver root, never
 through the caller's LD_LIBRARY_PATH. Events are waited for in short slices, and each slice
 also asks every device a cheap question, so a lost GPU is noticed within one slice even where
@@ -23,11 +23,11 @@ from typing import Any
 
 import structlog
 
-from nvct.deviceplugin.devices import PluginDevice
 from nvct.deviceplugin.health import Health, Transition
 from nvct.host.discover.nvml import open_nvml
-from nvct.host.health.nvml_condition import read_condition
-from nvct.host.health.nvml_events import Route, address, matching, register, routes
+from nvct.node.devices import PluginDevice
+from nvct.node.health.nvml_condition import read_condition
+from nvct.node.health.nvml_events import Route, address, matching, register, routes
 
 SLICE_MS = 200
 DRAIN = 16  # events taken at once after a wait returns one

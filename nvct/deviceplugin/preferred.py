@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import combinations
 
-from nvct.deviceplugin.devices import PluginDevice
+from nvct.node.devices import PluginDevice
 
 EXHAUSTIVE_UP_TO = 8
 NVLINK_SCORE = 100

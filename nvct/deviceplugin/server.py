@@ -15,18 +15,17 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent import futures
 from pathlib import Path
-from typing import Any
 
 import grpc
 import structlog
 
-from nvct.base.plugin_files import KUBELET_SOCKET
 from nvct.deviceplugin.allocate import AllocationError, SharingPolicy, allocate
-from nvct.deviceplugin.api import v1beta1_pb2 as api
-from nvct.deviceplugin.api import v1beta1_pb2_grpc as rpc
-from nvct.deviceplugin.devices import PluginDevice, Resource
 from nvct.deviceplugin.health import HEALTHY
 from nvct.deviceplugin.preferred import preferred
+from nvct.kubeapi.deviceplugin import v1beta1_pb2 as api
+from nvct.kubeapi.deviceplugin import v1beta1_pb2_grpc as rpc
+from nvct.node.devices import PluginDevice, Resource
+from nvct.node.files import KUBELET_SOCKET
 
 VERSION = "v1beta1"
 REGISTER_TIMEOUT_S = 10.0
@@ -93,12 +92,16 @@ class ResourceService(rpc.DevicePluginServicer):  # type: ignore[misc,unused-ign
             )
         return api.ListAndWatchResponse(devices=out)
 
-    def GetDevicePluginOptions(self, request: Any, context: Any) -> Any:
+    def GetDevicePluginOptions(
+        self, request: api.Empty, context: grpc.ServicerContext
+    ) -> api.DevicePluginOptions:
         return api.DevicePluginOptions(
             pre_start_required=False, get_preferred_allocation_available=True
         )
 
-    def ListAndWatch(self, request: Any, context: Any) -> Iterator[Any]:
+    def ListAndWatch(
+        self, request: api.Empty, context: grpc.ServicerContext
+    ) -> Iterator[api.ListAndWatchResponse]:
         seen = -1
         while context.is_active():
             with self.changed:
@@ -111,7 +114,9 @@ class ResourceService(rpc.DevicePluginServicer):  # type: ignore[misc,unused-ign
                 seen = self.generation
             yield self.device_list()
 
-    def GetPreferredAllocation(self, request: Any, context: Any) -> Any:
+    def GetPreferredAllocation(
+        self, request: api.PreferredAllocationRequest, context: grpc.ServicerContext
+    ) -> api.PreferredAllocationResponse:
         answers = []
         for req in request.container_requests:
             candidates = [
@@ -130,7 +135,9 @@ class ResourceService(rpc.DevicePluginServicer):  # type: ignore[misc,unused-ign
             answers.append(api.ContainerPreferredAllocationResponse(deviceIDs=ids))
         return api.PreferredAllocationResponse(container_responses=answers)
 
-    def Allocate(self, request: Any, context: Any) -> Any:
+    def Allocate(
+        self, request: api.AllocateRequest, context: grpc.ServicerContext
+    ) -> api.AllocateResponse:
         responses = []
         for req in request.container_requests:
             try:
@@ -179,7 +186,9 @@ class ResourceService(rpc.DevicePluginServicer):  # type: ignore[misc,unused-ign
             )
         return api.AllocateResponse(container_responses=responses)
 
-    def PreStartContainer(self, request: Any, context: Any) -> Any:
+    def PreStartContainer(
+        self, request: api.PreStartContainerRequest, context: grpc.ServicerContext
+    ) -> api.PreStartContainerResponse:
         return api.PreStartContainerResponse()
 
 
@@ -193,7 +202,7 @@ class Endpoint:
         self.service = service
         self.plugin_dir = plugin_dir
         self.path = plugin_dir / service.resource.socket_name
-        self.server: Any = None
+        self.server: grpc.Server | None = None
         self.inode = 0
 
     def serve(self) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 import structlog
 
 from nvct.base.atomic import write_atomic
-from nvct.base.plugin_status import Devices, status_bytes
+from nvct.node.status import Devices, status_bytes
 
 STALE_TEMP_S = 10.0  # a write takes milliseconds: an older temp file is a killed writer's
 

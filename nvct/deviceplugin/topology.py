@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from itertools import combinations
 from typing import Any
 
-from nvct.deviceplugin.devices import PluginDevice
+from nvct.node.devices import PluginDevice
 
 MAX_LINKS = 18
 # NVML's nvmlGpuTopologyLevel_t -> closeness; INTERNAL (0) is one GPU with itself.

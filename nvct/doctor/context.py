@@ -86,7 +86,7 @@ class DoctorContext:
 
     def device_plugin_dir(self) -> Path:
         """The kubelet's device-plugins directory doctor looks in."""
-        return self.plugin_dir or Path(self.config.dp_plugin_dir)
+        return self.plugin_dir or Path(self.config.device_plugin.plugin_dir)
 
     def docker_cli(self, *args: str) -> list[str]:
         """argv for the docker CLI against the daemon doctor looks at."""

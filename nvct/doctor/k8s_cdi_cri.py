@@ -38,7 +38,7 @@ def enable_cdi(ctx: DoctorContext) -> bool | None:
 def check_cdi_cri(ctx: DoctorContext) -> CheckResult:
     """WARN (FAIL when it is the plugin's only strategy) where ``cdi-cri`` meets a containerd
     that does not apply CDI devices; SKIP without ``cdi-cri`` or without containerd."""
-    strategies = list(ctx.config.dp_device_list_strategy)
+    strategies = list(ctx.config.device_plugin.device_list_strategy)
     if "cdi-cri" not in strategies:
         return skipped(NAME, f"device-list-strategy {','.join(strategies)}: no cdi-cri answer")
     release = containerd_release(ctx)

@@ -15,10 +15,10 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from nvct.base.plugin_files import SOCKET_PREFIX, SOCKET_SUFFIX, STATUS_FILE, socket_name
-from nvct.base.plugin_status import read_status
 from nvct.doctor.context import DoctorContext
 from nvct.doctor.result import CheckResult, failed, passed, skipped, warned
+from nvct.node.files import SOCKET_PREFIX, SOCKET_SUFFIX, STATUS_FILE, socket_name
+from nvct.node.status import read_status
 
 SERVING = "device-plugin"
 DEVICES = "device-plugin-devices"
@@ -61,10 +61,10 @@ def probe(path: Path, timeout: float) -> str | None:
     try:
         import grpc
 
-        from nvct.deviceplugin.api import v1beta1_pb2 as api
-        from nvct.deviceplugin.api import v1beta1_pb2_grpc as rpc
+        from nvct.kubeapi.deviceplugin import v1beta1_pb2 as api
+        from nvct.kubeapi.deviceplugin import v1beta1_pb2_grpc as rpc
     except ImportError as err:
-        from nvct.base.grpc_deps import grpc_unimportable
+        from nvct.kubeapi.grpc_deps import grpc_unimportable
 
         raise NoGrpc(grpc_unimportable(err)) from err
 

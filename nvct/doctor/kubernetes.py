@@ -5,7 +5,7 @@ against the GPUs.
 
 They run on a node that looks like a Kubernetes node (the kubelet's device-plugins directory
 exists) or when asked (``--kubernetes``); elsewhere one SKIP says why. What the plugin advertises
-is worked out by the plugin's own rule (``nvct.deviceplugin.devices.resources``).
+is worked out by the plugin's own rule (``nvct.node.offer``).
 """
 
 from __future__ import annotations
@@ -18,17 +18,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nvct.base.errors import ConfigError
-from nvct.base.plugin_files import CDI_KIND, CDI_SPEC_NAME, KUBELET_SOCKET
-from nvct.base.plugin_status import SETTINGS, read_status
+from nvct.cdi.names import PLUGIN_KIND, PLUGIN_SPEC_NAME
 from nvct.config import with_table
-from nvct.deviceplugin.devices import DeviceConfigError, Resource, resources
-from nvct.deviceplugin.guard import FIX as GUARD_FIX
-from nvct.deviceplugin.guard import envvar_without_guard_pass
 from nvct.doctor import k8s_cdi_cri, k8s_plugin, k8s_runtime
 from nvct.doctor.cdi import drift_of, recorded_version
 from nvct.doctor.context import DoctorContext
 from nvct.doctor.result import CheckResult, failed, passed, skipped, warned
-from nvct.host.sharing import SharingConfigError, plan_sharing
+from nvct.node.devices import DeviceConfigError, Resource
+from nvct.node.files import KUBELET_SOCKET
+from nvct.node.guard import FIX as GUARD_FIX
+from nvct.node.guard import envvar_without_guard_pass
+from nvct.node.offer import offer
+from nvct.node.status import SETTINGS, read_status
 
 if TYPE_CHECKING:
     from nvct.host.inventory import Inventory
@@ -132,22 +133,14 @@ def advertised(ctx: DoctorContext, inventory: Inventory) -> tuple[Resource, ...]
     Raises:
         DeviceConfigError: the MIG strategy does not fit the GPUs.
     """
-    try:
-        plan = plan_sharing(ctx.config, inventory)
-    except SharingConfigError:
-        plan = None  # the sharing check says why; the plugin's whole devices still count
-    return resources(
-        inventory,
-        mig_strategy=ctx.config.dp_mig_strategy,
-        sysfs_root=ctx.sysfs_root,
-        plan=plan,
-    )
+    # strict=False: the sharing check says why the rules do not fit; whole devices still count
+    return offer(ctx.config, inventory, sysfs_root=ctx.sysfs_root, strict=False).resources()
 
 
 def check_guard(ctx: DoctorContext) -> CheckResult:
     """The plugin's device-list strategy against this node's leak guard
     (``request.only-allocated-gpus``, which drops every ``NVIDIA_VISIBLE_DEVICES``)."""
-    strategies = ctx.config.dp_device_list_strategy
+    strategies = ctx.config.device_plugin.device_list_strategy
     where = ctx.config_file or "the node's config.toml"
     problem = envvar_without_guard_pass(strategies, ctx.config.only_allocated_gpus, where)
     if problem is not None:
@@ -163,12 +156,12 @@ def check_guard(ctx: DoctorContext) -> CheckResult:
 def check_cdi_spec(ctx: DoctorContext, inventory: Inventory | None) -> CheckResult:
     """With a CDI device-list strategy: the plugin's spec exists, parses, names every device
     the plugin advertises, and is what would be generated now."""
-    strategies = ctx.config.dp_device_list_strategy
+    strategies = ctx.config.device_plugin.device_list_strategy
     if not set(CDI_STRATEGIES) & set(strategies):
         return skipped(
             CDI_SPEC, f"device-list-strategy {','.join(strategies)} hands out no CDI device"
         )
-    path = Path(ctx.config.dp_cdi_spec_dir) / CDI_SPEC_NAME
+    path = Path(ctx.config.device_plugin.cdi_spec_dir) / PLUGIN_SPEC_NAME
     fix = (
         f"restart the plugin pod (it writes {path} when it starts); the engine's CDI spec "
         "dirs must include [device-plugin] cdi-spec-dir"
@@ -194,10 +187,10 @@ def check_cdi_spec(ctx: DoctorContext, inventory: Inventory | None) -> CheckResu
         spec = load_spec_file(path)
     except ValueError as err:
         return failed(CDI_SPEC, str(err), fix)
-    if spec.get("kind") != CDI_KIND:
+    if spec.get("kind") != PLUGIN_KIND:
         return failed(
             CDI_SPEC,
-            f"{path} is of kind {spec.get('kind')}, the plugin's answers name {CDI_KIND}: an "
+            f"{path} is of kind {spec.get('kind')}, the plugin's answers name {PLUGIN_KIND}: an "
             "older nvct-device-plugin wrote it, and it collides with the node's nvidia.com/gpu "
             "spec",
             fix,
@@ -227,7 +220,7 @@ def check_cdi_spec(ctx: DoctorContext, inventory: Inventory | None) -> CheckResu
             fix,
         )
     # The plugin moves paths under host-driver-root: not what `cdi generate` writes here.
-    drift = None if ctx.config.dp_host_driver_root else drift_of(ctx, spec)
+    drift = None if ctx.config.device_plugin.host_driver_root else drift_of(ctx, spec)
     if drift:
         return failed(CDI_SPEC, f"{path} is stale: {drift}", fix)
     return passed(
@@ -238,7 +231,7 @@ def check_cdi_spec(ctx: DoctorContext, inventory: Inventory | None) -> CheckResu
 
 def check_mig_strategy(ctx: DoctorContext, inventory: Inventory | None) -> CheckResult:
     """``[device-plugin] mig-strategy`` against the GPUs' MIG modes."""
-    strategy = ctx.config.dp_mig_strategy
+    strategy = ctx.config.device_plugin.mig_strategy
     if inventory is None:
         return skipped(MIG, f"mig-strategy {strategy}: {NO_DRIVER}")
     try:

@@ -11,7 +11,7 @@ from nvct.doctor.driver import DriverFacts
 from nvct.doctor.result import CheckResult, failed, passed, skipped, warned
 from nvct.host.discover.nvml import NvmlGpu
 from nvct.host.inventory import Gpu, Inventory, MigDevice
-from nvct.host.sharing import MPS, SharingConfigError, SharingPlan, mps_control_binary, plan_sharing
+from nvct.node.sharing import MPS, SharingConfigError, SharingPlan, mps_control_binary, plan_sharing
 
 NAME = "sharing"
 
@@ -19,7 +19,7 @@ NAME = "sharing"
 def check_sharing(ctx: DoctorContext, facts: DriverFacts) -> CheckResult:
     """``[device-plugin.sharing]`` is valid for the GPUs NVML reports here."""
     config = ctx.config
-    if not config.dp_sharing_gpus:
+    if not config.device_plugin.sharing.gpus:
         return passed(NAME, "no [[device-plugin.sharing.gpus]] rule: every GPU is advertised whole")
     if facts.driver_version is None:
         return skipped(NAME, "NVML did not answer: the sharing rules cannot be checked")

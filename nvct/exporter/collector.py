@@ -15,7 +15,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from nvct.exporter.sample import GpuSample, Reading, Sample
-from nvct.podresources.ids import Owner
+from nvct.kubeapi.podresources.ids import Owner
 
 GPU_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
 POD_LABELS = ("container", "namespace", "pod")

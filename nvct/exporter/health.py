@@ -2,7 +2,7 @@
 remapping, no XID that still holds the GPU, and the device plugin's own verdict where its
 status file is on the node.
 
-The same policy as nvct-device-plugin's (``nvct.host.health.policy``: ignored XIDs, the quiet
+The same policy as nvct-device-plugin's (``nvct.node.health.policy``: ignored XIDs, the quiet
 period, XIDs that hold a GPU until it was reset), so the gauge agrees with what the kubelet is
 told. Where the plugin runs (its status file exists), it is the one that holds a GPU until a
 reset: it keeps the hold across restarts and an operator's clear reaches it. The exporter then
@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nvct.base.errors import ConfigError, NvctError
-from nvct.base.plugin_status import read_status
 from nvct.config import Config, with_table
 from nvct.exporter.sample import Reading, XidSeen
-from nvct.host.health.latches import LatchFile
-from nvct.host.health.policy import RESET, TRANSIENT, GpuCondition, holds, remap_failure, xid_effect
-from nvct.podresources.ids import DeviceMap
+from nvct.kubeapi.podresources.ids import DeviceMap
+from nvct.node.health.latches import LatchFile
+from nvct.node.health.policy import RESET, TRANSIENT, GpuCondition, holds, remap_failure, xid_effect
+from nvct.node.status import read_status
 
 NOT_REPORTED = GpuCondition()  # NVML said nothing about the GPU's memory health
 # The plugin's settings that decide a GPU's health; the exporter follows them when recorded.
@@ -69,8 +69,8 @@ def plugin_view(plugin_dir: Path, devices: DeviceMap) -> PluginView:
         return PluginView(out, present=True, accepted=accepted)
     return PluginView(
         out,
-        recorded.dp_quiet_period if "quiet-period" in policy else None,
-        recorded.dp_ignored_xids if "ignored-xids" in policy else None,
+        recorded.device_plugin.quiet_period if "quiet-period" in policy else None,
+        recorded.device_plugin.ignored_xids if "ignored-xids" in policy else None,
         present=True,
         accepted=accepted,
     )

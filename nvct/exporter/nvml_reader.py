@@ -1,6 +1,6 @@
 """NVML as the exporter reads it: per-GPU metrics on demand, and XID events in a thread of
 their own (``XidWatch``), so neither a slow call nor a blocking event wait ever reaches the
-HTTP handler. Each GPU is registered for what it supports (``nvct.host.health.nvml_events``,
+HTTP handler. Each GPU is registered for what it supports (``nvct.node.health.nvml_events``,
 as the device plugin does): one GPU without XID events leaves the others' XIDs counted, and a
 MIG device's XID counts for its GPU.
 
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nvct.exporter.sample import Reading, XidSeen
-from nvct.host.health.nvml_events import matching, register, routes
+from nvct.node.health.nvml_events import matching, register, routes
 
 EVENT_WAIT_MS = 1000
 MIB = 1024 * 1024

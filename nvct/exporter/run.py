@@ -10,6 +10,7 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -18,8 +19,13 @@ from nvct.config import Config
 from nvct.exporter.collector import SampleCollector
 from nvct.exporter.sample import GpuIdentity
 from nvct.exporter.sampler import Policy, Sampler
-from nvct.podresources.client import PodResourcesClient
-from nvct.podresources.ids import DeviceMap, GpuIds
+from nvct.kubeapi.podresources.client import PodResourcesClient
+from nvct.kubeapi.podresources.ids import DeviceMap, GpuIds
+from nvct.node.devices import DeviceConfigError
+from nvct.node.offer import offer
+
+if TYPE_CHECKING:
+    from nvct.host.inventory import Inventory
 
 log = structlog.get_logger("nvct-exporter")
 
@@ -32,10 +38,12 @@ def report_error(message: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Discovered:
-    """The node's GPUs, as labels and as the device IDs that name them."""
+    """The node's GPUs, as labels and as the device IDs that name them; the resources this
+    node's ``[device-plugin]`` offers them as."""
 
     gpus: list[GpuIdentity]
     devices: DeviceMap
+    offered: tuple[str, ...] = ()
 
 
 def discover(config: Config) -> Discovered:
@@ -54,12 +62,23 @@ def discover(config: Config) -> Discovered:
     ids = [
         GpuIds(g.uuid, g.index, tuple((m.uuid, m.index) for m in g.migs)) for g in inventory.gpus
     ]
-    return Discovered(gpus, DeviceMap(ids))
+    return Discovered(gpus, DeviceMap(ids), offered_resources(config, inventory))
+
+
+def offered_resources(config: Config, inventory: Inventory) -> tuple[str, ...]:
+    """The resources ``[device-plugin]`` offers on these GPUs (``nvct.node.offer``), so a pod
+    holding a renamed one (``nvidia.com/gpu.shared``, a rule's own) is attributed before the
+    plugin's status file names it, or where the plugin runs elsewhere; none where the plugin
+    could not advertise them (a MIG strategy that does not fit)."""
+    try:
+        return tuple(r.name for r in offer(config, inventory, strict=False).resources())
+    except DeviceConfigError:
+        return ()
 
 
 def hostname(config: Config) -> str:
     """The Hostname label: configured, else the DaemonSet's NODE_NAME, else the host name."""
-    return config.ex_hostname or os.environ.get("NODE_NAME", "") or socket.gethostname()
+    return config.exporter.hostname or os.environ.get("NODE_NAME", "") or socket.gethostname()
 
 
 def run(config: Config) -> int:
@@ -79,12 +98,16 @@ def run(config: Config) -> int:
     except NvctError as err:
         report_error(f"{err.one_line()} (driver-root {config.driver_root})")
         return 1
-    client = PodResourcesClient(config.ex_pod_resources_socket) if config.ex_kubernetes else None
+    client = (
+        PodResourcesClient(config.exporter.pod_resources_socket)
+        if config.exporter.kubernetes
+        else None
+    )
     policy = Policy(
-        Path(config.dp_plugin_dir),
-        config.dp_quiet_period,
-        config.dp_ignored_xids,
-        config.ex_extra_resources,
+        Path(config.device_plugin.plugin_dir),
+        config.device_plugin.quiet_period,
+        config.device_plugin.ignored_xids,
+        (*config.exporter.extra_resources, *found.offered),
     )
     try:
         sampler = Sampler(nvml, found.gpus, found.devices, client, policy)
@@ -95,21 +118,25 @@ def run(config: Config) -> int:
         log.warning("xid_events_unsupported", detail="XID metrics stay 0")
     registry = CollectorRegistry(auto_describe=False)
     registry.register(
-        SampleCollector(sampler.latest, hostname(config), kubernetes=config.ex_kubernetes)
+        SampleCollector(sampler.latest, hostname(config), kubernetes=config.exporter.kubernetes)
     )
     try:
-        server, _ = start_http_server(config.ex_port, addr=config.ex_address, registry=registry)
+        server, _ = start_http_server(
+            config.exporter.port, addr=config.exporter.address, registry=registry
+        )
     except OSError as err:
-        report_error(f"cannot listen on {config.ex_address}:{config.ex_port}: {err.strerror}")
+        report_error(
+            f"cannot listen on {config.exporter.address}:{config.exporter.port}: {err.strerror}"
+        )
         return 1
-    sampler.start(config.ex_interval)
+    sampler.start(config.exporter.interval)
     log.info(
         "serving",
-        address=config.ex_address,
+        address=config.exporter.address,
         port=server.server_port,
-        interval_s=config.ex_interval,
+        interval_s=config.exporter.interval,
         gpus=[g.uuid for g in found.gpus],
-        pod_resources=config.ex_pod_resources_socket if config.ex_kubernetes else None,
+        pod_resources=config.exporter.pod_resources_socket if config.exporter.kubernetes else None,
     )
     stop.wait()
     server.shutdown()

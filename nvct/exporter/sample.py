@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from nvct.podresources.ids import Owner
+from nvct.kubeapi.podresources.ids import Owner
 
 
 @dataclass(frozen=True, slots=True)

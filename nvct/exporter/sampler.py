@@ -16,14 +16,14 @@ from typing import Any
 
 import structlog
 
-from nvct.base.plugin_status import advertised
 from nvct.exporter.health import plugin_view, verdict
 from nvct.exporter.nvml_reader import XidWatch, read_gpu
 from nvct.exporter.sample import GpuIdentity, GpuSample, Sample, XidSeen
-from nvct.host.health.nvml_condition import read_condition
-from nvct.host.health.policy import GpuCondition
-from nvct.podresources.client import PodResourcesClient, PodResourcesError
-from nvct.podresources.ids import DeviceMap, Owner, owners_by_gpu, replicas_by_gpu
+from nvct.kubeapi.podresources.client import PodResourcesClient, PodResourcesError
+from nvct.kubeapi.podresources.ids import DeviceMap, Owner, owners_by_gpu, replicas_by_gpu
+from nvct.node.health.nvml_condition import read_condition
+from nvct.node.health.policy import GpuCondition
+from nvct.node.status import advertised
 
 log = structlog.get_logger("nvct-exporter")
 

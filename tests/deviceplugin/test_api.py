@@ -3,7 +3,7 @@ field numbers (that the generated modules are current: tests/test_generated_apis
 
 from __future__ import annotations
 
-from nvct.deviceplugin.api import v1beta1_pb2 as api
+from nvct.kubeapi.deviceplugin import v1beta1_pb2 as api
 
 
 def test_wire_names_and_numbers() -> None:

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from nvct.base.plugin_files import CDI_KIND
+from nvct.cdi.names import PLUGIN_KIND
 from nvct.config import parse_config
 from nvct.deviceplugin.allocate import AllocationError, allocate
-from nvct.deviceplugin.devices import resources
 from nvct.host.inventory import Inventory
-from nvct.host.sharing import plan_sharing
+from nvct.node.devices import resources
+from nvct.node.sharing import plan_sharing
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 A100 = Inventory.from_dict(json.loads((FIXTURES / "a100x8-570-mig.json").read_text()))
@@ -29,7 +29,7 @@ def advertised(id_strategy: str) -> dict[str, dict[str, object]]:
     )
     found = resources(
         A100,
-        mig_strategy=config.dp_mig_strategy,
+        mig_strategy=config.device_plugin.mig_strategy,
         sysfs_root=Path("/nonexistent"),
         plan=plan_sharing(config, A100),
     )
@@ -59,8 +59,8 @@ def test_index_changes_only_what_the_container_is_told(id_strategy: str) -> None
     told = {
         d.id: d.index if id_strategy == "index" else d.uuid for d in (mig, replica)
     }  # gpu:mig and the GPU's index, or the UUIDs
-    names = {f"{CDI_KIND}={d.uuid}" for d in (mig, replica)} | {
-        f"{CDI_KIND}={d.index}" for d in (mig, replica)
+    names = {f"{PLUGIN_KIND}={d.uuid}" for d in (mig, replica)} | {
+        f"{PLUGIN_KIND}={d.index}" for d in (mig, replica)
     }
     for device in (mig, replica):
         common = {"resource": "nvidia.com/x", "id_strategy": id_strategy, "cdi_names": names}
@@ -73,9 +73,9 @@ def test_index_changes_only_what_the_container_is_told(id_strategy: str) -> None
         cdi = allocate(
             [device.id], devices, {}, strategies=("cdi-annotations", "cdi-cri"), **common
         )
-        assert cdi.cdi_devices == [f"{CDI_KIND}={told[device.id]}"]
+        assert cdi.cdi_devices == [f"{PLUGIN_KIND}={told[device.id]}"]
         assert cdi.annotations == {
-            "cdi.k8s.io/nvct-device-plugin_x": f"{CDI_KIND}={told[device.id]}"
+            "cdi.k8s.io/nvct-device-plugin_x": f"{PLUGIN_KIND}={told[device.id]}"
         }
 
 
@@ -83,7 +83,7 @@ def test_a_spec_without_index_names_is_answered_by_uuid_and_one_with_neither_ref
     devices = {i: d for r in advertised("index").values() for i, d in r.items()}
     mig = next(d for d in devices.values() if d.uuid.startswith("MIG-"))
     common = {"resource": "nvidia.com/x", "id_strategy": "index", "strategies": ("cdi-cri",)}
-    only_uuid = allocate([mig.id], devices, {}, cdi_names={f"{CDI_KIND}={mig.uuid}"}, **common)
-    assert only_uuid.cdi_devices == [f"{CDI_KIND}={mig.uuid}"]
+    only_uuid = allocate([mig.id], devices, {}, cdi_names={f"{PLUGIN_KIND}={mig.uuid}"}, **common)
+    assert only_uuid.cdi_devices == [f"{PLUGIN_KIND}={mig.uuid}"]
     with pytest.raises(AllocationError, match="the CDI spec names no device"):
         allocate([mig.id], devices, {}, cdi_names={f"nvidia.com/gpu={mig.uuid}"}, **common)

@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from nvct.deviceplugin.devices import PluginDevice
 from nvct.deviceplugin.preferred import pcie_score, preferred
 from nvct.deviceplugin.topology import Topology
+from nvct.node.devices import PluginDevice
 
 
 def gpu(i: int, bus: int, numa: int | None) -> PluginDevice:

@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 
 from nvct.base.errors import ConfigError
-from nvct.base.plugin_files import CDI_KIND
+from nvct.cdi.names import PLUGIN_KIND
 from nvct.config import Config, parse_config
 from nvct.deviceplugin.allocate import AllocationError, Answer, SharingPolicy, allocate
-from nvct.deviceplugin.devices import PluginDevice, replica_id, resources
 from nvct.deviceplugin.health import Health
 from nvct.deviceplugin.mps import MpsPaths, memory_limit_is
 from nvct.deviceplugin.preferred import preferred
 from nvct.host.inventory import Inventory
-from nvct.host.sharing import SharingConfigError, mps_max_replicas, plan_sharing
+from nvct.node.devices import PluginDevice, replica_id, resources
+from nvct.node.sharing import SharingConfigError, mps_max_replicas, plan_sharing
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 SOURCE = "/etc/nvct/config.toml"
@@ -45,15 +45,18 @@ def rule(devices: str, replicas: int = 4, extra: str = "") -> str:
 
 def test_a_rule_is_read_with_its_defaults() -> None:
     c = config("[device-plugin.sharing]\nrename-by-default = true\n" + rule('["0"]'))
-    assert c.dp_sharing_rename is True
-    (only,) = c.dp_sharing_gpus
+    assert c.device_plugin.sharing.rename_by_default is True
+    (only,) = c.device_plugin.sharing.gpus
     assert (only.devices, only.replicas, only.strategy, only.rename) == (
         ("0",),
         4,
         "time-slicing",
         None,
     )
-    assert Config().dp_sharing_gpus == () and Config().dp_mps_root == "/run/nvct/mps"
+    assert (
+        Config().device_plugin.sharing.gpus == ()
+        and Config().device_plugin.sharing.mps_root == "/run/nvct/mps"
+    )
 
 
 @pytest.mark.parametrize(
@@ -156,7 +159,7 @@ def test_mps_replica_limit_follows_compute_capability() -> None:
 def advertised(c: Config, inv: Inventory = H100) -> dict[str, list[str]]:
     found = resources(
         inv,
-        mig_strategy=c.dp_mig_strategy,
+        mig_strategy=c.device_plugin.mig_strategy,
         sysfs_root=Path("/nonexistent"),
         plan=plan_sharing(c, inv),
     )
@@ -224,7 +227,7 @@ def answer(ids: list[str], devices: dict[str, PluginDevice], **policy: object) -
         resource="nvidia.com/gpu.shared",
         strategies=("envvar", "cdi-cri"),
         id_strategy="uuid",
-        cdi_names={f"{CDI_KIND}={u}" for u in UUIDS},
+        cdi_names={f"{PLUGIN_KIND}={u}" for u in UUIDS},
         sharing=SharingPolicy(**policy),  # type: ignore[arg-type]
     )
 
@@ -232,7 +235,7 @@ def answer(ids: list[str], devices: dict[str, PluginDevice], **policy: object) -
 def test_replicas_are_stripped_to_their_gpus() -> None:
     got = answer([f"{UUIDS[1]}::2", f"{UUIDS[0]}::0"], SLICED)
     assert got.envs == {"NVIDIA_VISIBLE_DEVICES": f"{UUIDS[1]},{UUIDS[0]}"}
-    assert got.cdi_devices == [f"{CDI_KIND}={UUIDS[1]}", f"{CDI_KIND}={UUIDS[0]}"]
+    assert got.cdi_devices == [f"{PLUGIN_KIND}={UUIDS[1]}", f"{PLUGIN_KIND}={UUIDS[0]}"]
 
 
 def test_two_replicas_of_one_gpu_are_refused_or_told() -> None:
@@ -243,7 +246,7 @@ def test_two_replicas_of_one_gpu_are_refused_or_told() -> None:
     warned = answer(two, SLICED, replicas_of_one_gpu="warn")
     assert warned.envs["NVIDIA_VISIBLE_DEVICES"] == UUIDS[0]  # de-duplicated
     assert warned.envs["NVCT_SHARED_GPU_REPLICAS"] == f"{UUIDS[0]}=2"
-    assert warned.cdi_devices == [f"{CDI_KIND}={UUIDS[0]}"]
+    assert warned.cdi_devices == [f"{PLUGIN_KIND}={UUIDS[0]}"]
     assert warned.warnings and UUIDS[0] in warned.warnings[0]
 
 

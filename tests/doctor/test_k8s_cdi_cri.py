@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from nvct.config import Config
+from nvct.config.kubernetes import DevicePlugin
 from nvct.doctor import FAIL, PASS, SKIP, WARN, Completed
 from nvct.doctor.k8s_cdi_cri import check_cdi_cri
 from tests.doctor.conftest import FakeCommands, context
@@ -20,7 +21,7 @@ def ctx(tmp: Path, version: str | None, strategies: tuple[str, ...], cri: str = 
     answer = Completed(0, f"containerd github.com/containerd/containerd {version} abc\n", "")
     return context(
         tmp,
-        Config(dp_device_list_strategy=strategies),
+        Config(device_plugin=DevicePlugin(device_list_strategy=strategies)),
         run=FakeCommands({"containerd --version": answer}),
         which=lambda name: f"/usr/bin/{name}" if version and name == "containerd" else None,
     )

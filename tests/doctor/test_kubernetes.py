@@ -20,13 +20,15 @@ from typing import Any
 import grpc
 import pytest
 
-from nvct.base.plugin_files import CDI_CLASS, CDI_KIND, CDI_VENDOR, STATUS_FILE
-from nvct.base.plugin_status import status_bytes
-from nvct.deviceplugin.api import v1beta1_pb2 as api
-from nvct.deviceplugin.api import v1beta1_pb2_grpc as rpc
+from nvct.cdi.names import PLUGIN_CLASS, PLUGIN_KIND, PLUGIN_VENDOR
+from nvct.config.kubernetes import DevicePlugin
 from nvct.doctor import FAIL, PASS, SKIP, WARN, CheckResult, k8s_plugin, k8s_runtime, kubernetes
 from nvct.doctor.report import DoctorReport
 from nvct.host.arch import host_arch
+from nvct.kubeapi.deviceplugin import v1beta1_pb2 as api
+from nvct.kubeapi.deviceplugin import v1beta1_pb2_grpc as rpc
+from nvct.node.files import STATUS_FILE
+from nvct.node.status import status_bytes
 from nvct.plan.cdi_spec import SpecOptions, build_spec
 from tests.conftest import sim_config
 from tests.doctor.conftest import by_name, cdi_generator, context, executable
@@ -120,7 +122,7 @@ def test_not_a_kubernetes_node_is_one_skip(tmp_path) -> None:
 def test_the_plugin_dir_comes_from_the_config_unless_overridden(tmp_path) -> None:
     from nvct.config import Config
 
-    ctx = context(tmp_path, Config(dp_plugin_dir=str(tmp_path / "dp")))
+    ctx = context(tmp_path, Config(device_plugin=DevicePlugin(plugin_dir=str(tmp_path / "dp"))))
     assert ctx.device_plugin_dir() == tmp_path / "dp"
     assert dataclasses.replace(ctx, plugin_dir=tmp_path / "x").device_plugin_dir() == tmp_path / "x"
 
@@ -353,15 +355,15 @@ def test_no_engine_config_at_all(tmp_path) -> None:
 
 def plugin_spec(sim: Any, tmp: Path) -> dict[str, Any]:
     """The spec nvct-device-plugin writes (both name forms, the hook)."""
-    options = SpecOptions(strategy="both", vendor=CDI_VENDOR, cls=CDI_CLASS)
+    options = SpecOptions(strategy="both", vendor=PLUGIN_VENDOR, cls=PLUGIN_CLASS)
     return build_spec(sim.inventory, sim_config(sim, tmp), host_arch(), options=options, hook=HOOK)
 
 
-def cdi_ctx(sim: Any, tmp: Path, **config: Any) -> Any:
-    settings = {"dp_cdi_spec_dir": str(tmp / "cdi"), **config}
+def cdi_ctx(sim: Any, tmp: Path, **device_plugin: Any) -> Any:
+    settings = DevicePlugin(**{"cdi_spec_dir": str(tmp / "cdi"), **device_plugin})
     return context(
         tmp,
-        sim_config(sim, tmp, **settings),
+        sim_config(sim, tmp, device_plugin=settings),
         cdi_generate=cdi_generator(sim, tmp),
         inventory=lambda: sim.inventory,
     )
@@ -415,11 +417,11 @@ def test_plugin_cdi_spec_stale(recorded_h100x4, tmp_path) -> None:
     kind = kubernetes.check_cdi_spec(ctx, sim.inventory)
     assert kind.status == FAIL
     assert kind.message == (
-        f"{path} is of kind nvidia.com/gpu, the plugin's answers name {CDI_KIND}: an older "
+        f"{path} is of kind nvidia.com/gpu, the plugin's answers name {PLUGIN_KIND}: an older "
         "nvct-device-plugin wrote it, and it collides with the node's nvidia.com/gpu spec"
     )
     older = dataclasses.replace(sim.inventory, driver_version="535.104.05")
-    options = SpecOptions(vendor=CDI_VENDOR, cls=CDI_CLASS)
+    options = SpecOptions(vendor=PLUGIN_VENDOR, cls=PLUGIN_CLASS)
     write_spec(
         tmp_path,
         build_spec(older, sim_config(sim, tmp_path), host_arch(), options=options, hook=HOOK),
@@ -431,7 +433,7 @@ def test_plugin_cdi_spec_stale(recorded_h100x4, tmp_path) -> None:
 
 def test_plugin_cdi_spec_not_asked_for_or_no_driver(recorded_h100x4, tmp_path) -> None:
     sim = recorded_h100x4
-    envvar = cdi_ctx(sim, tmp_path, dp_device_list_strategy=("envvar",))
+    envvar = cdi_ctx(sim, tmp_path, device_list_strategy=("envvar",))
     result = kubernetes.check_cdi_spec(envvar, sim.inventory)
     assert (
         result.status == SKIP and "device-list-strategy envvar hands out no CDI" in result.message
@@ -445,7 +447,7 @@ def test_plugin_cdi_spec_not_asked_for_or_no_driver(recorded_h100x4, tmp_path) -
 
 
 def mig(sim: Any, tmp: Path, strategy: str, inventory: Any = None) -> CheckResult:
-    ctx = context(tmp, sim_config(sim, tmp, dp_mig_strategy=strategy))
+    ctx = context(tmp, sim_config(sim, tmp, device_plugin=DevicePlugin(mig_strategy=strategy)))
     return kubernetes.check_mig_strategy(ctx, inventory or sim.inventory)
 
 
@@ -501,13 +503,15 @@ def test_the_plugins_recorded_settings_win_over_the_nodes_config(
 ) -> None:
     """From a pod the plugin runs with its ConfigMap: doctor judges it by what it recorded."""
     sim = recorded_a100mig
-    node = context(tmp_path, sim_config(sim, tmp_path, dp_mig_strategy="none"))
+    node = context(
+        tmp_path, sim_config(sim, tmp_path, device_plugin=DevicePlugin(mig_strategy="none"))
+    )
     assert kubernetes.check_mig_strategy(node, sim.inventory).status == WARN
     settings = {"mig-strategy": "mixed", "device-list-strategy": ["envvar"], "bogus": 1}
     (plugin_dir / STATUS_FILE).write_bytes(status_bytes({"nvidia.com/gpu": []}, settings))
     plugin = kubernetes.as_the_plugin_runs(node, plugin_dir)
-    assert plugin.config.dp_mig_strategy == "mixed"
-    assert plugin.config.dp_device_list_strategy == ("envvar",)
+    assert plugin.config.device_plugin.mig_strategy == "mixed"
+    assert plugin.config.device_plugin.device_list_strategy == ("envvar",)
     mixed = kubernetes.check_mig_strategy(plugin, sim.inventory)
     assert mixed.status == PASS and "nvidia.com/mig-3g.40gb x2" in mixed.message
     assert kubernetes.check_cdi_spec(plugin, sim.inventory).status == SKIP  # no CDI strategy
@@ -571,7 +575,7 @@ def test_without_grpc_a_socket_is_a_warning_saying_why(
 
 def test_plugin_cdi_spec_dir_the_engines_do_not_read(recorded_h100x4, tmp_path) -> None:
     sim = recorded_h100x4
-    ctx = cdi_ctx(sim, tmp_path, dp_cdi_spec_dir=str(tmp_path / "elsewhere"))
+    ctx = cdi_ctx(sim, tmp_path, cdi_spec_dir=str(tmp_path / "elsewhere"))
     result = kubernetes.check_cdi_spec(ctx, sim.inventory)
     assert result.status == FAIL
     assert result.message == (

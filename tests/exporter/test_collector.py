@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from nvct.exporter.collector import SampleCollector
 from nvct.exporter.sample import GpuIdentity, GpuSample, Reading, Sample, XidSeen
-from nvct.podresources.ids import Owner
+from nvct.kubeapi.podresources.ids import Owner
 
 A = GpuIdentity(0, "GPU-a", "00000000:18:00.0", "nvidia0", "NVIDIA H100 80GB HBM3")
 B = GpuIdentity(1, "GPU-b", "00000000:3B:00.0", "nvidia1", "NVIDIA H100 80GB HBM3")

@@ -50,7 +50,11 @@ def test_flags_override_the_config_table(tmp_path: Path, monkeypatch: pytest.Mon
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     (settings,) = seen
-    assert (settings.ex_port, settings.ex_interval, settings.ex_hostname) == (0, 30.0, "from-file")
-    assert settings.ex_kubernetes is False
-    assert settings.ex_pod_resources_socket == "/x/kubelet.sock"
-    assert settings.dp_plugin_dir == "/p"
+    assert (settings.exporter.port, settings.exporter.interval, settings.exporter.hostname) == (
+        0,
+        30.0,
+        "from-file",
+    )
+    assert settings.exporter.kubernetes is False
+    assert settings.exporter.pod_resources_socket == "/x/kubelet.sock"
+    assert settings.device_plugin.plugin_dir == "/p"

@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from nvct.base.plugin_files import STATUS_FILE
-from nvct.base.plugin_status import status_bytes
 from nvct.exporter.health import PluginView, plugin_view, verdict
 from nvct.exporter.sample import Reading, XidSeen
-from nvct.host.health.latches import LatchFile
-from nvct.host.health.policy import GpuCondition
-from nvct.podresources.ids import DeviceMap, GpuIds
+from nvct.kubeapi.podresources.ids import DeviceMap, GpuIds
+from nvct.node.files import STATUS_FILE
+from nvct.node.health.latches import LatchFile
+from nvct.node.health.policy import GpuCondition
+from nvct.node.status import status_bytes
 
 DEVICES = DeviceMap([GpuIds("GPU-a", 0), GpuIds("GPU-b", 1, (("MIG-b1", 0),))])
 IGNORED = (13, 31, 43, 45, 68, 109)

@@ -1,0 +1,139 @@
+"""The Kubernetes wing's tables: ``[device-plugin]`` (with ``[device-plugin.sharing]`` and its
+``[[device-plugin.sharing.gpus]]`` rules) and ``[exporter]``, each key declared once
+(``nvct.config.declare``).
+
+A new device-plugin setting is one ``key()`` line in ``DevicePlugin`` (plus its use): the schema,
+the loader, the shipped file's check (``tests/test_config.py``), the flag (``flag=``) and the
+status file's record (``recorded=True``) follow from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nvct.base.defaults import DEFAULT_PLUGIN_DIR
+from nvct.config.declare import Table, key, table
+
+# The tables are frozen dataclasses without slots (slots make each class twice) whose equality,
+# hash and repr come from Table: ~0.5 ms less import apiece, which the hook pays.
+
+# How MIG devices are advertised (nvct.node.devices): not, as nvidia.com/gpu, or per profile.
+MIG_STRATEGIES = ("none", "single", "mixed")
+ID_STRATEGIES = ("uuid", "index")  # what a container is told of its devices (allocate)
+LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
+SHARING_STRATEGIES = ("time-slicing", "mps")
+REPLICAS_OF_ONE_GPU = ("error", "warn")
+
+_ABSPATH = {"type": "string", "pattern": "^/"}
+_ABSPATH_OR_EMPTY = {"type": "string", "pattern": "^(/.*)?$"}
+_BOOLEAN = {"type": "boolean"}
+_RESOURCE = {"type": "string", "pattern": "^nvidia\\.com/[a-z0-9]([-a-z0-9_.]{0,50}[a-z0-9])?$"}
+
+
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+class SharingRule(Table):
+    """One ``[[device-plugin.sharing.gpus]]`` entry: which GPUs, how they are shared (what
+    needs the GPUs is checked by ``nvct.node.sharing.plan_sharing``)."""
+
+    # "all", indices ("0", "1:0"), UUIDs or product names
+    devices: tuple[str, ...] = key(
+        schema={"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}}
+    )
+    strategy: str = key("time-slicing", {"enum": list(SHARING_STRATEGIES)})
+    replicas: int = key(schema={"type": "integer", "minimum": 2})
+    rename: bool | None = key(None, _BOOLEAN)  # None: rename-by-default
+    resource: str | None = key(None, _RESOURCE)  # a resource of this rule's own (whole GPUs)
+    # mps; None: the GPU's memory / replicas
+    pinned_memory_mib: int | None = key(None, {"type": "integer", "minimum": 1})
+    # mps; None: 100 / replicas
+    active_thread_percentage: int | None = key(
+        None, {"type": "integer", "minimum": 1, "maximum": 100}
+    )
+
+
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+class Sharing(Table):
+    """``[device-plugin.sharing]``: which GPUs are shared, and how the plugin answers for them."""
+
+    rename_by_default: bool = key(False, _BOOLEAN)
+    fail_requests_greater_than_one: bool = key(False, _BOOLEAN)
+    replicas_of_one_gpu: str = key("error", {"enum": list(REPLICAS_OF_ONE_GPU)})
+    mps_root: str = key(
+        "/run/nvct/mps",
+        _ABSPATH,
+        flag="Where each MPS daemon's pipe, log and shm directories go.",
+        path="dir",
+        absolute=True,  # containers mount from it: never relative
+    )
+    gpus: tuple[SharingRule, ...] = key((), items=SharingRule)
+
+
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+class DevicePlugin(Table):
+    """``[device-plugin]``: nvct-device-plugin, and what ``nvct-cli labels`` and doctor take
+    it to advertise."""
+
+    mig_strategy: str = key(
+        "none", {"enum": list(MIG_STRATEGIES)}, flag="How MIG devices are advertised.",
+        recorded=True,
+    )  # fmt: skip
+    device_id_strategy: str = key(
+        "uuid", {"enum": list(ID_STRATEGIES)}, flag="What a container is told of its devices.",
+        recorded=True,
+    )  # fmt: skip
+    device_list_strategy: tuple[str, ...] = key(
+        ("cdi-cri",),
+        {"type": "array", "minItems": 1, "items": {"enum": list(LIST_STRATEGIES)}},
+        flag="How an answer names the devices.",
+        recorded=True,
+    )
+    plugin_dir: str = key(
+        DEFAULT_PLUGIN_DIR, _ABSPATH, flag="The kubelet's device-plugins directory.", path="dir"
+    )
+    cdi_spec_dir: str = key(
+        "/var/run/cdi", _ABSPATH, flag="Where the plugin's CDI spec goes.", path="dir",
+        recorded=True,
+    )  # fmt: skip
+    host_driver_root: str = key("", _ABSPATH_OR_EMPTY, recorded=True)
+    runtime_config: str = key("", _ABSPATH_OR_EMPTY)  # the node's nvct-runtime config, seen here
+    sysfs_root: str = key("/sys", _ABSPATH, flag="Where NUMA nodes are read.", path="dir")
+    fail_on_init_error: bool = key(True, _BOOLEAN, flag="Exit 1 when NVML fails at start.")
+    quiet_period: float = key(
+        30.0, {"type": "number", "minimum": 0}, flag="Seconds an XID keeps a GPU Unhealthy.",
+        recorded=True,
+    )  # fmt: skip
+    ignored_xids: tuple[int, ...] = key(
+        (13, 31, 43, 45, 68, 109), {"type": "array", "items": {"type": "integer"}}, recorded=True
+    )
+    sharing: Sharing = table(Sharing)  # noqa: RUF009 - a field(default_factory=Sharing)
+
+
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+class Exporter(Table):
+    """``[exporter]``: ``nvct-cli exporter``, GPU metrics with pod labels."""
+
+    # a node exporter is scraped from the cluster
+    address: str = key("0.0.0.0", {"type": "string"}, flag="Listen address.")  # noqa: S104
+    port: int = key(
+        9400, {"type": "integer", "minimum": 0, "maximum": 65535}, flag="Listen port (0: any)."
+    )
+    interval: float = key(
+        10.0,
+        {"type": "number", "minimum": 0.1},
+        flag="Seconds between NVML samples; a scrape serves the latest sample.",
+    )
+    kubernetes: bool = key(
+        True, _BOOLEAN, flag="Pod, namespace and container labels from the kubelet."
+    )
+    pod_resources_socket: str = key(
+        "/var/lib/kubelet/pod-resources/kubelet.sock",
+        _ABSPATH,
+        flag="The kubelet's pod-resources socket.",
+        path="file",
+    )
+    extra_resources: tuple[str, ...] = key(
+        (), {"type": "array", "items": {"type": "string", "minLength": 1}}
+    )
+    hostname: str = key(
+        "", {"type": "string"}, flag="The Hostname label ('': $NODE_NAME, else the host name)."
+    )

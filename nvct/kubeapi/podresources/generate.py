@@ -1,0 +1,17 @@
+"""Generate ``v1_pb2.py`` and ``v1_pb2_grpc.py`` from ``v1.proto`` (grpcio-tools).
+
+``python -m nvct.kubeapi.podresources.generate [--check]``: ``--check`` exits 1 when the checked-in
+modules differ from what the .proto generates (tests/test_generated_apis.py runs it).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from nvct.kubeapi import protogen
+
+HERE = Path(__file__).resolve().parent
+
+if __name__ == "__main__":
+    sys.exit(protogen.main(HERE, "v1", "nvct.kubeapi.podresources", sys.argv[1:]))
