@@ -175,6 +175,26 @@ def test_an_envvar_plugin_on_a_guarded_node_says_so_at_start(
     assert said["problem"] == problem and said["level"] == "error"
 
 
+@pytest.mark.parametrize(
+    ("strategies", "said"), [("cdi-cri", True), ("cdi-cri,cdi-annotations", False)]
+)
+def test_a_cdi_cri_only_plugin_says_it_needs_the_engines_cdi(
+    kubelet, plugin_factory, strategies: str, said: bool
+) -> None:
+    """containerd 1.6 drops the kubelet's CDI devices: a plugin answering only cdi-cri says, at
+    start, what that answer needs of the engine (doctor checks the engine itself)."""
+    plugin = plugin_factory("--device-list-strategy", strategies)
+    assert kubelet.wait(lambda: GPU in kubelet.plugins and kubelet.plugins[GPU].updates)
+    events = [json.loads(ln) for ln in plugin.output().splitlines() if ln.startswith("{")]
+    warned = [e for e in events if e.get("event") == "cdi_cri_only"]
+    assert bool(warned) is said
+    assert (
+        "nvct-device-plugin: warning: device-list-strategy cdi-cri alone" in plugin.output()
+    ) is said
+    if said:
+        assert "containerd 1.6 drops them" in warned[0]["problem"]
+
+
 def test_unknown_and_unhealthy_devices_are_refused_and_a_lost_gpu_stays_latched(
     kubelet, plugin_factory, sim_driver
 ) -> None:

@@ -110,7 +110,27 @@ def cli(config_file: str | None, **flags: Any) -> int:
     except NvctError as err:
         error(err.one_line())
         return 2
+    _check_cdi_cri(config.device_plugin.device_list_strategy)
     return run(config)
+
+
+CDI_CRI_ONLY = (
+    "device-list-strategy cdi-cri alone: only an engine with CDI of its own applies the CDI "
+    "devices the kubelet hands it (containerd 1.7 with enable_cdi, containerd 2.x, CRI-O); "
+    "containerd 1.6 drops them and the pod starts without its GPU"
+)
+CDI_CRI_FIX = (
+    "add cdi-annotations to [device-plugin] device-list-strategy (nvct-runtime applies them), "
+    "and run nvct-cli doctor on the node (its device-plugin-cdi-cri check reads the engine)"
+)
+
+
+def _check_cdi_cri(strategies: tuple[str, ...]) -> None:
+    """Say, at start, that a cdi-cri-only answer depends on the engine's CDI: the plugin cannot
+    see the node's engine, and an engine without CDI gives such a pod no GPU without a word."""
+    if tuple(strategies) == ("cdi-cri",):
+        log.warning("cdi_cri_only", problem=CDI_CRI_ONLY, fix=CDI_CRI_FIX)
+        print(f"nvct-device-plugin: warning: {CDI_CRI_ONLY} (fix: {CDI_CRI_FIX})", file=sys.stderr)
 
 
 def _check_guard(config: Config, own_file: str) -> None:
