@@ -182,15 +182,14 @@ def test_a_cdi_cri_only_plugin_says_it_needs_the_engines_cdi(
     kubelet, plugin_factory, strategies: str, said: bool
 ) -> None:
     """containerd 1.6 drops the kubelet's CDI devices: a plugin answering only cdi-cri says, at
-    start, what that answer needs of the engine (doctor checks the engine itself)."""
+    start, what that answer needs of the engine, as a warning in its log (doctor checks the
+    engine itself and fails one that drops them)."""
     plugin = plugin_factory("--device-list-strategy", strategies)
     assert kubelet.wait(lambda: GPU in kubelet.plugins and kubelet.plugins[GPU].updates)
     events = [json.loads(ln) for ln in plugin.output().splitlines() if ln.startswith("{")]
     warned = [e for e in events if e.get("event") == "cdi_cri_only"]
     assert bool(warned) is said
-    assert (
-        "nvct-device-plugin: warning: device-list-strategy cdi-cri alone" in plugin.output()
-    ) is said
+    assert "nvct-device-plugin: " not in plugin.output()  # a warning, not an error on stderr
     if said:
         assert "containerd 1.6 drops them" in warned[0]["problem"]
 

@@ -130,7 +130,6 @@ def _check_cdi_cri(strategies: tuple[str, ...]) -> None:
     see the node's engine, and an engine without CDI gives such a pod no GPU without a word."""
     if tuple(strategies) == ("cdi-cri",):
         log.warning("cdi_cri_only", problem=CDI_CRI_ONLY, fix=CDI_CRI_FIX)
-        print(f"nvct-device-plugin: warning: {CDI_CRI_ONLY} (fix: {CDI_CRI_FIX})", file=sys.stderr)
 
 
 def _check_guard(config: Config, own_file: str) -> None:
