@@ -1,7 +1,8 @@
 """Every checked-in gRPC API package holds what its .proto generates (grpcio-tools): the
 device plugin API (v1beta1), the pod-resources API (v1) and the CRI v1 subset the CRI kubelet
 stand-in speaks (integration/cri). Their wire contracts are checked in
-tests/deviceplugin/test_api.py, tests/podresources/test_api.py and tests/test_cri_api.py."""
+tests/deviceplugin/test_api.py, tests/kubeapi/podresources/test_api.py and
+tests/harness/test_cri_api.py."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "nvct"
+PACKAGE = Path(__file__).resolve().parents[2] / "nvct"
 
 
 def _modules() -> dict[str, Path]:
