@@ -32,13 +32,13 @@ else:  # pragma: no cover - Python 3.10
 import pytest
 import yaml
 
-from integration.conftest import NVCT_BIN, write_nvct_config
 from integration.cri import runtime_v1_pb2 as cri
 from integration.harness.containerd import Containerd
 from integration.harness.crinode import GUARDED, IMAGE, IMAGE_ENV, plugin_work
 from integration.harness.ctrimages import PAUSE_TAG, pause_archive, rootfs_archive
 from integration.harness.deviceplugin import PluginProcess
 from integration.harness.noderoot import NodeRoot
+from integration.harness.nvct_config import NVCT_BIN, write_nvct_config
 from integration.harness.skips import need_binary, need_busybox, need_root, require
 from integration.kubelet.cri import CriKubelet, container_config
 from integration.kubelet.standin import Kubelet
