@@ -34,11 +34,11 @@ lint: venv
 test: venv lint
 	$(BIN)/pytest -q
 
-# checkov (tests/test_security_scan.py) in a virtual environment of its own, cached in
+# checkov (tests/deployments/test_security_scan.py) in a virtual environment of its own, cached in
 # $$CHECKOV_VENV or ~/.cache/nvct/checkov-VERSION (about 40 s and 290 MB once; the test makes
 # it too when it is missing)
 checkov: venv
-	$(BIN)/python -m tests.test_security_scan
+	$(BIN)/python -m tests.deployments.test_security_scan
 
 # nvct's OCI image (Debian 12 minbase + the .deb, no registry): packaging/build/nvct-image.tar,
 # imported as nvct:VERSION into the dockerd the docker CLI reaches, when one answers (as root).

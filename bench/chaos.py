@@ -43,7 +43,6 @@ from typing import Any
 
 import grpc
 
-import integration.conftest  # noqa: F401 - before the harness, which imports from it
 from integration.harness.deviceplugin import PluginProcess
 from integration.kubelet.standin import Kubelet
 from integration.simdriver import inject

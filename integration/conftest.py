@@ -6,13 +6,17 @@ stopped at session end), ``plain_dockerd`` (one with an empty daemon.json),
 ``plain_dockerd``). Per test: ``runc_bundle_factory``, ``container_id``.
 
 Each fixture skips its tests, saying what is missing, when not root or without docker/runc.
+
+Fixtures only: what tests and harness modules share otherwise (``NVCT_BIN``,
+``write_nvct_config``) is in integration/harness/nvct_config.py, and the device plugin's fixtures
+(``plugin_factory``, ``kubelet``) are defined in integration/harness/deviceplugin.py and
+imported here to register them.
 """
 
 from __future__ import annotations
 
 import itertools
 import shutil
-import sys
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -22,8 +26,10 @@ import pytest
 
 from integration.harness import HarnessError
 from integration.harness.bundles import BundleFactory, make_bundle
+from integration.harness.deviceplugin import kubelet, plugin_factory  # noqa: F401 - fixtures
 from integration.harness.dockerd import Dockerd, DockerdFactory
 from integration.harness.images import GLIBC_TAG, ImageImporter, docker_import, glibc_rootfs
+from integration.harness.nvct_config import NVCT_BIN, write_nvct_config
 from integration.harness.podman import private_podman
 from integration.harness.skips import (
     need_binary,
@@ -122,8 +128,6 @@ def container_id() -> str:
 
 # --- nvct on the simulated driver ------------------------------------------------------------
 
-NVCT_BIN = Path(sys.executable).parent
-
 
 @pytest.fixture(scope="session")
 def sim_driver(tmp_path_factory: pytest.TempPathFactory) -> Any:
@@ -132,28 +136,6 @@ def sim_driver(tmp_path_factory: pytest.TempPathFactory) -> Any:
     from integration.simdriver import cached_driver, preset
 
     return cached_driver(preset("h100x4-550"), Path("/tmp/nvct-test-simdrivers"))
-
-
-def write_nvct_config(path: Path, sim: Any, **extra: str) -> Path:
-    """A config.toml pointing nvct at the simulated driver; logs and caches beside it."""
-    lines = [
-        f'driver-root = "{sim.driver_root}"',
-        f'dev-root = "{sim.dev_root}"',
-        f'proc-root = "{sim.proc_root}"',
-        f'cache-dir = "{path.parent / "cache"}"',
-    ]
-    sections: dict[str, list[str]] = {
-        "log": [f'file = "{path.parent / "nvct.log"}"', 'level = "debug"']
-    }
-    for key, value in extra.items():
-        section, _, name = key.partition(".")
-        sections.setdefault(section, []).append(f"{name} = {value}")
-    text = "\n".join(lines) + "\n"
-    for section, items in sections.items():
-        text += f"[{section}]\n" + "\n".join(items) + "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path
 
 
 @pytest.fixture(scope="session")
@@ -179,7 +161,3 @@ def nvidia_dockerd(
     )
     import_glibc_image(dockerd)
     return dockerd
-
-
-# The device plugin's fixtures; last, as that module reads write_nvct_config from this one.
-from integration.harness.deviceplugin import kubelet, plugin_factory  # noqa: E402, F401

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from integration.conftest import write_nvct_config
 from integration.harness.bundles import BundleFactory
+from integration.harness.nvct_config import write_nvct_config
 from integration.harness.nvidia_cdi import nvidia_yaml
 from integration.test_cdi_runtime import SCRIPT, cli, gpu_nodes, run, smi_uuids
 from nvct.cdi.names import PLUGIN_KIND, PLUGIN_SPEC_NAME

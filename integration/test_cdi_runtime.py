@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from integration.conftest import NVCT_BIN, write_nvct_config
 from integration.harness.bundles import BundleFactory, run_runc
+from integration.harness.nvct_config import NVCT_BIN, write_nvct_config
 from integration.harness.nvidia_cdi import nvidia_yaml
 
 pytestmark = [pytest.mark.runc, pytest.mark.root]

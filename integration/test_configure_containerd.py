@@ -10,7 +10,7 @@ import pytest
 
 from integration.harness.skips import need_binary, require
 from nvct.engines.containerd import dump_config, effective_handler
-from tests.test_configure_containerd import DEBIAN_DEFAULT
+from tests.engines.test_configure_containerd import DEBIAN_DEFAULT
 
 SYSTEMD = """# hand-written
 version = 2

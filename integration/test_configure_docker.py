@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from integration.conftest import NVCT_BIN
 from integration.harness.dockerd import DockerdFactory
 from integration.harness.images import GLIBC_TAG, ImageImporter
+from integration.harness.nvct_config import NVCT_BIN
 
 pytestmark = [pytest.mark.docker, pytest.mark.root]
 

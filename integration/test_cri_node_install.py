@@ -32,13 +32,13 @@ else:  # pragma: no cover - Python 3.10
 import pytest
 import yaml
 
-from integration.conftest import NVCT_BIN, write_nvct_config
 from integration.cri import runtime_v1_pb2 as cri
 from integration.harness.containerd import Containerd
 from integration.harness.crinode import GUARDED, IMAGE, IMAGE_ENV, plugin_work
 from integration.harness.ctrimages import PAUSE_TAG, pause_archive, rootfs_archive
 from integration.harness.deviceplugin import PluginProcess
 from integration.harness.noderoot import NodeRoot
+from integration.harness.nvct_config import NVCT_BIN, write_nvct_config
 from integration.harness.skips import need_binary, need_busybox, need_root, require
 from integration.kubelet.cri import CriKubelet, container_config
 from integration.kubelet.standin import Kubelet
@@ -255,7 +255,7 @@ def test_the_system_runtime_class_gives_every_gpu_and_a_workload_cannot_claim_it
     device plugin, labeller and exporter run, sees every GPU by NVIDIA_VISIBLE_DEVICES=all,
     unprivileged. A workload on nvidia in nvct's namespace, or forging the sandbox-namespace
     annotations containerd sets, sees none: the exemption is the handler, which only
-    admission (deployments/admission.yaml, tests/test_admission.py) lets a pod name."""
+    admission (deployments/admission.yaml, tests/deployments/test_admission.py) lets a pod name."""
     done = site.install("install", stage_image(tmp_path / "v1", ""), sim_driver.dev_root)
     assert done.returncode == 0, done.stdout + done.stderr
     assert restarted(site, site.containerd.pid), done.stdout

@@ -15,9 +15,9 @@ from typing import Any
 import grpc
 import pytest
 
-from integration.conftest import NVCT_BIN, write_nvct_config
 from integration.harness.bundles import BundleFactory, run_runc
 from integration.harness.deviceplugin import PluginProcess, apply, uuids
+from integration.harness.nvct_config import NVCT_BIN, write_nvct_config
 from integration.harness.podman import podman_run, spec_in_cdi_dir
 from integration.kubelet.standin import Kubelet, sockets
 from integration.simdriver import inject

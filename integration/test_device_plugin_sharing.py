@@ -18,9 +18,9 @@ from typing import Any
 import grpc
 import pytest
 
-from integration.conftest import NVCT_BIN, write_nvct_config
 from integration.harness.bundles import BundleFactory, run_runc
 from integration.harness.deviceplugin import MpsControlProcess, apply, uuids
+from integration.harness.nvct_config import NVCT_BIN, write_nvct_config
 from integration.harness.processes import until
 from integration.kubelet.standin import Kubelet, sockets
 from integration.simdriver import inject

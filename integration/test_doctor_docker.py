@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from integration.conftest import NVCT_BIN
 from integration.harness.dockerd import Dockerd, DockerdFactory
 from integration.harness.images import ImageImporter
+from integration.harness.nvct_config import NVCT_BIN
 from nvct.doctor.processes import START_TIME_SLACK
-from tests.test_cli import cli
+from tests.cli.test_cli import cli
 
 pytestmark = [pytest.mark.docker, pytest.mark.root]
 

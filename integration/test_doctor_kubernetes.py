@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from integration.conftest import NVCT_BIN
 from integration.harness.deviceplugin import PluginProcess, numa_sysfs
+from integration.harness.nvct_config import NVCT_BIN
 from integration.kubelet.standin import Kubelet
 
 pytestmark = [pytest.mark.root]

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from integration.conftest import write_nvct_config
+from integration.harness.nvct_config import write_nvct_config
 from integration.harness.processes import terminate
 from integration.harness.skips import need_binary, need_root, require
 from integration.kubelet.podresources import Container, PodResources

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from integration.conftest import NVCT_BIN, write_nvct_config
 from integration.harness.dockerd import Dockerd, DockerdFactory
 from integration.harness.images import GLIBC_TAG, ImageImporter
+from integration.harness.nvct_config import NVCT_BIN, write_nvct_config
 from integration.harness.shimd import ShimDaemon
 from integration.harness.skips import need_cc, require
 from nvct.runtime.launch.build import build_native

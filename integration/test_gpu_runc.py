@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from integration.conftest import NVCT_BIN, write_nvct_config
 from integration.harness.bundles import BundleFactory, run_runc
+from integration.harness.nvct_config import NVCT_BIN, write_nvct_config
 from integration.harness.skips import need_binary, require
 
 pytestmark = [pytest.mark.runc, pytest.mark.root]
@@ -302,10 +302,10 @@ def test_ld_cache_reused_for_fresh_overlays_of_one_image(
     one finds the driver through its cache.
 
     Also a regression guard (not a timing test) on the real path: the second create loads
-    neither ctypes nor any module tests/test_hot_path.py bans; the others, which run
+    neither ctypes nor any module tests/architecture/test_hot_path.py bans; the others, which run
     ldconfig, do load ctypes (so the check can fail). (The merged case: below.)"""
     from nvct.runtime.launch.build import default_command
-    from tests.test_hot_path import READY_LD_CACHE
+    from tests.architecture.test_hot_path import READY_LD_CACHE
 
     config = write_nvct_config(tmp_path / "ov" / "config.toml", sim_driver)
     image = image_without_ld_cache

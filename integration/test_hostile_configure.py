@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from integration.conftest import NVCT_BIN
+from integration.harness.nvct_config import NVCT_BIN
 
 KILLS = 200
 

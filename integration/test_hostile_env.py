@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
-from integration.conftest import NVCT_BIN
 from integration.harness.bundles import BundleFactory, run_runc
 from integration.harness.dockerd import Dockerd
 from integration.harness.images import docker_import
+from integration.harness.nvct_config import NVCT_BIN
 from integration.harness.skips import need_binary, require
 
 PRELOAD_C = r"""

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from integration.conftest import NVCT_BIN, write_nvct_config
+from integration.harness.nvct_config import NVCT_BIN, write_nvct_config
 
 pytestmark = [pytest.mark.root]
 

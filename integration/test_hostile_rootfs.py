@@ -35,8 +35,8 @@ from typing import Any
 
 import pytest
 
-from integration.conftest import NVCT_BIN, write_nvct_config
 from integration.harness.bundles import BundleFactory, run_runc
+from integration.harness.nvct_config import NVCT_BIN, write_nvct_config
 
 pytestmark = [pytest.mark.runc, pytest.mark.root]
 

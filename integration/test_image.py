@@ -117,8 +117,8 @@ def test_the_device_plugin_from_the_image_registers_and_its_answer_gives_a_gpu(
     """docker run of the image's nvct-device-plugin (the device-plugins directory mounted, the
     simulated driver as its driver root) against the kubelet stand-in; the envvar answer then
     runs a real container through this checkout's nvct-runtime."""
-    from integration.conftest import NVCT_BIN, write_nvct_config
     from integration.harness.bundles import run_runc
+    from integration.harness.nvct_config import NVCT_BIN, write_nvct_config
     from integration.kubelet.standin import Kubelet
 
     dockerd, tag = image

@@ -37,10 +37,10 @@ from typing import Any
 
 import pytest
 
-from integration.conftest import NVCT_BIN, write_nvct_config
 from integration.harness.deviceplugin import PluginProcess, numa_sysfs
 from integration.harness.dockerd import DockerdFactory
 from integration.harness.images import ImageImporter
+from integration.harness.nvct_config import NVCT_BIN, write_nvct_config
 from integration.harness.packages import (
     DAEMON_SOCKET,
     DEB_UNIT,

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from integration.conftest import write_nvct_config
 from integration.harness.deviceplugin import uuids
+from integration.harness.nvct_config import write_nvct_config
 from integration.kubelet.standin import sockets
 from integration.simdriver import inject
 from nvct.node.files import STATUS_FILE

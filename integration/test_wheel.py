@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from integration.conftest import write_nvct_config
 from integration.harness.bundles import BundleFactory, run_runc
+from integration.harness.nvct_config import write_nvct_config
 from integration.harness.skips import need_binary, need_cc, require
 from integration.harness.wheel import PIP, ROOT, install_wheel
 

@@ -5,7 +5,7 @@ nodes) needs root and gcc and takes seconds; what it yields is a plain value
 (``Inventory.to_dict``). It is recorded once per preset in ``tests/fixtures/<preset>.json``, with
 the driver root written as ``@ROOT@``. ``recorded_driver`` puts it back under a directory of the
 caller's choosing, where it lays out the driver's files as empty files (so the steps that stat
-or hard-link libraries work) and no device nodes. ``tests/test_inventory_fixtures.py`` (root)
+or hard-link libraries work) and no device nodes. ``tests/host/test_inventory_fixtures.py`` (root)
 checks that discovery still yields the recorded value.
 
 Regenerate after changing discovery or the simulated driver (as root, with gcc)::

@@ -1,7 +1,7 @@
 """Generate ``runtime_v1_pb2.py`` and ``runtime_v1_pb2_grpc.py`` from ``runtime_v1.proto``.
 
 ``python -m integration.cri.generate [--check]``: ``--check`` exits 1 when the checked-in
-modules differ from what the .proto generates (tests/test_generated_apis.py runs it).
+modules differ from what the .proto generates (tests/kubeapi/test_generated_apis.py runs it).
 """
 
 from __future__ import annotations

@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from integration.conftest import NVCT_BIN, write_nvct_config
 from integration.harness import HarnessError
 from integration.harness.containerd import Containerd
 from integration.harness.ctrimages import PAUSE_TAG, pause_archive, rootfs_archive
 from integration.harness.deviceplugin import PluginProcess
+from integration.harness.nvct_config import NVCT_BIN, write_nvct_config
 from integration.kubelet.cri import CriKubelet, Exited
 from integration.kubelet.standin import Kubelet
 

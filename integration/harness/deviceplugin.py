@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 
 import pytest
 
-from integration.conftest import write_nvct_config
 from integration.harness.bundles import runc_spec
+from integration.harness.nvct_config import write_nvct_config
 from integration.harness.processes import terminate
 from integration.kubelet.standin import Kubelet
 

@@ -5,7 +5,7 @@ regular expressions at import, which loads ``re``, ``enum`` and ``functools``. T
 accelerator ``_json`` that json itself uses for the real work needs none of that, so the
 shim and the hook call it directly: the same parser and encoder, with json's defaults
 (``ensure_ascii``, ``allow_nan``). Where ``_json`` is absent (other interpreters) this is
-plain ``json``. ``tests/test_fastjson.py`` checks it against ``json`` on generated documents.
+plain ``json``. ``tests/base/test_fastjson.py`` checks it against ``json`` on generated documents.
 """
 
 from __future__ import annotations

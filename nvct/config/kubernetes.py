@@ -3,7 +3,7 @@
 (``nvct.config.declare``).
 
 A new device-plugin setting is one ``key()`` line in ``DevicePlugin`` (plus its use): the schema,
-the loader, the shipped file's check (``tests/test_config.py``), the flag (``flag=``) and the
+the loader, the shipped file's check (``tests/config/test_config.py``), the flag (``flag=``) and the
 status file's record (``recorded=True``) follow from it.
 """
 

@@ -18,5 +18,5 @@ names in ``integration/test_hostile_*.py``):
   outside it.
 
 Only the standard library (and ctypes where a syscall has no wrapper) is imported here: a
-cached GPU create runs this code with nothing else loaded (``tests/test_hot_path.py``).
+cached GPU create runs this code with nothing else loaded (``tests/architecture/test_hot_path.py``).
 """

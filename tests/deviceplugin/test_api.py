@@ -1,5 +1,5 @@
 """The .proto keeps the kubelet's wire contract: package, services, rpcs,
-field numbers (that the generated modules are current: tests/test_generated_apis.py)."""
+field numbers (that the generated modules are current: tests/kubeapi/test_generated_apis.py)."""
 
 from __future__ import annotations
 

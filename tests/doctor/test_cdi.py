@@ -9,9 +9,9 @@ import pytest
 from nvct.doctor import FAIL, PASS, WARN, cdi
 from nvct.host.arch import host_arch
 from nvct.plan.cdi_spec import SpecOptions, build_spec
+from tests.cli.test_cli import cli, roots
 from tests.conftest import sim_config
 from tests.doctor.conftest import cdi_generator, context, write_cdi
-from tests.test_cli import cli, roots
 
 HOOK = "/usr/bin/nvct-cdi-hook"
 

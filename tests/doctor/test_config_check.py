@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from nvct.doctor import FAIL
-from tests.test_cli import cli
+from tests.cli.test_cli import cli
 
 
 def test_invalid_config_fails_and_the_rest_still_runs(tmp_path) -> None:

@@ -8,8 +8,8 @@ import os
 import pytest
 
 from nvct.doctor import FAIL, PASS, SKIP, WARN, CheckResult, run_doctor
+from tests.cli.test_cli import cli, roots
 from tests.doctor.conftest import by_name, healthy_dev_root, nvct_runtime_json, sim_ctx
-from tests.test_cli import cli, roots
 
 
 @pytest.mark.root

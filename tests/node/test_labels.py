@@ -19,7 +19,7 @@ from nvct.config import parse_config
 from nvct.host.inventory import Inventory
 from nvct.node.labels import family, node_labels, sanitise
 from nvct.node.sharing import SharingPlan, plan_sharing
-from tests.test_cli import cli, roots
+from tests.cli.test_cli import cli, roots
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 N = "nvidia.com/"

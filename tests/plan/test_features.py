@@ -157,7 +157,7 @@ def test_imex_request_brings_the_imex_daemon_and_its_config(h100x4, tmp_path) ->
 def test_cdi_spec_of_the_imex_channels(h100x4, tmp_path) -> None:
     import json
 
-    from tests.test_cli import cli
+    from tests.cli.test_cli import cli
 
     dev_root, proc_root = with_feature_nodes(h100x4, tmp_path)
     cfg = tmp_path / "config.toml"

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 from nvct.config import load_config
-from tests.test_cli import cli
+from tests.cli.test_cli import cli
 
-SHIPPED = Path(__file__).resolve().parent.parent / "config" / "config.toml"
+SHIPPED = Path(__file__).resolve().parents[2] / "config" / "config.toml"
 
 NVIDIA = """\
 accept-nvidia-visible-devices-envvar-when-unprivileged = false

@@ -14,7 +14,7 @@ from nvct import engines
 from nvct.cli.main import main
 from nvct.engines import EngineOptions, docker
 from nvct.engines import containerd as ctd
-from tests.test_configure_containerd import DEBIAN_DEFAULT, SYSTEMD, V3
+from tests.engines.test_configure_containerd import DEBIAN_DEFAULT, SYSTEMD, V3
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SHIPPED_CONFIG = Path(__file__).resolve().parent.parent / "config" / "config.toml"
+SHIPPED_CONFIG = Path(__file__).resolve().parents[2] / "config" / "config.toml"
 
 HEAVY = ("jsonschema", "elftools", "pynvml", "click", "structlog", "asyncio", "tomlkit")
 # The per-container paths also keep Python's own slower modules out (~15 ms together).

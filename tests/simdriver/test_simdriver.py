@@ -31,7 +31,7 @@ from integration.simdriver import (
 from integration.simdriver.libraries import STALE_LIBCUDA_VERSION
 from integration.simdriver.spec import ci_cap_minor, gi_cap_minor
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _why_no_build() -> str | None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "nvct"
+PACKAGE = Path(__file__).resolve().parents[2] / "nvct"
 
 # Each unit (a top-level package or module of nvct) and the units it may import.
 LIBRARY = {

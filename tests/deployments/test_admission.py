@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-DEPLOYMENTS = Path(__file__).resolve().parent.parent / "deployments"
+DEPLOYMENTS = Path(__file__).resolve().parents[2] / "deployments"
 celpy = pytest.importorskip("celpy")
 
 

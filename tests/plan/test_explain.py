@@ -19,8 +19,8 @@ from nvct.plan.explain import docker_inspect, explain, input_from_bundle, input_
 from nvct.plan.libdirs import with_library_dirs
 from nvct.plan.model import RootfsLayout
 from nvct.request.parse import request_from_spec
+from tests.cli.test_cli import cli, roots
 from tests.conftest import sim_config
-from tests.test_cli import cli, roots
 
 
 def write_bundle(

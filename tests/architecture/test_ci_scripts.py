@@ -7,7 +7,7 @@ import re
 import shlex
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_every_test_file_the_unprivileged_job_runs_exists() -> None:

@@ -17,7 +17,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 RUNTIME = "/opt/nvct/bin/nvct-runtime"
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_crio_drop_in_parses_to_the_handler(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-DEPLOYMENTS = Path(__file__).resolve().parent.parent / "deployments"
+DEPLOYMENTS = Path(__file__).resolve().parents[2] / "deployments"
 MANIFESTS = sorted(p for p in DEPLOYMENTS.glob("*.yaml") if p.name != "kustomization.yaml")
 # Oldest: device plugins' GetPreferredAllocation and RuntimeClass scheduling are long stable;
 # cdi_devices in Allocate needs 1.29+ (the device plugin's cdi-cri strategy).

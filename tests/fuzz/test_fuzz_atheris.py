@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-TARGET = Path(__file__).resolve().parent.parent / "fuzz" / "fuzz_parsers.py"
+TARGET = Path(__file__).resolve().parents[2] / "fuzz" / "fuzz_parsers.py"
 
 
 @pytest.mark.slow

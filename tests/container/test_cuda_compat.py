@@ -12,8 +12,8 @@ from nvct.host.arch import host_arch
 from nvct.plan.build import build_plan
 from nvct.plan.workorder import from_plan
 from nvct.request.parse import parse_request
+from tests.cli.test_cli import cli, roots
 from tests.conftest import sim_config, sim_inventory
-from tests.test_cli import cli, roots
 
 LINK = "libcuda.so.1"
 

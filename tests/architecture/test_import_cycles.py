@@ -1,24 +1,25 @@
 """No two of nvct's modules import each other, even through others: type-only (``if
 TYPE_CHECKING:``) and lazy imports count, since each such cycle is a layering knot waiting to
-become a runtime one (the work order's types once tied 6 modules of 5 packages together)."""
+become a runtime one (the work order's types once tied 6 modules of 5 packages together). The
+integration harness is held to the same rule (its conftest and harness once imported each other)."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "nvct"
+REPO = Path(__file__).resolve().parents[2]
 
 
-def _modules() -> dict[str, Path]:
+def _modules(package: str, root: Path = REPO) -> dict[str, Path]:
     out = {}
-    for path in PACKAGE.rglob("*.py"):
-        name = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    for path in (root / package).rglob("*.py"):
+        name = ".".join(path.relative_to(root).with_suffix("").parts)
         out[name.removesuffix(".__init__")] = path
     return out
 
 
-def _graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+def _graph(modules: dict[str, Path], package: str) -> dict[str, set[str]]:
     def known(name: str) -> str:
         while name not in modules:  # an imported name: its module
             name = name.rpartition(".")[0]
@@ -27,10 +28,10 @@ def _graph(modules: dict[str, Path]) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for module, path in modules.items():
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("nvct"):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(package):
                 targets = [known(f"{node.module}.{a.name}") for a in node.names]
             elif isinstance(node, ast.Import):
-                targets = [known(a.name) for a in node.names if a.name.startswith("nvct")]
+                targets = [known(a.name) for a in node.names if a.name.startswith(package)]
             else:
                 continue
             graph[module].update(t for t in targets if t != module)
@@ -85,6 +86,12 @@ def test_the_cycle_finder_finds_one() -> None:
 
 
 def test_no_module_cycle_in_nvct() -> None:
-    graph = _graph(_modules())
+    graph = _graph(_modules("nvct"), "nvct")
     assert len(graph) > 150  # the tree was read
+    assert _cycles(graph) == []
+
+
+def test_no_module_cycle_in_the_integration_harness() -> None:
+    graph = _graph(_modules("integration"), "integration")
+    assert "integration.conftest" in graph and "integration.harness.deviceplugin" in graph
     assert _cycles(graph) == []
