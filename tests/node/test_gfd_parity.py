@@ -325,3 +325,40 @@ def test_the_cli_labels_match_gfds_on_the_simulated_driver(
     expected = LIVE[preset]
     driver = {k: v for k, v in short(found).items() if k.startswith("cuda.")}
     compare(found, {**expected, **driver} if "cuda.driver.major" not in expected else expected)
+
+
+CLUSTER = "5f2a9c1e-0b7d-4e38-a6c4-91d2e3f4a5b6"
+
+
+@pytest.mark.root
+def test_a_fabric_attached_vgpu_guest_with_a_new_gpu_name(tmp_path: Path) -> None:
+    """From the simulated NVML through discovery: a GPU no name pattern knows is MIG-capable
+    because NVML answers its MIG mode, the fabric's cluster and clique give gpu.clique (GFD's
+    ``<clusterUUID>.<cliqueID>``), and a vGPU guest says vgpu.present."""
+    from integration.simdriver import cached_driver, preset
+    from tests.conftest import SIM_CACHE, _need_sim
+
+    _need_sim()
+    base = preset("h100x4-550")
+    gpus = tuple(
+        dataclasses.replace(
+            g,
+            name="NVIDIA RTX PRO 6000 Blackwell Server Edition",
+            compute_capability=(12, 0),
+            virtualization_mode=2,
+            fabric=(CLUSTER, 32766),
+        )
+        for g in base.gpus
+    )
+    sim = cached_driver(dataclasses.replace(base, gpus=gpus), SIM_CACHE)
+    options = roots(sim, tmp_path)
+    lines = cli(*options, "--no-cache", "labels", "--no-timestamp").stdout.splitlines()
+    found = short(dict(line.split("=", 1) for line in lines))
+    assert found["gpu.clique"] == f"{CLUSTER}.32766"
+    assert (found["vgpu.present"], found["mig.capable"]) == ("true", "true")
+    assert found["gpu.product"] == "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition"
+    assert found["gpu.family"] == "blackwell"
+    split = (*gpus[:3], dataclasses.replace(gpus[3], fabric=(CLUSTER, 7)))
+    other = cached_driver(dataclasses.replace(base, gpus=split), SIM_CACHE)
+    lines = cli(*roots(other, tmp_path), "--no-cache", "labels").stdout.splitlines()
+    assert not [ln for ln in lines if "gpu.clique" in ln]  # GFD: two cliques, no label
