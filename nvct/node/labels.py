@@ -136,6 +136,10 @@ def node_labels(
         # GFD counts every GPU of the model, MIG-enabled ones included, under any strategy.
         product, memory = sanitise(model.name), model.memory_mib
         labels.update(_resource("gpu", product, len(gpus), memory, model, replicas, sharing))
+        if all(g.mig_enabled for g in gpus if g.name == model.name):
+            # GFD labels a model it has only in MIG mode without sharing: 0 replicas
+            labels.update({f"{PREFIX}gpu.replicas": "0", f"{PREFIX}gpu.sharing-strategy": "none"})
+            labels[f"{PREFIX}gpu.product"] = product
         described["gpu"] = (product, memory)
     if mig_strategy == "mixed":
         for profile in sorted({m.profile for m in migs}):

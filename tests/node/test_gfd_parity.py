@@ -231,6 +231,19 @@ def test_single_labels_carry_the_mig_devices_attributes() -> None:
     )
 
 
+@pytest.mark.parametrize("strategy", ["none", "mixed"])
+def test_a_model_only_in_mig_mode_has_no_replicas(strategy: str) -> None:
+    """GFD's NewGPUResourceLabelerWithoutSharing for MIG-enabled GPUs: replicas 0, whatever
+    the sharing rules say; counted all the same."""
+    inv = inventory("a100x8-570-mig")
+    two = dataclasses.replace(inv, gpus=inv.gpus[:2])
+    labels = node_labels(two, mig_strategy=strategy, sharing="time-slicing", replicas={"gpu": 4})
+    found = short(labels)
+    assert (found["gpu.replicas"], found["gpu.sharing-strategy"]) == ("0", "none")
+    assert (found["gpu.count"], found["gpu.product"]) == ("2", A100)
+    assert found["mps.capable"] == "false"
+
+
 @pytest.mark.parametrize(
     ("classes", "mode"),
     [([COMPUTE] * 2, "compute"), ([VGA, VGA], "graphics"), ([], "unknown"),
