@@ -23,7 +23,22 @@ class DeviceNode:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class MigDevice:
+class MigAttributes:
+    """A MIG device's nvmlDeviceGetAttributes_v2 (GFD's MIG labels); all 0 where NVML does
+    not answer (a real MIG device has at least one slice)."""
+
+    multiprocessors: int = 0
+    slices_gi: int = 0
+    slices_ci: int = 0
+    engines_copy: int = 0
+    engines_decoder: int = 0
+    engines_encoder: int = 0
+    engines_jpeg: int = 0
+    engines_ofa: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MigDevice(MigAttributes):
     """A MIG device: a GPU instance + compute instance of a parent GPU."""
 
     index: int  # position among the parent's MIG devices (the "<gpu>:<mig>" form)
@@ -33,15 +48,6 @@ class MigDevice:
     profile: str
     memory_mib: int
     caps: tuple[DeviceNode, ...] = ()  # /dev/nvidia-caps/nvidia-cap<N> for the GI and CI
-    # nvmlDeviceGetAttributes_v2 (GFD's MIG labels); all 0 where NVML does not answer.
-    multiprocessors: int = 0
-    slices_gi: int = 0
-    slices_ci: int = 0
-    engines_copy: int = 0
-    engines_decoder: int = 0
-    engines_encoder: int = 0
-    engines_jpeg: int = 0
-    engines_ofa: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from nvct.base.errors import DiscoveryError
+from nvct.host.inventory import MigAttributes
 
 ARCHITECTURES = {
     2: "Kepler",
@@ -31,7 +32,7 @@ ARCHITECTURES = {
 
 
 @dataclass(frozen=True, slots=True)
-class NvmlMig:
+class NvmlMig(MigAttributes):
     """A MIG device as NVML reports it."""
 
     index: int
@@ -40,15 +41,6 @@ class NvmlMig:
     compute_instance: int
     profile: str
     memory_mib: int
-    # nvmlDeviceGetAttributes_v2 (GFD's MIG labels); all 0 where NVML does not answer.
-    multiprocessors: int = 0
-    slices_gi: int = 0
-    slices_ci: int = 0
-    engines_copy: int = 0
-    engines_decoder: int = 0
-    engines_encoder: int = 0
-    engines_jpeg: int = 0
-    engines_ofa: int = 0
 
 
 @dataclass(frozen=True, slots=True)
