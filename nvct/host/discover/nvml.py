@@ -230,7 +230,10 @@ def _optional(nvml: Any, query: Callable[[], T], default: T) -> T:
 
 def _fabric_clique(nvml: Any, handle: Any) -> str:
     """GFD's ``<clusterUUID>.<cliqueID>`` of a GPU whose fabric registration completed."""
-    info = nvml.c_nvmlGpuFabricInfo_t()
+    struct = getattr(nvml, "c_nvmlGpuFabricInfo_t", None)  # an nvidia-ml-py without fabric info
+    if struct is None:
+        return ""
+    info = struct()
     try:
         nvml.nvmlDeviceGetGpuFabricInfo(handle, ctypes.byref(info))
     except nvml.NVMLError:  # NOT_SUPPORTED: no NVLink fabric (HGX A100/H100, PCIe)
