@@ -303,6 +303,18 @@ LIVE = {
         **gfd_node(mig_capable=False, mode="compute"),
         **gfd_full("NVIDIA-GeForce-RTX-4090", 3, 24564, "ada-lovelace", "8.9"),
     },
+    "l40sx8-pcie": {
+        **gfd_node(mig_capable=False),
+        **gfd_full("NVIDIA-L40S", 8, 46068, "ada-lovelace", "8.9"),
+    },
+    "h100x8-nvswitch": {  # NVSwitch, but no NVLink fabric registration: no gpu.clique
+        **gfd_node(mig_capable=True),
+        **gfd_full(H100, 8, 81559, "hopper", "9.0"),
+    },
+    "h100pcie-x8-nvlink-pairs": {
+        **gfd_node(mig_capable=True),
+        **gfd_full("NVIDIA-H100-PCIe", 8, 81559, "hopper", "9.0"),
+    },
     "t4x1-535": {
         **gfd_node(mig_capable=False),
         **gfd_full("Tesla-T4", 1, 15360, "turing", "7.5"),
