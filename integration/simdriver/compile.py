@@ -10,9 +10,10 @@ import platform
 import shutil
 import subprocess
 import tempfile
+import uuid
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from pathlib import Path
 
 from .common import LIB32, LIB64, SimDriverError, write_file
@@ -120,6 +121,10 @@ def simdata_header(spec: SimDriverSpec, dev_root: Path, control: Path) -> str:
                     f"0x{g.supported_events:X}ULL",
                     str(int(g.row_remapping)),
                     str(int(g.page_retirement)),
+                    str(g.virtualization_mode),
+                    str(int(g.fabric is not None)),
+                    _c_bytes(uuid.UUID(g.fabric[0]).bytes if g.fabric else bytes(16)),
+                    f"{g.fabric[1] if g.fabric else 0}u",
                 ]
             )
             + "},"
@@ -138,6 +143,7 @@ def simdata_header(spec: SimDriverSpec, dev_root: Path, control: Path) -> str:
                     f"{m.memory_mib}ULL",
                     str(m.gi_cap_minor),
                     str(m.ci_cap_minor),
+                    "{" + ", ".join(str(v) for v in astuple(m.attributes)) + "}",
                 ]
             )
             + "},"
@@ -151,6 +157,10 @@ def simdata_header(spec: SimDriverSpec, dev_root: Path, control: Path) -> str:
     ]
     lines += [*links, "    {0}", "};", ""]
     return "\n".join(lines)
+
+
+def _c_bytes(data: bytes) -> str:
+    return "{" + ", ".join(str(b) for b in data) + "}"
 
 
 def _nvlink_row(remote: str, bus_index: dict[tuple[int, int, int], int]) -> str:

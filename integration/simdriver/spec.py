@@ -99,6 +99,31 @@ def parse_bus_id(bus_id: str) -> tuple[int, int, int, int]:
 
 
 @dataclass(frozen=True)
+class MigAttributes:
+    """What nvmlDeviceGetAttributes_v2 answers for a MIG device (its compute instance spans
+    its GPU instance, so both slice counts are the profile's)."""
+
+    multiprocessors: int
+    copy: int
+    decoder: int
+    encoder: int
+    jpeg: int
+    ofa: int
+    slices: int
+
+
+# A100-SXM4-80GB's GPU instance profiles as `nvidia-smi mig -lgip` lists them (SMs, engines).
+A100_80GB_PROFILES = {
+    "1g.10gb": MigAttributes(14, 1, 0, 0, 0, 0, 1),
+    "1g.20gb": MigAttributes(14, 1, 1, 0, 0, 0, 1),
+    "2g.20gb": MigAttributes(28, 2, 1, 0, 0, 0, 2),
+    "3g.40gb": MigAttributes(42, 3, 2, 0, 0, 0, 3),
+    "4g.40gb": MigAttributes(56, 4, 2, 0, 0, 0, 4),
+    "7g.80gb": MigAttributes(98, 7, 5, 0, 1, 1, 7),
+}
+
+
+@dataclass(frozen=True)
 class SimMig:
     """One MIG device: a GPU instance with one compute instance."""
 
@@ -109,6 +134,7 @@ class SimMig:
     memory_mib: int
     gi_cap_minor: int
     ci_cap_minor: int
+    attributes: MigAttributes
 
 
 @dataclass(frozen=True)
@@ -132,6 +158,13 @@ class SimGpu:
     # What nvmlDeviceGetSupportedEventTypes answers: ECC events only where ECC is on (GeForce,
     # RTX and ECC-off GPUs have XIDs only); 0 = no events at all (NOT_SUPPORTED).
     supported_events: int = ECC_GPU_EVENTS
+    # nvmlDeviceGetVirtualizationMode: 0 none (bare metal), 1 pass-through, 2 vGPU guest, 3 host.
+    virtualization_mode: int = 0
+    # nvmlDeviceGetGpuFabricInfo of a GPU on an NVLink fabric (GB200 NVL): its cluster UUID and
+    # clique ID, registration completed; None: NOT_SUPPORTED, as on HGX H100/A100.
+    fabric: tuple[str, int] | None = None
+    # The PCI class sysfs reports: 3D controller (data-centre parts), 0x030000 a VGA controller.
+    pci_class: int = 0x030200
 
     @property
     def row_remapping(self) -> bool:
@@ -240,8 +273,10 @@ class SimDriverSpec:
 def mig_device(
     gpu_minor: int, gi: int, ci: int, profile: str, memory_mib: int, seed: str
 ) -> SimMig:
-    """A SimMig whose UUID and cap minors are derived like the real driver would number them."""
+    """A SimMig whose UUID and cap minors are derived like the real driver would number them,
+    with the attributes of A100-80GB's ``profile``."""
     return SimMig(
+        attributes=A100_80GB_PROFILES[profile],
         gi=gi,
         ci=ci,
         uuid=deterministic_uuid("MIG", f"{seed}/gpu{gpu_minor}/gi{gi}/ci{ci}"),
@@ -417,6 +452,7 @@ def _mixed_ecc() -> SimDriverSpec:
         ("NVIDIA GeForce RTX 4090", "GeForceRTX", (8, 9), 24564, EVENT_XID),
         ("NVIDIA GeForce RTX 4090", "GeForceRTX", (8, 9), 24564, 0),
     )
+    vga = 0x030000  # GeForce cards are VGA controllers; the L40S a 3D controller
     gpus = tuple(
         SimGpu(
             minor=i,
@@ -428,6 +464,7 @@ def _mixed_ecc() -> SimDriverSpec:
             compute_capability=cc,
             memory_mib=memory,
             supported_events=events,
+            pci_class=vga if brand == "GeForceRTX" else 0x030200,
         )
         for i, (bus, (name, brand, cc, memory, events)) in enumerate(
             zip(("01", "21", "41"), models, strict=True)

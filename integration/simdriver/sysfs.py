@@ -11,7 +11,6 @@ from pathlib import Path
 from .spec import SimDriverSpec, parse_bus_id
 
 NVIDIA_VENDOR = 0x10DE
-PCI_CLASS_3D = 0x030200  # what data-centre GPUs report (display controller: 0x030000)
 
 
 def sysfs_address(pci_bus_id: str) -> str:
@@ -28,7 +27,7 @@ def write_sysfs(spec: SimDriverSpec, sys_root: Path) -> None:
             "numa_node": f"{g.numa_node}\n",
             "vendor": f"0x{NVIDIA_VENDOR:04x}\n",
             "device": f"0x{g.pci_device_id >> 16:04x}\n",
-            "class": f"0x{PCI_CLASS_3D:06x}\n",
+            "class": f"0x{g.pci_class:06x}\n",
         }
         for name, text in files.items():
             (d / name).write_text(text)

@@ -57,7 +57,8 @@ def _machine(sysfs_root: Path) -> str:
     type=click.Path(path_type=Path, file_okay=False),
     default=Path("/sys"),
     show_default=True,
-    help="Where the machine type is read (class/dmi/id/product_name).",
+    help="Where the machine type is read (class/dmi/id/product_name); the GPUs' PCI class "
+    "(gpu.mode) comes from [device-plugin] sysfs-root, as their NUMA nodes.",
 )
 @click.pass_obj
 def labels(
@@ -68,7 +69,7 @@ def labels(
     interval: float | None,
     sysfs_root: Path,
 ) -> None:
-    """GPU product, memory, family, compute capability, driver and CUDA versions, MIG.
+    """GPU feature discovery's labels: product, memory, family, MIG, sharing, mode, versions.
 
     With --interval and --output (a labeller DaemonSet), the file goes when the labeller
     does (SIGTERM, SIGINT, an error), so an uninstalled labeller leaves no labels behind, and

@@ -23,7 +23,22 @@ class DeviceNode:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class MigDevice:
+class MigAttributes:
+    """A MIG device's nvmlDeviceGetAttributes_v2 (GFD's MIG labels); all 0 where NVML does
+    not answer (a real MIG device has at least one slice)."""
+
+    multiprocessors: int = 0
+    slices_gi: int = 0
+    slices_ci: int = 0
+    engines_copy: int = 0
+    engines_decoder: int = 0
+    engines_encoder: int = 0
+    engines_jpeg: int = 0
+    engines_ofa: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MigDevice(MigAttributes):
     """A MIG device: a GPU instance + compute instance of a parent GPU."""
 
     index: int  # position among the parent's MIG devices (the "<gpu>:<mig>" form)
@@ -50,6 +65,9 @@ class Gpu:
     memory_mib: int
     persistence_mode: bool = False
     mig_enabled: bool = False
+    mig_capable: bool = False  # NVML answers its MIG mode (nvmlDeviceGetMigMode succeeds)
+    virtualization_mode: int = 0  # nvmlDeviceGetVirtualizationMode: 0 none, 2 vGPU guest...
+    fabric_clique: str = ""  # "<cluster UUID>.<clique ID>" on a completed NVLink fabric
     migs: tuple[MigDevice, ...] = ()
     node: DeviceNode | None = None
     drm: tuple[DeviceNode, ...] = ()  # /dev/dri card and render nodes (graphics, display)

@@ -60,15 +60,27 @@ class Resource:
         return socket_name(self.name)
 
 
-def numa_node(sysfs_root: Path, bus_id: str) -> int | None:
-    """A PCI device's NUMA node from sysfs (NVML's ``00000000:3B:00.0`` form), or None."""
+def pci_file(sysfs_root: Path, bus_id: str, name: str) -> Path:
+    """A PCI device's sysfs file (NVML's ``00000000:3B:00.0`` form: 16-bit domain there)."""
     domain, _, rest = bus_id.lower().partition(":")
-    path = sysfs_root / "bus/pci/devices" / f"{domain[-4:]}:{rest}" / "numa_node"
+    return sysfs_root / "bus/pci/devices" / f"{domain[-4:]}:{rest}" / name
+
+
+def numa_node(sysfs_root: Path, bus_id: str) -> int | None:
+    """A PCI device's NUMA node from sysfs, or None."""
     try:
-        node = int(path.read_text().strip())
+        node = int(pci_file(sysfs_root, bus_id, "numa_node").read_text().strip())
     except (OSError, ValueError):
         return None
     return node if node >= 0 else None
+
+
+def pci_class(sysfs_root: Path, bus_id: str) -> str:
+    """A PCI device's class from sysfs (``0x030200``), or "" when unreadable."""
+    try:
+        return pci_file(sysfs_root, bus_id, "class").read_text().strip().lower()
+    except OSError:
+        return ""
 
 
 def replica_id(uuid: str, n: int) -> str:

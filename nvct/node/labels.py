@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from nvct.config.kubernetes import MIG_STRATEGIES
-from nvct.host.inventory import Gpu, Inventory
+from nvct.host.inventory import Gpu, Inventory, MigDevice
 from nvct.node.sharing import SharingPlan, mig_resource, single_fits
 
 PREFIX = "nvidia.com/"
@@ -46,13 +46,24 @@ _FAMILIES = (
     ((13, 0), "rubin"),
     ((14, 0), "undefined"),
 )
-# Data-center GPUs that can be partitioned with MIG (NVML answers the MIG mode only for them).
-_MIG_CAPABLE = re.compile(r"\b(A100|A30|H100|H200|H20|H800|GH200|B200|B100|GB200|B300)\b")
+VGPU = 2  # NVML_GPU_VIRTUALIZATION_MODE_VGPU: a guest given a vGPU
+LABEL_VALUE_MAX = 63  # Kubernetes: at most 63 characters, alphanumeric at both ends
+# GFD's gpu.mode by the first GPU's PCI class (sysfs ``class``; lm/nvml.go newGPUModeLabeler).
+_MODES = {"0x030000": "graphics", "0x030200": "compute"}
 
 
-def sanitise(name: str) -> str:
-    """A product name as a label value: GFD keeps ``A-Za-z0-9-_.`` and turns spaces to ``-``."""
-    return re.sub(r"[^A-Za-z0-9._-]", "", name.strip().replace(" ", "-"))[:63]
+def sanitise(name: str, suffix: str = "") -> str:
+    """A product name as a label value: GFD keeps ``A-Za-z0-9-_.``, spaces become ``-``; then
+    cut to fit 63 characters with ``suffix`` and trimmed to begin and end alphanumeric."""
+    kept = re.sub(r"[^A-Za-z0-9._ -]", "", name)
+    text = "-".join(kept.split())[: LABEL_VALUE_MAX - len(suffix)]
+    return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", text) + suffix
+
+
+def gpu_mode(pci_classes: Sequence[str]) -> str:
+    """GFD's ``gpu.mode``: the first GPU's PCI class (GFD stops at the first that differs and
+    keeps the first), ``unknown`` when unreadable or neither VGA nor 3D controller."""
+    return _MODES.get(pci_classes[0].strip().lower(), "unknown") if pci_classes else "unknown"
 
 
 def family(compute: str) -> str:
@@ -77,13 +88,15 @@ def node_labels(
     sharing: str | Mapping[str, str] = "none",
     plan: SharingPlan | None = None,
     machine: str = "",
+    pci_classes: Sequence[str] = (),
     timestamp: int | None = None,
 ) -> dict[str, str]:
     """The label set of a node (keys without values are never emitted).
 
     ``replicas`` maps a resource (``gpu``, ``mig-1g.10gb``) to its replicas per device
     (time-slicing or MPS, ``sharing``: one strategy, or one per resource); ``plan`` (the device
-    plugin's sharing plan) replaces both; ``machine`` is the DMI product name.
+    plugin's sharing plan) replaces both; ``machine`` is the DMI product name (``unknown``
+    when unreadable, as GFD); ``pci_classes`` the GPUs' sysfs PCI classes (``0x030200``).
     """
     if mig_strategy not in MIG_STRATEGIES:
         raise ValueError(f"MIG strategy {mig_strategy!r}: use one of {', '.join(MIG_STRATEGIES)}")
@@ -100,14 +113,9 @@ def node_labels(
     if plan is not None:
         replicas, sharing, renamed = _from_plan(plan)
     model = _majority(gpus)
-    capable = any(g.mig_enabled or _MIG_CAPABLE.search(g.name) for g in gpus)
-    labels[f"{PREFIX}mig.capable"] = _bool(capable)
-    labels[f"{PREFIX}mps.capable"] = _bool(all(_major(g) >= 7 for g in gpus))
-    labels[f"{PREFIX}gpu.models"] = str(len({g.name for g in gpus}))
-    if machine:
-        labels[f"{PREFIX}gpu.machine"] = sanitise(machine)
+    labels.update(_node_wide(gpus, sharing, machine, pci_classes))
     migs = [m for g in gpus if g.mig_enabled for m in g.migs]
-    if capable and mig_strategy != "none":
+    if mig_strategy != "none":
         labels[f"{PREFIX}mig.strategy"] = mig_strategy
     described: dict[str, tuple[str, int]] = {}  # resource -> (product, memory)
     if mig_strategy == "single" and migs:
@@ -115,30 +123,86 @@ def node_labels(
         # other layout cannot be served so: NVIDIA's "-MIG-INVALID" with no devices.
         profiles = sorted({m.profile for m in migs})
         valid = single_fits(inventory)
-        product = f"{sanitise(model.name)}-MIG-{profiles[0] if valid else 'INVALID'}"
+        product = sanitise(model.name, f"-MIG-{profiles[0] if valid else 'INVALID'}")
         count, memory = (len(migs), migs[0].memory_mib) if valid else (0, 0)
         labels.update(_resource("gpu", product, count, memory, model, replicas, sharing))
+        if valid:
+            labels.update(_mig_attributes("gpu", migs[0]))
+        else:  # GFD's invalid-single labels: nothing to share
+            labels[f"{PREFIX}gpu.replicas"] = "0"
+            labels[f"{PREFIX}gpu.sharing-strategy"] = ""
         described["gpu"] = (product, memory)
     else:
-        whole = [g for g in gpus if not (mig_strategy == "mixed" and g.mig_enabled)]
-        count = len(whole) if mig_strategy == "mixed" else len(gpus)
+        # GFD counts every GPU of the model, MIG-enabled ones included, under any strategy.
         product, memory = sanitise(model.name), model.memory_mib
-        labels.update(_resource("gpu", product, count, memory, model, replicas, sharing))
+        labels.update(_resource("gpu", product, len(gpus), memory, model, replicas, sharing))
+        if all(g.mig_enabled for g in gpus if g.name == model.name):
+            # GFD labels a model it has only in MIG mode without sharing: 0 replicas
+            labels.update({f"{PREFIX}gpu.replicas": "0", f"{PREFIX}gpu.sharing-strategy": "none"})
+            labels[f"{PREFIX}gpu.product"] = product
         described["gpu"] = (product, memory)
     if mig_strategy == "mixed":
         for profile in sorted({m.profile for m in migs}):
             of = [m for m in migs if m.profile == profile]
-            product = f"{sanitise(model.name)}-MIG-{profile}"
+            product = sanitise(model.name, f"-MIG-{profile}")
             name = mig_resource(profile)
             labels.update(
                 _resource(name, product, len(of), of[0].memory_mib, model, replicas, sharing)
             )
+            labels.update(_mig_attributes(name, of[0]))
             described[name] = (product, of[0].memory_mib)
     for name, (base, count) in sorted(renamed.items()):
         if base in described:
             product, memory = described[base]
             labels.update(_resource(name, product, count, memory, model, replicas, sharing, False))
     return labels
+
+
+def _node_wide(
+    gpus: tuple[Gpu, ...],
+    sharing: str | Mapping[str, str],
+    machine: str,
+    pci_classes: Sequence[str],
+) -> dict[str, str]:
+    """The labels about the node rather than one resource."""
+    labels: dict[str, str] = {}
+    # GFD asks NVML: a GPU whose MIG mode NVML answers is MIG-capable, whatever its name.
+    capable = any(g.mig_capable or g.mig_enabled for g in gpus)
+    labels[f"{PREFIX}mig.capable"] = _bool(capable)
+    # GFD's meaning (NVIDIA's MPS DaemonSet selects nodes by it): the node shares GPUs with
+    # MPS and no GPU is in MIG mode (GFD refuses MPS on MIG).
+    strategies = {sharing} if isinstance(sharing, str) else set(sharing.values())
+    mps = bool(strategies & {"mps", "mixed"}) and not any(g.mig_enabled for g in gpus)
+    labels[f"{PREFIX}mps.capable"] = _bool(mps)
+    labels[f"{PREFIX}gpu.mode"] = gpu_mode(pci_classes)
+    labels[f"{PREFIX}gpu.models"] = str(len({g.name for g in gpus}))
+    labels[f"{PREFIX}gpu.machine"] = sanitise(machine) or "unknown"
+    # GFD's vGPU labeler: true in a VM given a vGPU. The host driver's version and branch are
+    # in the vGPU's PCI config space, which nvct does not read: those two labels are absent.
+    labels[f"{PREFIX}vgpu.present"] = _bool(any(g.virtualization_mode == VGPU for g in gpus))
+    cliques = {g.fabric_clique for g in gpus if g.fabric_clique}
+    if len(cliques) == 1:  # GFD: one cluster and clique for every attached GPU, else none
+        labels[f"{PREFIX}gpu.clique"] = cliques.pop()
+    return labels
+
+
+def _mig_attributes(name: str, mig: MigDevice) -> dict[str, str]:
+    """GFD's labels of a MIG profile from its first device's NVML attributes (none where
+    NVML did not answer: a real MIG device has at least one slice)."""
+    if not mig.slices_gi:
+        return {}
+    key = f"{PREFIX}{name}."
+    values = {
+        "multiprocessors": mig.multiprocessors,
+        "slices.gi": mig.slices_gi,
+        "slices.ci": mig.slices_ci,
+        "engines.copy": mig.engines_copy,
+        "engines.decoder": mig.engines_decoder,
+        "engines.encoder": mig.engines_encoder,
+        "engines.jpeg": mig.engines_jpeg,
+        "engines.ofa": mig.engines_ofa,
+    }
+    return {key + k: str(v) for k, v in values.items()}
 
 
 def _from_plan(
@@ -161,8 +225,8 @@ def _from_plan(
 def _driver_labels(inventory: Inventory) -> dict[str, str]:
     labels: dict[str, str] = {}
     parts = inventory.driver_version.split(".")
-    if len(parts) == 3:
-        major, minor, rev = parts
+    if len(parts) in (2, 3):  # GFD accepts X.Y[.Z]; the revision is then empty
+        major, minor, rev = (*parts, "")[:3]
         labels.update(
             {
                 f"{PREFIX}cuda.driver-version.major": major,
@@ -203,7 +267,7 @@ def _resource(
     strategy = sharing if isinstance(sharing, str) else sharing.get(name, "none")
     major, _, minor = model.compute_capability.partition(".")
     return {
-        f"{key}product": product + ("-SHARED" if shared > 1 and suffix else ""),
+        f"{key}product": sanitise(product, "-SHARED") if shared > 1 and suffix else product,
         f"{key}count": str(count),
         f"{key}replicas": str(shared),
         f"{key}sharing-strategy": strategy if shared > 1 else "none",
@@ -211,7 +275,6 @@ def _resource(
         f"{key}family": family(model.compute_capability),
         f"{key}compute.major": major,
         f"{key}compute.minor": minor or "0",
-        f"{key}mode": "compute",
     }
 
 
@@ -219,13 +282,6 @@ def _majority(gpus: tuple[Gpu, ...]) -> Gpu:
     counts = Counter(g.name for g in gpus)
     first = {g.name: g for g in reversed(gpus)}  # each model's lowest-index GPU
     return min(first.values(), key=lambda g: (-counts[g.name], g.index))
-
-
-def _major(gpu: Gpu) -> int:
-    try:
-        return int(gpu.compute_capability.partition(".")[0])
-    except ValueError:
-        return 0
 
 
 def _bool(value: bool) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from nvct.config import Config
 from nvct.host.inventory import Inventory
-from nvct.node.devices import Resource, resources
+from nvct.node.devices import Resource, pci_class, resources
 from nvct.node.labels import node_labels
 from nvct.node.sharing import SharingConfigError, SharingPlan, plan_sharing
 
@@ -44,12 +44,15 @@ class Offer:
         )
 
     def labels(self, *, machine: str = "", timestamp: int | None = None) -> dict[str, str]:
-        """The node's labels (GFD's names) for this offer; ``machine`` is the DMI product."""
+        """The node's labels (GFD's names) for this offer; ``machine`` is the DMI product,
+        ``gpu.mode`` comes from the GPUs' PCI class in sysfs (GFD's source)."""
+        classes = [pci_class(self.sysfs_root, g.pci_bus_id) for g in self.inventory.gpus]
         return node_labels(
             self.inventory,
             mig_strategy=self.mig_strategy,
             plan=self.plan,
             machine=machine,
+            pci_classes=[c for c in classes if c],
             timestamp=timestamp,
         )
 

@@ -45,58 +45,7 @@ DRIVER_550 = {
 }
 
 
-def gpu(prefix: str, product: str, count: int, memory: int, fam: str, compute: str) -> dict:
-    major, minor = compute.split(".")
-    return {
-        f"{prefix}.product": product,
-        f"{prefix}.count": str(count),
-        f"{prefix}.replicas": "1",
-        f"{prefix}.sharing-strategy": "none",
-        f"{prefix}.memory": str(memory),
-        f"{prefix}.family": fam,
-        f"{prefix}.compute.major": major,
-        f"{prefix}.compute.minor": minor,
-        f"{prefix}.mode": "compute",
-    }
-
-
 A100 = "NVIDIA-A100-SXM4-80GB"
-COMMON = {"gpu.present": "true", "mig.capable": "true", "mps.capable": "true", "gpu.models": "1"}
-# (preset, MIG strategy) -> every label but the driver's and CUDA's
-TABLE = {
-    ("h100x4-550", "none"): {
-        **COMMON,
-        **gpu("gpu", "NVIDIA-H100-80GB-HBM3", 4, 81559, "hopper", "9.0"),
-    },
-    # 2 of 8 A100s in MIG mode (3g+2g+1g and 4g+3g): full GPUs as such without a strategy
-    ("a100x8-570-mig", "none"): {**COMMON, **gpu("gpu", A100, 8, 81920, "ampere", "8.0")},
-    # single needs every GPU in MIG mode with one profile: not so here
-    ("a100x8-570-mig", "single"): {
-        **COMMON,
-        "mig.strategy": "single",
-        **gpu("gpu", f"{A100}-MIG-INVALID", 0, 0, "ampere", "8.0"),
-    },
-    ("a100x8-570-mig", "mixed"): {
-        **COMMON,
-        "mig.strategy": "mixed",
-        **gpu("gpu", A100, 6, 81920, "ampere", "8.0"),
-        **gpu("mig-1g.10gb", f"{A100}-MIG-1g.10gb", 1, 9856, "ampere", "8.0"),
-        **gpu("mig-2g.20gb", f"{A100}-MIG-2g.20gb", 1, 19968, "ampere", "8.0"),
-        **gpu("mig-3g.40gb", f"{A100}-MIG-3g.40gb", 2, 40192, "ampere", "8.0"),
-        **gpu("mig-4g.40gb", f"{A100}-MIG-4g.40gb", 1, 40192, "ampere", "8.0"),
-    },
-}
-
-
-@pytest.mark.parametrize(("preset", "strategy"), list(TABLE))
-def test_the_labels_of_each_preset(preset: str, strategy: str) -> None:
-    labels = node_labels(inventory(preset), mig_strategy=strategy)
-    rest = {k[len(N) :]: v for k, v in labels.items() if not k.startswith(f"{N}cuda.")}
-    assert rest == TABLE[(preset, strategy)]
-    if preset == "h100x4-550":
-        assert {k[len(N) :]: v for k, v in labels.items() if k.startswith(f"{N}cuda.")} == (
-            DRIVER_550
-        )
 
 
 def test_single_mig_with_every_gpu_alike() -> None:
@@ -199,7 +148,6 @@ def test_renamed_gpus_get_their_own_label_group() -> None:
             "family": "hopper",
             "compute.major": "9",
             "compute.minor": "0",
-            "mode": "compute",
         }.items()
     }
     assert labels[f"{N}gpu.replicas"] == "1" and labels[f"{N}gpu.count"] == "4"

@@ -502,6 +502,29 @@ nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t d, unsigned int *id)
     return NVML_SUCCESS;
 }
 
+/* ---- virtualization and fabric ---- */
+
+nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t d, unsigned int *mode)
+{
+    CHECK(d, mode);
+    if (mig_of(d))
+        return NVML_ERROR_NOT_SUPPORTED;
+    *mode = gpu_of(d)->virtualization;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t d, nvmlGpuFabricInfo_t *info)
+{
+    CHECK(d, info);
+    if (mig_of(d) || !gpu_of(d)->fabric)
+        return NVML_ERROR_NOT_SUPPORTED;
+    memcpy(info->clusterUuid, gpu_of(d)->cluster_uuid, sizeof(info->clusterUuid));
+    info->status = NVML_SUCCESS;
+    info->cliqueId = gpu_of(d)->clique_id;
+    info->state = NVML_GPU_FABRIC_STATE_COMPLETED;
+    return NVML_SUCCESS;
+}
+
 #include "nvml_events.c"
 #include "nvml_health.c"
 #include "nvml_topology.c"

@@ -89,6 +89,27 @@ typedef struct {
     nvmlValue_t value;
 } nvmlFieldValue_t;
 
+typedef struct { /* nvmlDeviceGetAttributes_v2 */
+    unsigned int multiprocessorCount;
+    unsigned int sharedCopyEngineCount;
+    unsigned int sharedDecoderCount;
+    unsigned int sharedEncoderCount;
+    unsigned int sharedJpegCount;
+    unsigned int sharedOfaCount;
+    unsigned int gpuInstanceSliceCount;
+    unsigned int computeInstanceSliceCount;
+    unsigned long long memorySizeMB;
+} nvmlDeviceAttributes_t;
+
+typedef struct { /* nvmlDeviceGetGpuFabricInfo (v1) */
+    unsigned char clusterUuid[16];
+    nvmlReturn_t status;
+    unsigned int cliqueId;
+    unsigned char state; /* nvmlGpuFabricState_t */
+} nvmlGpuFabricInfo_t;
+
+#define NVML_GPU_FABRIC_STATE_COMPLETED 3
+
 #define NVML_VALUE_TYPE_UNSIGNED_INT 1
 #define NVML_FI_DEV_GET_GPU_RECOVERY_ACTION 230
 #define NVML_FEATURE_DISABLED 0
@@ -121,5 +142,8 @@ nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned i
                                                  nvmlDevice_t *migDevice);
 nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id);
 nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *id);
+nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAttributes_t *attributes);
+nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t device, unsigned int *mode);
+nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t *info);
 
 #endif

@@ -110,23 +110,11 @@ nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t d, unsigned int *node)
     return NVML_SUCCESS;
 }
 
-/* MIG profile facts a device plugin names resources from (nvidia.com/mig-<g>g.<gb>gb). */
-typedef struct {
-    unsigned int multiprocessorCount;
-    unsigned int sharedCopyEngineCount;
-    unsigned int sharedDecoderCount;
-    unsigned int sharedEncoderCount;
-    unsigned int sharedJpegCount;
-    unsigned int sharedOfaCount;
-    unsigned int gpuInstanceSliceCount;
-    unsigned int computeInstanceSliceCount;
-    unsigned long long memorySizeMB;
-} nvmlDeviceAttributes_t;
-
+/* MIG profile facts a device plugin names resources from (nvidia.com/mig-<g>g.<gb>gb) and
+   GFD labels (SMs, engines, slices): the spec's, per profile (spec.A100_80GB_PROFILES). */
 nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t d, nvmlDeviceAttributes_t *attr)
 {
     const sim_mig_t *m;
-    unsigned slices = 0;
 
     CHECK(d, attr);
     memset(attr, 0, sizeof(*attr));
@@ -137,16 +125,14 @@ nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t d, nvmlDeviceAttributes_t *
         attr->memorySizeMB = gpu_of(d)->memory_mib;
         return NVML_SUCCESS;
     }
-    /* The profile says it: "<slices>g.<gb>gb". */
-    if (sscanf(m->profile, "%ug.", &slices) != 1 || slices == 0)
-        return NVML_ERROR_UNKNOWN;
-    attr->gpuInstanceSliceCount = slices;
-    attr->computeInstanceSliceCount = slices;
-    attr->multiprocessorCount = 14 * slices;
-    attr->sharedCopyEngineCount = slices;
-    attr->sharedDecoderCount = slices / 2;
-    attr->sharedJpegCount = slices == 7 ? 1 : 0;
-    attr->sharedOfaCount = slices == 7 ? 1 : 0;
+    attr->gpuInstanceSliceCount = m->attr.slices;
+    attr->computeInstanceSliceCount = m->attr.slices;
+    attr->multiprocessorCount = m->attr.sms;
+    attr->sharedCopyEngineCount = m->attr.copy;
+    attr->sharedDecoderCount = m->attr.decoder;
+    attr->sharedEncoderCount = m->attr.encoder;
+    attr->sharedJpegCount = m->attr.jpeg;
+    attr->sharedOfaCount = m->attr.ofa;
     attr->memorySizeMB = m->memory_mib;
     return NVML_SUCCESS;
 }

@@ -39,6 +39,10 @@ typedef struct {
     unsigned long long events;  /* nvmlDeviceGetSupportedEventTypes; 0: NOT_SUPPORTED */
     int row_remapping;          /* nvmlDeviceGetRemappedRows answers */
     int page_retirement;        /* nvmlDeviceGetRetiredPagesPendingStatus answers */
+    unsigned virtualization;    /* nvmlDeviceGetVirtualizationMode: 0 none (bare metal) */
+    int fabric;                 /* on an NVLink fabric: nvmlDeviceGetGpuFabricInfo answers */
+    unsigned char cluster_uuid[16];
+    unsigned clique_id;
 } sim_gpu_t;
 
 typedef struct {
@@ -54,6 +58,10 @@ typedef struct {
     const char *name;
     unsigned long long memory_mib;
     unsigned gi_minor, ci_minor;
+    /* nvmlDeviceGetAttributes_v2: SMs, copy/decoder/encoder/JPEG/OFA engines, slices */
+    struct {
+        unsigned sms, copy, decoder, encoder, jpeg, ofa, slices;
+    } attr;
 } sim_mig_t;
 
 #include "simdata.h"

@@ -9,11 +9,14 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from nvct.base.errors import DiscoveryError
+from nvct.host.inventory import MigAttributes
 
 ARCHITECTURES = {
     2: "Kepler",
@@ -29,7 +32,7 @@ ARCHITECTURES = {
 
 
 @dataclass(frozen=True, slots=True)
-class NvmlMig:
+class NvmlMig(MigAttributes):
     """A MIG device as NVML reports it."""
 
     index: int
@@ -56,6 +59,9 @@ class NvmlGpu:
     persistence_mode: bool
     mig_enabled: bool
     migs: tuple[NvmlMig, ...]
+    mig_capable: bool = False
+    virtualization_mode: int = 0
+    fabric_clique: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,12 +181,13 @@ def _query_in_process(library: Path) -> NvmlReport:
 def _gpu(nvml: Any, index: int) -> NvmlGpu:
     handle = nvml.nvmlDeviceGetHandleByIndex(index)
     major, minor_cc = nvml.nvmlDeviceGetCudaComputeCapability(handle)
-    mig_enabled = False
+    mig_enabled = mig_capable = False
     try:
         current, _pending = nvml.nvmlDeviceGetMigMode(handle)
         mig_enabled = current == nvml.NVML_DEVICE_MIG_ENABLE
-    except nvml.NVMLError:  # not MIG-capable
-        mig_enabled = False
+        mig_capable = True  # GFD's IsMigCapable: NVML answers the mode at all
+    except nvml.NVMLError:  # NOT_SUPPORTED: not MIG-capable
+        pass
     try:
         persistence = nvml.nvmlDeviceGetPersistenceMode(handle) == 1
     except nvml.NVMLError:
@@ -201,8 +208,56 @@ def _gpu(nvml: Any, index: int) -> NvmlGpu:
         memory_mib=int(nvml.nvmlDeviceGetMemoryInfo(handle).total) // (1 << 20),
         persistence_mode=persistence,
         mig_enabled=mig_enabled,
+        mig_capable=mig_capable,
         migs=_migs(nvml, handle) if mig_enabled else (),
+        virtualization_mode=_optional(
+            nvml, lambda: int(nvml.nvmlDeviceGetVirtualizationMode(handle)), 0
+        ),
+        fabric_clique=_fabric_clique(nvml, handle),
     )
+
+
+T = TypeVar("T")
+
+
+def _optional(nvml: Any, query: Callable[[], T], default: T) -> T:
+    """A query a GPU or driver may not support (NOT_SUPPORTED, FUNCTION_NOT_FOUND)."""
+    try:
+        return query()
+    except nvml.NVMLError:
+        return default
+
+
+def _fabric_clique(nvml: Any, handle: Any) -> str:
+    """GFD's ``<clusterUUID>.<cliqueID>`` of a GPU whose fabric registration completed."""
+    struct = getattr(nvml, "c_nvmlGpuFabricInfo_t", None)  # an nvidia-ml-py without fabric info
+    if struct is None:
+        return ""
+    info = struct()
+    try:
+        nvml.nvmlDeviceGetGpuFabricInfo(handle, ctypes.byref(info))
+    except nvml.NVMLError:  # NOT_SUPPORTED: no NVLink fabric (HGX A100/H100, PCIe)
+        return ""
+    if info.state != nvml.NVML_GPU_FABRIC_STATE_COMPLETED or info.status != nvml.NVML_SUCCESS:
+        return ""
+    return f"{uuid.UUID(bytes=bytes(info.clusterUuid))}.{info.cliqueId}"
+
+
+def _mig_attributes(nvml: Any, mig: Any) -> dict[str, int]:
+    try:
+        a = nvml.nvmlDeviceGetAttributes_v2(mig)
+    except nvml.NVMLError:
+        return {}
+    return {
+        "multiprocessors": a.multiprocessorCount,
+        "slices_gi": a.gpuInstanceSliceCount,
+        "slices_ci": a.computeInstanceSliceCount,
+        "engines_copy": a.sharedCopyEngineCount,
+        "engines_decoder": a.sharedDecoderCount,
+        "engines_encoder": a.sharedEncoderCount,
+        "engines_jpeg": a.sharedJpegCount,
+        "engines_ofa": a.sharedOfaCount,
+    }
 
 
 def _migs(nvml: Any, handle: Any) -> tuple[NvmlMig, ...]:
@@ -221,6 +276,7 @@ def _migs(nvml: Any, handle: Any) -> tuple[NvmlMig, ...]:
                 compute_instance=nvml.nvmlDeviceGetComputeInstanceId(mig),
                 profile=name.split()[-1] if " " in name else name,
                 memory_mib=int(nvml.nvmlDeviceGetMemoryInfo(mig).total) // (1 << 20),
+                **_mig_attributes(nvml, mig),
             )
         )
     return tuple(out)
