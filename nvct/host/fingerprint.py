@@ -17,6 +17,10 @@ from nvct.host.components import IPC_FABRICMANAGER, IPC_MPS_DIR, IPC_PERSISTENCE
 from nvct.store.cache import listdir
 
 CDI_SUFFIXES = (".json", ".yaml", ".yml")
+# Bumped whenever the inventory's fields change (MIG attributes, PCI class, fabric clique were
+# added): a cache written by an earlier build of the same version would load with the new
+# fields at their defaults, so it must not match.
+INVENTORY_FORMAT = "inventory-2"
 
 
 def inventory_fingerprint(
@@ -26,7 +30,7 @@ def inventory_fingerprint(
 ) -> str:
     """A hash of the host facts the inventory depends on (cheap: stats and listdirs)."""
     driver, dev, proc = os.fspath(driver_root), os.fspath(dev_root), os.fspath(proc_root)
-    parts: list[str] = [__version__, driver, dev, proc]
+    parts: list[str] = [__version__, INVENTORY_FORMAT, driver, dev, proc]
     parts.append(_stat_id(os.path.join(driver, "etc/ld.so.cache")))
     for rel in (IPC_PERSISTENCED, IPC_FABRICMANAGER, IPC_MPS_DIR):
         parts.append(_stat_id(os.path.join(driver, rel.lstrip("/")), inode=False))

@@ -17,8 +17,8 @@ import pytest
 from nvct.config import parse_config
 from nvct.node.labels import node_labels, sanitise
 from nvct.node.sharing import plan_sharing
+from tests.cli.test_cli import cli, roots
 from tests.node.test_labels import DRIVER_550, inventory
-from tests.test_cli import cli, roots
 
 N = "nvidia.com/"
 COMPUTE, VGA = "0x030200", "0x030000"
