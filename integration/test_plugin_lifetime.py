@@ -18,6 +18,7 @@ from structlog.testing import capture_logs
 
 from integration.harness.deviceplugin import uuids
 from integration.harness.nvct_config import write_nvct_config
+from integration.harness.processes import until
 from integration.kubelet.standin import sockets
 from integration.simdriver import inject
 from nvct.node.files import STATUS_FILE
@@ -26,15 +27,6 @@ from nvct.node.status import read_status
 pytestmark = [pytest.mark.root]
 GPU = "nvidia.com/gpu"
 SHARED = "nvidia.com/gpu.shared"
-
-
-def until(predicate: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def reasons(plugin_dir: Path, resource: str) -> dict[str, str]:

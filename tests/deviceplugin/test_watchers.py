@@ -4,22 +4,12 @@ are Unhealthy with the reason while it is down, and the loop runs again."""
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 
 from structlog.testing import capture_logs
 
+from integration.harness.processes import until
 from nvct.deviceplugin.health import DEFAULT_IGNORED_XIDS, HEALTHY, UNHEALTHY, Health, Transition
 from nvct.deviceplugin.watchers import Verdicts, Watcher, watchdog
-
-
-def until(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.005)
-    return True
 
 
 def test_a_crashed_step_marks_its_devices_and_the_loop_comes_back() -> None:
@@ -40,11 +30,11 @@ def test_a_crashed_step_marks_its_devices_and_the_loop_comes_back() -> None:
     watcher = Watcher("health", step, ["a", "b"], verdicts, reported.extend, stop, interval=0.01)
     with capture_logs() as logs:
         watcher.start()
-        assert until(lambda: steps >= 3 and verdicts["a"] == UNHEALTHY)
+        assert until(lambda: steps >= 3 and verdicts["a"] == UNHEALTHY, 5.0)
         assert verdicts["c"] == HEALTHY  # not this watcher's device
         reason = verdicts.reason("b")
         assert reason.startswith("health watcher crashed (OSError: [Errno 5]"), reason
-        assert until(lambda: steps >= 6)  # restarted after both crashes (0.1 s, then 0.2 s)
+        assert until(lambda: steps >= 6, 5.0)  # restarted after both crashes (0.1 s, then 0.2 s)
         stop.set()
         assert watcher.thread is not None
         watcher.thread.join(5)

@@ -9,11 +9,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from integration.harness.processes import until
 from integration.simdriver import inject
 from nvct.config import parse_config
 from nvct.host.inventory import Inventory
@@ -192,16 +192,16 @@ def test_the_labeller_keeps_its_labels_through_an_nvml_error_and_removes_them_on
     with errors.open("w") as stderr:
         labeller = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
     try:
-        assert _until(out.exists, 30), errors.read_text()
+        assert until(out.exists, 30), errors.read_text()
         first = out.read_text()
         assert f"{N}gpu.count=4\n" in first
         inject.flaky(ctl, 2, 1)  # every query on GPU 2 fails: discovery fails
-        assert _until(lambda: "warning" in errors.read_text(), 10)
+        assert until(lambda: "warning" in errors.read_text(), 10)
         kept = out.stat().st_ino
         assert out.read_text() == first and labeller.poll() is None
         assert "NVML" in errors.read_text() and "the last labels stay" in errors.read_text()
         inject.flaky(ctl, 2, 0)
-        assert _until(lambda: out.stat().st_ino != kept, 10)  # written again
+        assert until(lambda: out.stat().st_ino != kept, 10)  # written again
         assert out.read_text() == first
         labeller.send_signal(signal.SIGTERM)
         assert labeller.wait(timeout=30) == 0
@@ -210,12 +210,3 @@ def test_the_labeller_keeps_its_labels_through_an_nvml_error_and_removes_them_on
         if labeller.poll() is None:
             labeller.kill()
             labeller.wait()
-
-
-def _until(predicate, timeout: float) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
