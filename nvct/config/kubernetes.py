@@ -35,7 +35,7 @@ class SharingRule(Table):
     """One ``[[device-plugin.sharing.gpus]]`` entry: which GPUs, how they are shared (what
     needs the GPUs is checked by ``nvct.node.sharing.plan_sharing``)."""
 
-    # "all", indices ("0", "1:0"), UUIDs or product names
+    # "all", indices ("0", "1:0"), UUIDs, product names or a resource ("nvidia.com/gpu")
     devices: tuple[str, ...] = key(
         schema={"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}}
     )
@@ -104,6 +104,20 @@ class DevicePlugin(Table):
     )  # fmt: skip
     ignored_xids: tuple[int, ...] = key(
         (13, 31, 43, 45, 68, 109), {"type": "array", "items": {"type": "integer"}}, recorded=True
+    )
+    # false: no health watcher, every device stays Healthy (NVIDIA's DP_DISABLE_HEALTHCHECKS=all)
+    health_checks: bool = key(True, _BOOLEAN, recorded=True)
+    pass_device_specs: bool = key(
+        False,
+        _BOOLEAN,
+        flag="Name the device nodes in Allocate's devices (the kubelet's CPU manager needs it).",
+        recorded=True,
+    )
+    cdi_annotation_prefix: str = key(
+        "cdi.k8s.io/",
+        {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/$"},
+        flag="The key prefix of the cdi-annotations answer.",
+        recorded=True,
     )
     sharing: Sharing = table(Sharing)  # noqa: RUF009 - a field(default_factory=Sharing)
 

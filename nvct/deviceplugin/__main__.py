@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import signal
 import sys
 import threading
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 import structlog
@@ -21,9 +22,10 @@ import structlog
 from nvct.base.defaults import config_path
 from nvct.base.errors import NvctError
 from nvct.base.log import configure_stdout_structlog
-from nvct.config import Config, load_config
-from nvct.config.flags import flag_options, with_flags
+from nvct.config import Config, with_settings
+from nvct.config.flags import bool_values, flag_options
 from nvct.deviceplugin.plugin import Plugin, error
+from nvct.deviceplugin.settings import Inputs, Settled, say, settle
 from nvct.deviceplugin.watchers import watchdog
 from nvct.node.devices import DeviceConfigError
 from nvct.node.guard import FIX as GUARD_FIX
@@ -34,13 +36,14 @@ INIT_RETRY_MIN_S = 0.5
 INIT_RETRY_S = 5.0
 
 log = structlog.get_logger("nvct-device-plugin")
+F = TypeVar("F", bound=Any)
 
 
 def _logging() -> None:
     configure_stdout_structlog()
 
 
-def run(config: Config) -> int:
+def run(config: Config, inputs: Inputs | None = None) -> int:
     """The plugin until SIGTERM/SIGINT; exit 0 then, 1 when NVML fails with fail-on-init."""
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -81,37 +84,74 @@ def run(config: Config) -> int:
     return 0
 
 
+# NVIDIA's flags nvct has no flag of its own for (cmd/nvidia-device-plugin/main.go): each
+# becomes its environment name, so flag > environment holds by construction.
+_BOOL = {"is_flag": True, "default": None}
+NVIDIA_FLAGS: tuple[tuple[tuple[str, ...], str, dict[str, Any]], ...] = (
+    (("--config-file",), "CONFIG_FILE", {"type": click.Path(dir_okay=False)}),
+    (("--kubelet-socket",), "KUBELET_SOCKET", {}),
+    (("--nvidia-driver-root",), "NVIDIA_DRIVER_ROOT", {}),
+    (("--nvidia-dev-root",), "NVIDIA_DEV_ROOT", {}),
+    (("--driver-root-ctr-path", "--container-driver-root"), "DRIVER_ROOT_CTR_PATH", {}),
+    (("--nvidia-cdi-hook-path", "--nvidia-ctk-path"), "NVIDIA_CDI_HOOK_PATH", {}),
+    (
+        ("--shared-devices-allocation-policy",),
+        "SHARED_DEVICES_ALLOCATION_POLICY",
+        {"type": click.Choice(["distributed", "packed"])},
+    ),
+    (
+        ("--device-discovery-strategy",),
+        "DEVICE_DISCOVERY_STRATEGY",
+        {"type": click.Choice(["auto", "nvml", "tegra"])},
+    ),
+    (("--gdrcopy-enabled",), "GDRCOPY_ENABLED", _BOOL),
+    (("--gds-enabled",), "GDS_ENABLED", _BOOL),
+    (("--mofed-enabled",), "MOFED_ENABLED", _BOOL),
+    (("--imex-channel-ids",), "IMEX_CHANNEL_IDS", {}),
+    (("--imex-required",), "IMEX_REQUIRED", _BOOL),
+    (("--cdi-feature-flags",), "CDI_FEATURE_FLAGS", {}),
+    (("--cdi-disable-hooks",), "CDI_DISABLE_HOOKS", {}),
+)
+
+
+def _nvidia_flags(command: F) -> F:
+    for names, env, kwargs in reversed(NVIDIA_FLAGS):
+        help_ = f"NVIDIA's flag (env {env}); see the README's 'Coming from NVIDIA's device plugin'."
+        command = click.option(*names, f"nvidia_{env.lower()}", help=help_, **kwargs)(command)
+    return command
+
+
 @click.command("nvct-device-plugin")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="nvct config.toml")
 @click.option("--driver-root", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--dev-root", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--proc-root", type=click.Path(file_okay=False, path_type=Path))
 @flag_options("device-plugin")
+@_nvidia_flags
 def cli(config_file: str | None, **flags: Any) -> int:
     """Advertise the node's GPUs to the kubelet and answer its allocations."""
     _logging()
+    env = dict(os.environ)
+    for _, name, _ in NVIDIA_FLAGS:
+        value = flags.pop(f"nvidia_{name.lower()}")
+        if value is not None:  # flag > environment
+            env[name] = str(value).lower() if isinstance(value, bool) else str(value)
+    inputs = Inputs(config_file, env, flags)
     try:
-        config = load_config(config_file)
+        settled = settle(inputs)
     except NvctError as err:
         error(err.one_line())
         return 2
-    overrides: dict[str, Any] = {}
-    for name in ("driver_root", "dev_root", "proc_root"):
-        if flags[name] is not None:
-            overrides[name] = flags[name].absolute()
-    try:
-        config = with_flags(dataclasses.replace(config, **overrides), "device-plugin", flags)
-    except NvctError as err:
-        error(err.one_line())
-        return 2
+    say(settled)
+    config = settled.config
     log.info("starting", settings=json.loads(json.dumps(_settings(config), default=str)))
     try:
-        _check_guard(config, config_path(config_file)[0])
+        config = _check_guard(settled, config_path(config_file)[0])
     except NvctError as err:
         error(err.one_line())
         return 2
     _check_cdi_cri(config.device_plugin.device_list_strategy)
-    return run(config)
+    return run(config, inputs)
 
 
 CDI_CRI_ONLY = (
@@ -132,17 +172,36 @@ def _check_cdi_cri(strategies: tuple[str, ...]) -> None:
         log.warning("cdi_cri_only", problem=CDI_CRI_ONLY, fix=CDI_CRI_FIX)
 
 
-def _check_guard(config: Config, own_file: str) -> None:
-    """Say, at start, when the node's leak guard drops every answer this plugin gives.
+def _check_guard(settled: Settled, own_file: str) -> Config:
+    """Say, at start, when the node's leak guard drops every answer this plugin gives; the
+    config to run with.
+
+    An ``envvar``-only answer chosen by NVIDIA's settings (the GPU operator's default) gets
+    ``cdi-annotations`` added, which the guard lets through: the operator offers no other form
+    without CDI, and the pods would get no GPU. Chosen in nvct's own config, it is kept and
+    called an error: a form the operator did not choose would hide the mistake.
 
     Raises:
         ConfigError: runtime-config names an invalid config.
     """
+    config = settled.config
     guarded, where = node_guard(config, own_file)
-    problem = envvar_without_guard_pass(config.device_plugin.device_list_strategy, guarded, where)
-    if problem is not None:
-        log.error("envvar_ignored_by_guard", problem=problem, fix=GUARD_FIX)
-        print(f"nvct-device-plugin: error: {problem} (fix: {GUARD_FIX})", file=sys.stderr)
+    strategies = config.device_plugin.device_list_strategy
+    problem = envvar_without_guard_pass(strategies, guarded, where)
+    if problem is None:
+        return config
+    if settled.nvidia_chose("device-plugin.device-list-strategy"):
+        log.warning(
+            "envvar_guarded_node",
+            problem=problem,
+            done="answering cdi-annotations too (nvct-runtime resolves them; the guard passes "
+            "them)",
+        )
+        return with_settings(config, "device-plugin", device_list_strategy=(
+            *strategies, "cdi-annotations"))  # fmt: skip
+    log.error("envvar_ignored_by_guard", problem=problem, fix=GUARD_FIX)
+    print(f"nvct-device-plugin: error: {problem} (fix: {GUARD_FIX})", file=sys.stderr)
+    return config
 
 
 def _settings(config: Config) -> dict[str, Any]:
@@ -152,7 +211,8 @@ def _settings(config: Config) -> dict[str, Any]:
 def main() -> int:
     """Console-script entry."""
     try:
-        return int(cli.main(standalone_mode=False) or 0)
+        args = bool_values(sys.argv[1:], cli)
+        return int(cli.main(args=args, standalone_mode=False) or 0)
     except click.ClickException as err:
         err.show()
         return 2

@@ -39,7 +39,7 @@ from nvct.node.status import Devices
 
 if TYPE_CHECKING:
     from nvct.deviceplugin.nvml_watch import NvmlWatch
-    from nvct.host.inventory import Inventory
+    from nvct.host.inventory import DeviceNode, Inventory
 
 WATCH_S = 0.05
 MPS_WATCH_S = 0.1
@@ -126,6 +126,7 @@ class Plugin:
             replicas_of_one_gpu=config.device_plugin.sharing.replicas_of_one_gpu,
             mps_root=config.device_plugin.sharing.mps_root,
         )
+        nodes = device_nodes(inventory, config) if config.device_plugin.pass_device_specs else None
         for resource in found:
             service = ResourceService(
                 resource,
@@ -137,6 +138,8 @@ class Plugin:
                 pcie=topology.pcie_closeness(pcie_score),
                 sharing=policy,
                 hidden=self.mps.hidden if self.mps else frozenset(),
+                annotation_prefix=config.device_plugin.cdi_annotation_prefix,
+                device_nodes=nodes,
             )
             endpoint = Endpoint(service, self.plugin_dir)
             if len(os.fsencode(endpoint.path)) > SUN_PATH_MAX:
@@ -146,8 +149,12 @@ class Plugin:
                     hint="use a shorter plugin-dir or resource name",
                 )
             self.endpoints.append(endpoint)
-        watch.watch(devices)
-        self._report(watch.first_look(self.health))  # before the first ListAndWatch
+        if config.device_plugin.health_checks:
+            watch.watch(devices)
+            self._report(watch.first_look(self.health))  # before the first ListAndWatch
+        else:
+            log.warning("health_checks_off", detail="health-checks = false: every device "
+                        "stays Healthy whatever NVML says")  # fmt: skip
         log.info(
             "devices",
             resources={r.name: [d.id for d in r.devices] for r in found},
@@ -180,7 +187,12 @@ class Plugin:
         """The supervised loops: NVML health for every device, the MPS daemons for their
         replicas."""
         devices = list(self.health.state)
-        out = [Watcher("health", self.health_step, devices, self.verdicts, self._report, self.stop)]
+        out = []
+        if self.config.device_plugin.health_checks:
+            health = Watcher(
+                "health", self.health_step, devices, self.verdicts, self._report, self.stop
+            )
+            out.append(health)
         if self.mps is not None:
             replicas = [r for s in self.mps.supervised for r in s.replicas]
             mps = Watcher(
@@ -309,6 +321,26 @@ def on_host(value: Any, seen_as: str, host: str) -> Any:
     if isinstance(value, dict):
         return {k: on_host(v, seen_as, host) for k, v in value.items()}
     return value
+
+
+def device_nodes(inventory: Inventory, config: Config) -> dict[str, tuple[tuple[str, str], ...]]:
+    """Each device's nodes by UUID as (host path, container path): its GPU's node, a MIG
+    device's capabilities, and the control nodes the host has (NVIDIA's GetDevicePaths). Host
+    paths as the host sees them, where ``host-driver-root`` says the plugin sees it elsewhere."""
+    host = config.device_plugin.host_driver_root
+
+    def pair(node: DeviceNode) -> tuple[str, str]:
+        where = on_host(node.host_path, str(config.dev_root), host) if host else node.host_path
+        return (where, node.path)
+
+    control = tuple(pair(n) for n in inventory.control_nodes)
+    out: dict[str, tuple[tuple[str, str], ...]] = {}
+    for gpu in inventory.gpus:
+        own = (pair(gpu.node),) if gpu.node is not None else ()
+        out[gpu.uuid] = (*own, *control)
+        for mig in gpu.migs:
+            out[mig.uuid] = (*own, *(pair(c) for c in mig.caps), *control)
+    return out
 
 
 def _inode(path: Path) -> int | None:
