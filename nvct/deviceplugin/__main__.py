@@ -22,14 +22,12 @@ import structlog
 from nvct.base.defaults import config_path
 from nvct.base.errors import NvctError
 from nvct.base.log import configure_stdout_structlog
-from nvct.config import Config, with_settings
+from nvct.config import Config
 from nvct.config.flags import bool_values, flag_options
+from nvct.deviceplugin import reload
 from nvct.deviceplugin.plugin import Plugin, error
-from nvct.deviceplugin.settings import Inputs, Settled, say, settle
-from nvct.deviceplugin.watchers import watchdog
+from nvct.deviceplugin.settings import Inputs, check_guard, say, settle
 from nvct.node.devices import DeviceConfigError
-from nvct.node.guard import FIX as GUARD_FIX
-from nvct.node.guard import envvar_without_guard_pass, node_guard
 from nvct.node.sharing import SharingConfigError
 
 INIT_RETRY_MIN_S = 0.5
@@ -43,11 +41,13 @@ def _logging() -> None:
     configure_stdout_structlog()
 
 
-def run(config: Config, inputs: Inputs | None = None) -> int:
-    """The plugin until SIGTERM/SIGINT; exit 0 then, 1 when NVML fails with fail-on-init."""
+def run(config: Config, inputs: Inputs, own_file: str) -> int:
+    """The plugin until SIGTERM/SIGINT, reloading ``inputs`` when asked (``reload``); exit 0
+    then, 1 when NVML fails with fail-on-init."""
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    asked = reload.trigger(inputs, own_file)
     plugin = Plugin(config, stop)
     pause = INIT_RETRY_MIN_S
     try:
@@ -70,10 +70,9 @@ def run(config: Config, inputs: Inputs | None = None) -> int:
     for name in plugin.status.sweep():
         log.info("stale_temp_removed", file=name)
     plugin.write_status()
-    watchers = [w.start() for w in plugin.watchers()]
-    watchdog(watchers, stop)
+    plugin.run_watchers()
     try:
-        plugin.serve()
+        plugin = reload.serve(plugin, inputs, own_file, asked)
     except Exception as err:  # a bug: said, with its traceback; the DaemonSet restarts us
         log.error("serve_crashed", error=repr(err), traceback=traceback.format_exc())
         error(f"the serve loop crashed: {err!r}")
@@ -146,12 +145,12 @@ def cli(config_file: str | None, **flags: Any) -> int:
     config = settled.config
     log.info("starting", settings=json.loads(json.dumps(_settings(config), default=str)))
     try:
-        config = _check_guard(settled, config_path(config_file)[0])
+        config = check_guard(settled, config_path(config_file)[0])
     except NvctError as err:
         error(err.one_line())
         return 2
     _check_cdi_cri(config.device_plugin.device_list_strategy)
-    return run(config, inputs)
+    return run(config, inputs, config_path(config_file)[0])
 
 
 CDI_CRI_ONLY = (
@@ -170,38 +169,6 @@ def _check_cdi_cri(strategies: tuple[str, ...]) -> None:
     see the node's engine, and an engine without CDI gives such a pod no GPU without a word."""
     if tuple(strategies) == ("cdi-cri",):
         log.warning("cdi_cri_only", problem=CDI_CRI_ONLY, fix=CDI_CRI_FIX)
-
-
-def _check_guard(settled: Settled, own_file: str) -> Config:
-    """Say, at start, when the node's leak guard drops every answer this plugin gives; the
-    config to run with.
-
-    An ``envvar``-only answer chosen by NVIDIA's settings (the GPU operator's default) gets
-    ``cdi-annotations`` added, which the guard lets through: the operator offers no other form
-    without CDI, and the pods would get no GPU. Chosen in nvct's own config, it is kept and
-    called an error: a form the operator did not choose would hide the mistake.
-
-    Raises:
-        ConfigError: runtime-config names an invalid config.
-    """
-    config = settled.config
-    guarded, where = node_guard(config, own_file)
-    strategies = config.device_plugin.device_list_strategy
-    problem = envvar_without_guard_pass(strategies, guarded, where)
-    if problem is None:
-        return config
-    if settled.nvidia_chose("device-plugin.device-list-strategy"):
-        log.warning(
-            "envvar_guarded_node",
-            problem=problem,
-            done="answering cdi-annotations too (nvct-runtime resolves them; the guard passes "
-            "them)",
-        )
-        return with_settings(config, "device-plugin", device_list_strategy=(
-            *strategies, "cdi-annotations"))  # fmt: skip
-    log.error("envvar_ignored_by_guard", problem=problem, fix=GUARD_FIX)
-    print(f"nvct-device-plugin: error: {problem} (fix: {GUARD_FIX})", file=sys.stderr)
-    return config
 
 
 def _settings(config: Config) -> dict[str, Any]:

@@ -73,6 +73,21 @@ class ResourceService(rpc.DevicePluginServicer):  # type: ignore[misc,unused-ign
         self.generation = 0
         self.stopping = False
 
+    def signature(self) -> tuple[object, ...]:
+        """What the kubelet is told and answered (devices, answer forms, sharing policy): two
+        services with one signature answer alike, so a reload keeps the running one. (The
+        topology is left out: read from the same GPUs, it is the same.)"""
+        nodes = None if self.device_nodes is None else sorted(self.device_nodes.items())
+        return (
+            self.resource,
+            self.strategies,
+            self.id_strategy,
+            self.cdi_names,
+            self.sharing,
+            self.annotation_prefix,
+            nodes,
+        )
+
     def notify(self) -> None:
         """The devices' health changed: every ListAndWatch stream sends the list again."""
         with self.changed:

@@ -9,6 +9,7 @@ Every NVIDIA setting nvct cannot honour is one log line naming it and why.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,9 +17,11 @@ from typing import Any
 
 import structlog
 
-from nvct.config import Config, load_config
+from nvct.config import Config, load_config, with_settings
 from nvct.config.flags import with_flags
 from nvct.config.nvidia_plugin import Mapped, apply, environment, read_plugin_config
+from nvct.node.guard import FIX as GUARD_FIX
+from nvct.node.guard import envvar_without_guard_pass, node_guard
 
 log = structlog.get_logger("nvct-device-plugin")
 ROOTS = ("driver_root", "dev_root", "proc_root")
@@ -87,3 +90,35 @@ def say(settled: Settled) -> None:
         for key, value, why in mapped.unmapped:
             log.warning("nvidia_setting_ignored", source=mapped.source, key=key, value=value,
                         why=why)  # fmt: skip
+
+
+def check_guard(settled: Settled, own_file: str) -> Config:
+    """Say, at start, when the node's leak guard drops every answer this plugin gives; the
+    config to run with.
+
+    An ``envvar``-only answer chosen by NVIDIA's settings (the GPU operator's default) gets
+    ``cdi-annotations`` added, which the guard lets through: the operator offers no other form
+    without CDI, and the pods would get no GPU. Chosen in nvct's own config, it is kept and
+    called an error: a form the operator did not choose would hide the mistake.
+
+    Raises:
+        ConfigError: runtime-config names an invalid config.
+    """
+    config = settled.config
+    guarded, where = node_guard(config, own_file)
+    strategies = config.device_plugin.device_list_strategy
+    problem = envvar_without_guard_pass(strategies, guarded, where)
+    if problem is None:
+        return config
+    if settled.nvidia_chose("device-plugin.device-list-strategy"):
+        log.warning(
+            "envvar_guarded_node",
+            problem=problem,
+            done="answering cdi-annotations too (nvct-runtime resolves them; the guard passes "
+            "them)",
+        )
+        return with_settings(config, "device-plugin", device_list_strategy=(
+            *strategies, "cdi-annotations"))  # fmt: skip
+    log.error("envvar_ignored_by_guard", problem=problem, fix=GUARD_FIX)
+    print(f"nvct-device-plugin: error: {problem} (fix: {GUARD_FIX})", file=sys.stderr)
+    return config
