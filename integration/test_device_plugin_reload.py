@@ -121,6 +121,18 @@ def test_reload_keeps_unchanged_resources_and_re_advertises_changed_ones(tmp_pat
         assert until(lambda: events(plugin, "reload_unchanged"), timeout=5), plugin.output()
         assert [e["signal"] for e in events(plugin, "reload_asked")][-1] == "SIGHUP"
         assert kubelet.plugins[GPU] is whole and len(registrations(kubelet, shared)) == 1
+
+        # NVIDIA's config-manager: the link removed, then made again, here to /dev/null (its
+        # empty config: NVIDIA's defaults, MIG strategy none): the MIG resources stop, the
+        # GPUs stay; the moment without a file is no change (nothing refused)
+        config.unlink()
+        time.sleep(0.3)
+        config.symlink_to("/dev/null")
+        migs = [kubelet.plugins[r] for r in resources if r != GPU] + [kubelet.plugins[shared]]
+        assert kubelet.wait(lambda: all(m.stream_ended for m in migs), timeout=5)
+        assert sockets(kubelet.plugin_dir) == ["kubelet.sock", "nvidia-gpu.sock"]
+        assert kubelet.plugins[GPU] is whole and not whole.stream_ended
+        assert len(events(plugin, "reload_refused")) == 1
     finally:
         assert plugin.stop() == 0
     assert sockets(kubelet.plugin_dir) == ["kubelet.sock"]

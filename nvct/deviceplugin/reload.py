@@ -1,7 +1,7 @@
 """Live reload: on SIGHUP, or when a config file the plugin was started with is replaced (a
-config-manager sidecar writes the node's chosen config by atomic rename, a ConfigMap volume
-swaps its symlink), the settings are read again from the same inputs and applied without a
-restart.
+config-manager sidecar writes the node's chosen config by atomic rename, or, as NVIDIA's does,
+points a symlink at it; a ConfigMap volume swaps its symlink), the settings are read again from
+the same inputs and applied without a restart.
 
 A resource whose devices and answers did not change keeps its endpoint, its registration and
 the kubelet's ListAndWatch stream; a changed one is served and registered again; a removed one
@@ -15,7 +15,6 @@ import os
 import signal
 import sys
 import threading
-from pathlib import Path
 
 import structlog
 
@@ -46,6 +45,9 @@ class Trigger:
 
     def __call__(self) -> bool:
         now = {f: _identity(f) for f in self.files}
+        # A file missing for a moment is not a change: NVIDIA's config-manager removes the
+        # link, then makes the new one; the change is seen when it is back.
+        now = {f: self.seen[f] if i is None else i for f, i in now.items()}
         changed = [f for f in self.files if now[f] != self.seen[f]]
         self.seen = now
         hup = self.hup.is_set()
@@ -98,7 +100,7 @@ def reloaded(plugin: Plugin, inputs: Inputs, own_file: str) -> Plugin:
 def trigger(inputs: Inputs, own_file: str) -> Trigger:
     """The reload trigger of these inputs' files (SIGHUP handled from now on: its default
     would end the process, and a config-manager may send it while the plugin starts)."""
-    return Trigger([f for f in (inputs.nvidia_file, own_file) if f and Path(f).exists()])
+    return Trigger([f for f in (inputs.nvidia_file, own_file) if f])
 
 
 def serve(plugin: Plugin, inputs: Inputs, own_file: str, asked: Trigger) -> Plugin:
