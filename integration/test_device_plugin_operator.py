@@ -28,7 +28,8 @@ def events(plugin: PluginProcess, name: str) -> list[dict[str, Any]]:
 
 def operator_env(sim: Any, plugin: PluginProcess, tmp_path: Path) -> dict[str, str]:
     """What the ClusterPolicy's defaults set (device-list envvar, device specs, MIG single),
-    and the driver-ready file's roots for a driver installed on the host."""
+    and the driver-ready file's roots for the operator's driver container (the driver under
+    /run/nvidia/driver, its device nodes in the host's /dev)."""
     return {
         "PASS_DEVICE_SPECS": "true",
         "FAIL_ON_INIT_ERROR": "true",
@@ -39,8 +40,8 @@ def operator_env(sim: Any, plugin: PluginProcess, tmp_path: Path) -> dict[str, s
         "MPS_ROOT": str(tmp_path / "mps"),
         "MIG_STRATEGY": "single",
         "NVIDIA_MIG_MONITOR_DEVICES": "all",
-        "IS_HOST_DRIVER": "true",
-        "NVIDIA_DRIVER_ROOT": "/",
+        "IS_HOST_DRIVER": "false",
+        "NVIDIA_DRIVER_ROOT": "/run/nvidia/driver",
         "DRIVER_ROOT_CTR_PATH": str(sim.driver_root),
         "NVIDIA_DEV_ROOT": "/",
         "DEV_ROOT_CTR_PATH": str(plugin.dev_root),
@@ -78,7 +79,7 @@ def test_gpu_operator_environment(tmp_path, kubelet, sim_driver) -> None:
         assert dict(answer.annotations) == {
             "cdi.k8s.io/nvct-device-plugin_gpu": f"{PLUGIN_KIND}={gpu.uuid}"
         }
-        # PASS_DEVICE_SPECS: the nodes as the host names them (NVIDIA_DRIVER_ROOT=/)
+        # PASS_DEVICE_SPECS: the nodes as the host names them (NVIDIA_DEV_ROOT=/)
         specs = {(d.host_path, d.container_path, d.permissions) for d in answer.devices}
         assert (f"/dev/nvidia{gpu.minor}", f"/dev/nvidia{gpu.minor}", "rw") in specs
         assert ("/dev/nvidiactl", "/dev/nvidiactl", "rw") in specs
@@ -87,10 +88,11 @@ def test_gpu_operator_environment(tmp_path, kubelet, sim_driver) -> None:
         (guarded,) = events(plugin, "envvar_guarded_node")
         assert "only-allocated-gpus" in guarded["problem"]
         said = {e["key"] for e in events(plugin, "nvidia_setting_ignored")}
-        assert said == {"NVIDIA_MIG_MONITOR_DEVICES", "IS_HOST_DRIVER", "NVIDIA_DEV_ROOT"}
+        assert said == {"NVIDIA_MIG_MONITOR_DEVICES", "IS_HOST_DRIVER"}
         taken = {e["key"]: e["nvct"] for e in events(plugin, "nvidia_setting")}
         assert taken["DRIVER_ROOT_CTR_PATH"] == "driver-root"
         assert taken["NVIDIA_DRIVER_ROOT"] == "device-plugin.host-driver-root"
+        assert taken["NVIDIA_DEV_ROOT"] == "device-plugin.host-dev-root"
         assert "nvct-device-plugin: error" not in plugin.output()
     finally:
         assert plugin.stop() == 0

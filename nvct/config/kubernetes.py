@@ -95,6 +95,7 @@ class DevicePlugin(Table):
         recorded=True,
     )  # fmt: skip
     host_driver_root: str = key("", _ABSPATH_OR_EMPTY, recorded=True)
+    host_dev_root: str = key("", _ABSPATH_OR_EMPTY)  # "": host_driver_root (NVIDIA's default)
     runtime_config: str = key("", _ABSPATH_OR_EMPTY)  # the node's nvct-runtime config, seen here
     sysfs_root: str = key("/sys", _ABSPATH, flag="Where NUMA nodes are read.", path="dir")
     fail_on_init_error: bool = key(True, _BOOLEAN, flag="Exit 1 when NVML fails at start.")

@@ -82,8 +82,6 @@ _WHY_ENV = {
     "IS_HOST_DRIVER": "nvct finds the driver under driver-root either way",
 }
 _WHY_FLAG = {
-    "nvidiaDevRoot": "nvct reads device nodes under dev-root as the plugin sees them "
-    "(DEV_ROOT_CTR_PATH, --dev-root); the CDI spec's host paths follow host-driver-root",
     "gdrcopyEnabled": "nvct's plugin gives no GDRCopy device (/dev/gdrdrv) in Allocate",
     "gdsEnabled": "nvct's plugin gives no GPUDirect Storage devices (/dev/nvidia-fs*)",
     "mofedEnabled": "nvct's plugin gives no MOFED devices (/dev/infiniband)",
@@ -323,6 +321,9 @@ class _Mapper:
                 self.set(shown, dp + "sharing.mps-root", self._path(shown, value))
         elif key == "nvidiaDriverRoot":
             self.set(shown, dp + "host-driver-root", self._path(shown, value))
+        elif key == "nvidiaDevRoot":
+            if value != "":  # NVIDIA: empty means the driver root
+                self.set(shown, dp + "host-dev-root", self._path(shown, value))
         elif key == "plugin.containerDriverRoot":
             self.set(shown, "driver-root", self._path(shown, value))
         elif key == "plugin.deviceListStrategy":

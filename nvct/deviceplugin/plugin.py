@@ -379,8 +379,9 @@ def on_host(value: Any, seen_as: str, host: str) -> Any:
 def device_nodes(inventory: Inventory, config: Config) -> dict[str, tuple[tuple[str, str], ...]]:
     """Each device's nodes by UUID as (host path, container path): its GPU's node, a MIG
     device's capabilities, and the control nodes the host has (NVIDIA's GetDevicePaths). Host
-    paths as the host sees them, where ``host-driver-root`` says the plugin sees it elsewhere."""
-    host = config.device_plugin.host_driver_root
+    paths as the host sees them, where ``host-dev-root`` (else ``host-driver-root``) says the
+    plugin sees them elsewhere (NVIDIA's nvidiaDevRoot, which defaults to its driver root)."""
+    host = config.device_plugin.host_dev_root or config.device_plugin.host_driver_root
 
     def pair(node: DeviceNode) -> tuple[str, str]:
         where = on_host(node.host_path, str(config.dev_root), host) if host else node.host_path

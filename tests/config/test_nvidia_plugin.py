@@ -32,6 +32,7 @@ flags:
   failOnInitError: false
   mpsRoot: /run/nvidia/mps
   nvidiaDriverRoot: /run/nvidia/driver
+  nvidiaDevRoot: /
   plugin:
     passDeviceSpecs: true
     deviceListStrategy: [envvar, cdi-annotations, envvar]
@@ -45,7 +46,7 @@ flags:
     assert dp.device_list_strategy == ("envvar", "cdi-annotations")
     assert (dp.device_id_strategy, dp.cdi_annotation_prefix) == ("index", "custom.cdi.k8s.io/")
     assert (dp.sharing.mps_root, dp.host_driver_root) == ("/run/nvidia/mps", "/run/nvidia/driver")
-    assert config.driver_root == Path("/driver-root")
+    assert (config.driver_root, dp.host_dev_root) == (Path("/driver-root"), "/")
 
 
 def test_json_is_read_as_yaml_is() -> None:
