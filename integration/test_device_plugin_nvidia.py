@@ -17,6 +17,7 @@ import pytest
 from integration.harness.deviceplugin import MpsControlProcess, PluginProcess, numa_sysfs, uuids
 from integration.kubelet.standin import Kubelet, sockets
 from nvct.cdi.names import PLUGIN_KIND
+from nvct.deviceplugin.settings import Inputs, settle
 
 pytestmark = [pytest.mark.root]
 GPU = "nvidia.com/gpu"
@@ -119,9 +120,9 @@ def test_renamed_json_config_from_config_file_env(tmp_path, kubelet, sim_driver)
 
 
 def test_mps_config_and_its_import(tmp_path, kubelet, sim_driver) -> None:
-    """NVIDIA's MPS example: every GPU as 2 MPS replicas. The daemons' side (nvct-cli
-    mps-control) reads the TOML that ``configure --import-nvidia-plugin-config`` wrote from the
-    same file; the plugin reads NVIDIA's file itself."""
+    """NVIDIA's MPS example: every GPU as 2 MPS replicas; the plugin and the daemons' side
+    (nvct-cli mps-control --config-file) read NVIDIA's file, and the TOML that ``configure
+    --import-nvidia-plugin-config`` writes from it gives the same config."""
     mps_root = tmp_path / "mps"
     config = f"""\
 version: v1
@@ -142,8 +143,12 @@ sharing:
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
-    assert 'strategy = "mps"' in imported.read_text()
-    control = MpsControlProcess(plugin, mps_root, config=imported).start()
+    # the import is what the plugin reads from NVIDIA's file
+    env = {"CONFIG_FILE": str(tmp_path / "config.yaml")}
+    assert settle(Inputs(str(imported))).config == settle(Inputs(str(plugin.config), env)).config
+    control = MpsControlProcess(plugin, mps_root)  # NVIDIA's file, as the plugin reads it
+    control.argv += ["--config-file", str(tmp_path / "config.yaml")]
+    control.start()
     plugin.start()
     try:
         registered(kubelet, plugin, GPU)
