@@ -39,6 +39,7 @@ def operator_env(sim: Any, plugin: PluginProcess, tmp_path: Path) -> dict[str, s
         "NVIDIA_DRIVER_CAPABILITIES": "all",
         "MPS_ROOT": str(tmp_path / "mps"),
         "MIG_STRATEGY": "single",
+        "GDS_ENABLED": "true",  # ClusterPolicy gds.enabled (its entrypoint also sets it)
         "NVIDIA_MIG_MONITOR_DEVICES": "all",
         "IS_HOST_DRIVER": "false",
         "NVIDIA_DRIVER_ROOT": "/run/nvidia/driver",
@@ -88,7 +89,7 @@ def test_gpu_operator_environment(tmp_path, kubelet, sim_driver) -> None:
         (guarded,) = events(plugin, "envvar_guarded_node")
         assert "only-allocated-gpus" in guarded["problem"]
         said = {e["key"] for e in events(plugin, "nvidia_setting_ignored")}
-        assert said == {"NVIDIA_MIG_MONITOR_DEVICES", "IS_HOST_DRIVER"}
+        assert said == {"NVIDIA_MIG_MONITOR_DEVICES", "IS_HOST_DRIVER", "GDS_ENABLED"}
         taken = {e["key"]: e["nvct"] for e in events(plugin, "nvidia_setting")}
         assert taken["DRIVER_ROOT_CTR_PATH"] == "driver-root"
         assert taken["NVIDIA_DRIVER_ROOT"] == "device-plugin.host-driver-root"
