@@ -66,8 +66,10 @@ class Pod:
             **extra,
         }
 
-    def manager(self, **extra: str) -> ConfigManager:
-        return ConfigManager(self.server, self.account, self.env(**extra))
+    def manager(self, program: Path | None = None, **extra: str) -> ConfigManager:
+        if program is None:
+            return ConfigManager(self.server, self.account, self.env(**extra))
+        return ConfigManager(self.server, self.account, self.env(**extra), program)
 
 
 @pytest.fixture

@@ -97,7 +97,13 @@ class ConfigManager:
     """``nvct-config-manager`` as a pod would run it: in-cluster (the service account files
     and KUBERNETES_SERVICE_*), configured by NVIDIA's environment names."""
 
-    def __init__(self, server: APIServer, account: Path, env: dict[str, str]) -> None:
+    def __init__(
+        self,
+        server: APIServer,
+        account: Path,
+        env: dict[str, str],
+        program: Path = NVCT_BIN / "nvct-config-manager",
+    ) -> None:
         self.log = account.parent / f"config-manager-{uuid.uuid4().hex[:8]}.log"
         full = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -106,9 +112,7 @@ class ConfigManager:
             **env,
         }
         with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(
-                [str(NVCT_BIN / "nvct-config-manager")], env=full, stdout=out, stderr=out
-            )
+            self.proc = subprocess.Popen([str(program)], env=full, stdout=out, stderr=out)
 
     def output(self) -> str:
         return self.log.read_text()

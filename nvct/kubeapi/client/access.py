@@ -68,7 +68,7 @@ class ClusterAccess:
                 f"{' and '.join(missing)} not set: not running in a Kubernetes pod",
                 hint="run in a pod (the kubelet sets them), or pass --kubeconfig FILE",
             )
-        for name in ("token", "ca.crt"):
+        for name in ("token", "ca.crt", "namespace"):
             path = Path(self.service_account_dir) / name
             if not path.is_file():
                 raise KubeApiError(
