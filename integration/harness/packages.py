@@ -335,7 +335,7 @@ echo t >"$root/tmp/sa/token" && echo nvct >"$root/tmp/sa/namespace"
 cp /etc/ssl/certs/ca-certificates.crt "$root/tmp/sa/ca.crt"
 touch "$root/tmp/configs/default"
 KUBERNETES_SERVICE_HOST=127.0.0.1 KUBERNETES_SERVICE_PORT=9 NVCT_SERVICE_ACCOUNT_DIR=/tmp/sa \
-    timeout 10 chroot "$root" /usr/bin/nvct-config-manager --node-name n --oneshot true \
+    timeout 10 chroot "$root" /usr/bin/nvct-config-manager --node-name n --oneshot \
     --config-file-srcdir /tmp/configs --config-file-dst /tmp/config.yaml 2>&1 |
     grep -o '"event": "api_retry"' | sort -u
 echo "=== cdi"

@@ -162,9 +162,8 @@ def _fallbacks(_ctx: click.Context, _param: click.Parameter, value: tuple[str, .
 
 @click.command(NAME)
 @click.option(
-    "--oneshot",
+    "--oneshot/--no-oneshot",
     envvar="ONESHOT",
-    type=bool,
     default=False,
     help="check and update the config only once and then exit",
 )
@@ -212,9 +211,8 @@ def _fallbacks(_ctx: click.Context, _param: click.Parameter, value: tuple[str, .
     help="ordered fallbacks when no label and no default: named, single, empty",
 )
 @click.option(
-    "--send-signal",
+    "--send-signal/--no-send-signal",
     envvar="SEND_SIGNAL",
-    type=bool,
     default=True,
     help="signal <process-to-signal> once the config changed",
 )
@@ -280,11 +278,27 @@ def _settings(flags: dict[str, Any]) -> Settings:
     )
 
 
+# NVIDIA's boolean flags (urfave/cli) also take a value: --oneshot=false.
+BOOL_FLAGS = ("--oneshot", "--send-signal")
+
+
+def nvidia_bool_flags(args: list[str]) -> list[str]:
+    """``--oneshot=true``/``--oneshot=false`` as click's ``--oneshot``/``--no-oneshot``."""
+    out = []
+    for arg in args:
+        flag, sep, value = arg.partition("=")
+        if sep and flag in BOOL_FLAGS and value.lower() in ("true", "false", "1", "0"):
+            out.append(flag if value.lower() in ("true", "1") else "--no-" + flag[2:])
+        else:
+            out.append(arg)
+    return out
+
+
 def main() -> None:
     """The console script: click's usage errors as one line too."""
     configure_stdout_structlog()
     try:
-        code = cli.main(standalone_mode=False)
+        code = cli.main(nvidia_bool_flags(sys.argv[1:]), standalone_mode=False)
     except click.UsageError as err:
         error(f"{err.format_message()} (fix: see {NAME} --help)")
         code = 2

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from nvct.configmanager.__main__ import nvidia_bool_flags
 from nvct.configmanager.choose import EMPTY, SelectError, check_fallbacks, choose, entries
 
 ALL = ["a100", "default", "h100"]
@@ -71,3 +72,15 @@ def test_entries_are_the_configmap_keys_not_the_kubelets_bookkeeping(tmp_path: P
 def test_an_unreadable_directory_names_it(tmp_path: Path) -> None:
     with pytest.raises(SelectError, match=r"cannot read the config directory .*/absent"):
         entries(tmp_path / "absent")
+
+
+@pytest.mark.parametrize(
+    ("args", "clicks"),
+    [
+        (["--oneshot"], ["--oneshot"]),
+        (["--oneshot=false", "--send-signal=true"], ["--no-oneshot", "--send-signal"]),
+        (["--send-signal=0", "--node-name=a=b"], ["--no-send-signal", "--node-name=a=b"]),
+    ],
+)
+def test_nvidias_boolean_flags_with_a_value(args: list[str], clicks: list[str]) -> None:
+    assert nvidia_bool_flags(args) == clicks
