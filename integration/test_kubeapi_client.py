@@ -213,3 +213,21 @@ def test_generic_resources_create_update_and_conflict_through_the_client(
     assert listed.spec.pool.generation == 2
     client.delete(ResourceSlice, "node-1-gpu")
     assert list(client.list(ResourceSlice)) == []
+
+
+def test_a_rotated_token_is_read_again_after_a_401(
+    reflecting: Seen,
+    apiserver: APIServer,  # noqa: F811
+    access: ClusterAccess,
+) -> None:
+    """The kubelet rotates a projected service account token: the old one is refused (401),
+    the client reads the file again and the watch goes on."""
+    apiserver.stop()
+    apiserver.auth.tokens.pop("reader-token")
+    pod_files(apiserver, Path(access.service_account_dir), "rotated-token")
+    apiserver.set_node_labels("n1", {"a": "after-rotation"})
+    apiserver.start()
+    assert until(lambda: ("MODIFIED", "n1", {"a": "after-rotation"}) in reflecting.events, 5), (
+        reflecting.errors
+    )
+    assert apiserver.auth.unauthenticated >= 1  # the old token was sent, and refused

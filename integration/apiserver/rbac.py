@@ -43,13 +43,18 @@ class Access:
 class Authorizer:
     tokens: dict[str, tuple[str, tuple[Rule, ...]]] = field(default_factory=dict)
     log: list[Access] = field(default_factory=list)
+    # requests refused for want of a known token (401)
+    unauthenticated: int = 0
 
     def add(self, token: str, user: str, rules: tuple[Rule, ...]) -> None:
         self.tokens[token] = (user, rules)
 
     def user(self, token: str | None) -> str | None:
         entry = self.tokens.get(token or "")
-        return entry[0] if entry else None
+        if entry is None:
+            self.unauthenticated += 1
+            return None
+        return entry[0]
 
     def check(self, token: str, verb: str, group: str, resource: str) -> bool:
         user, rules = self.tokens[token]
