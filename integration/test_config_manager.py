@@ -18,8 +18,12 @@ import pytest
 from integration.apiserver.rbac import Rule
 from integration.apiserver.server import APIServer
 from integration.harness.apiserver import (
+    CONFIGS,
+    LABEL,
     MANAGER_USER,
+    NODE,
     ConfigManager,
+    Pod,
     SignalRecorder,
     apiserver,  # noqa: F401 - fixture
     kube_certs,  # noqa: F401 - fixture
@@ -27,49 +31,6 @@ from integration.harness.apiserver import (
 )
 from integration.harness.processes import until
 from nvct.base.atomic import write_atomic
-
-NODE = "gpu-node-1"
-LABEL = "nvidia.com/device-plugin.config"
-# Entries in NVIDIA's documented shapes (what the plugin reads; this side copies bytes).
-CONFIGS = {
-    "default": "version: v1\nflags:\n  migStrategy: none\n",
-    "ts4": (
-        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
-        "    - name: nvidia.com/gpu\n      replicas: 4\n"
-    ),
-    "mig-mixed": "version: v1\nflags:\n  migStrategy: mixed\n",
-}
-
-
-class Pod:
-    """The pod's volumes: the ConfigMap at ``available``, the shared ``config.yaml``."""
-
-    def __init__(self, root: Path, server: APIServer, entries: dict[str, str]) -> None:
-        self.available = root / "available-configs"
-        self.available.mkdir()
-        for name, text in entries.items():
-            (self.available / name).write_text(text)
-        # what the kubelet's ConfigMap volume also holds: never an entry
-        (self.available / "..data").mkdir()
-        (root / "config").mkdir()
-        self.dst = root / "config" / "config.yaml"
-        self.server = server
-        self.account = pod_files(server, root / "serviceaccount", "manager-token")
-        self.root = root
-
-    def env(self, **extra: str) -> dict[str, str]:
-        return {
-            "NODE_NAME": NODE,
-            "NODE_LABEL": LABEL,
-            "CONFIG_FILE_SRCDIR": str(self.available),
-            "CONFIG_FILE_DST": str(self.dst),
-            **extra,
-        }
-
-    def manager(self, program: Path | None = None, **extra: str) -> ConfigManager:
-        if program is None:
-            return ConfigManager(self.server, self.account, self.env(**extra))
-        return ConfigManager(self.server, self.account, self.env(**extra), program)
 
 
 @pytest.fixture

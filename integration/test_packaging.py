@@ -40,6 +40,10 @@ import pytest
 from integration.apiserver.certs import ServingCerts
 from integration.apiserver.server import APIServer
 from integration.harness.apiserver import (
+    CONFIGS,
+    LABEL,
+    NODE,
+    Pod,
     SignalRecorder,
     kube_certs,  # noqa: F401 - fixture
 )
@@ -95,7 +99,6 @@ from integration.harness.processes import until
 from integration.harness.shimd import ShimDaemon
 from integration.harness.skips import need_binary, need_docker, need_root, require
 from integration.kubelet.standin import Kubelet, sockets
-from integration.test_config_manager import CONFIGS, LABEL, NODE, Pod
 from nvct.cdi.names import PLUGIN_KIND
 
 pytestmark = [pytest.mark.slow]
