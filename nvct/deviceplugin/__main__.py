@@ -23,6 +23,7 @@ from nvct.base.errors import NvctError
 from nvct.base.log import configure_stdout_structlog
 from nvct.config import Config, load_config
 from nvct.config.flags import flag_options, with_flags
+from nvct.deviceplugin.nogpu import wait_for_a_gpu
 from nvct.deviceplugin.plugin import Plugin, error
 from nvct.deviceplugin.watchers import watchdog
 from nvct.node.devices import DeviceConfigError
@@ -45,6 +46,8 @@ def run(config: Config) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    if not wait_for_a_gpu(Path(config.dev_root), stop):  # a node without GPUs: idle, no error
+        return 0
     plugin = Plugin(config, stop)
     pause = INIT_RETRY_MIN_S
     try:
