@@ -349,6 +349,15 @@ def test_a_node_without_a_gpu_idles_then_serves_the_gpu_that_appears(
     assert GPU not in kubelet.plugins
     errors = [ln for ln in plugin.output().splitlines() if ln.startswith("nvct-device-plugin:")]
     assert errors == [], plugin.output()
+    # the DaemonSet's probes pass: the pod is Ready with nothing to offer
+    status = [str(NVCT_BIN / "nvct-cli"), "device-plugin-status"]
+    probe = subprocess.run(
+        [*status, "--plugin-dir", str(kubelet.plugin_dir)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (probe.returncode, probe.stdout) == (0, ""), probe.stderr
     for node in gpus:
         (aside / node.name).rename(node)
     assert kubelet.wait(lambda: GPU in kubelet.plugins, timeout=30), plugin.output()

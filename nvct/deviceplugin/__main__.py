@@ -23,12 +23,12 @@ from nvct.base.errors import NvctError
 from nvct.base.log import configure_stdout_structlog
 from nvct.config import Config, load_config
 from nvct.config.flags import flag_options, with_flags
-from nvct.deviceplugin.nogpu import wait_for_a_gpu
 from nvct.deviceplugin.plugin import Plugin, error
 from nvct.deviceplugin.watchers import watchdog
 from nvct.node.devices import DeviceConfigError
 from nvct.node.guard import FIX as GUARD_FIX
 from nvct.node.guard import envvar_without_guard_pass, node_guard
+from nvct.node.nogpu import wait_for_a_gpu
 from nvct.node.sharing import SharingConfigError
 
 INIT_RETRY_MIN_S = 0.5
@@ -46,9 +46,10 @@ def run(config: Config) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    if not wait_for_a_gpu(Path(config.dev_root), stop):  # a node without GPUs: idle, no error
-        return 0
     plugin = Plugin(config, stop)
+    # A node without GPUs: idle, no error; an empty status makes the pod Ready meanwhile.
+    if not wait_for_a_gpu(Path(config.dev_root), stop, waiting=lambda: plugin.status.write(dict)):
+        return 0
     pause = INIT_RETRY_MIN_S
     try:
         while not plugin.start():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from nvct.deviceplugin.nogpu import gpu_device_nodes, wait_for_a_gpu
+from nvct.node.nogpu import gpu_device_nodes, wait_for_a_gpu
 
 
 def dev(tmp_path: Path, *names: str) -> Path:
@@ -30,14 +30,32 @@ def test_a_gpu_node_does_not_wait(tmp_path: Path) -> None:
 
 def test_without_a_gpu_it_waits_until_stopped_or_one_appears(tmp_path: Path) -> None:
     root = dev(tmp_path, "nvidiactl")
-    stop = threading.Event()
+    stop, waited = threading.Event(), []
     timer = threading.Timer(0.2, stop.set)
     timer.start()
-    assert wait_for_a_gpu(root, stop, poll=0.05) is False
+    assert wait_for_a_gpu(root, stop, poll=0.05, waiting=lambda: waited.append(1)) is False
     timer.join()
+    assert waited == [1]  # once, before the wait
 
     stop = threading.Event()
     appear = threading.Timer(0.2, (root / "dev" / "nvidia0").touch)
     appear.start()
     assert wait_for_a_gpu(root, stop, poll=0.05) is True
     appear.join()
+
+
+def test_mps_control_idles_on_a_node_without_a_gpu(tmp_path: Path) -> None:
+    """Its DaemonSet runs on every node without NFD, privileged on the node's own runtime: it
+    must not exit 1 (a crash loop) where there is no driver and no GPU."""
+    from nvct.config import parse_config
+    from nvct.deviceplugin.mps_control import run
+
+    root = dev(tmp_path, "nvidiactl")
+    config = parse_config(
+        f'driver-root = "{root}"\ndev-root = "{root}"\ncache-dir = ""\n'.encode(), source="test"
+    )
+    stop = threading.Event()
+    timer = threading.Timer(0.3, stop.set)
+    timer.start()
+    assert run(config, stop) == 0
+    timer.join()
