@@ -90,6 +90,14 @@ MATRIX: dict[str, dict[str, Any]] = {
         "compatWithCPUManager": True,
         "deviceIDStrategy": "index",
     },
+    "nvidia-only-keys": {
+        "nvidiaDevRoot": "/",
+        "gdrcopyEnabled": True,
+        "gdsEnabled": False,
+        "mofedEnabled": True,
+        "deviceDiscoveryStrategy": "nvml",
+        "cdi": {"nvidiaHookPath": "/usr/bin/nvidia-cdi-hook", "featureFlags": "a,b"},
+    },
 }
 
 
@@ -145,10 +153,22 @@ def test_nvidias_keys_are_the_charts_values() -> None:
     nvidia = {"migStrategy", "failOnInitError", "deviceListStrategy", "deviceIDStrategy",
               "nvidiaDriverRoot", "compatWithCPUManager", "config", "runtimeClassName", "gfd",
               "nfd", "tolerations", "nodeSelector", "affinity", "priorityClassName", "image",
-              "resources", "mps", "imagePullSecrets"}  # fmt: skip
+              "resources", "mps", "imagePullSecrets", "nvidiaDevRoot", "gdrcopyEnabled",
+              "gdsEnabled", "mofedEnabled", "deviceDiscoveryStrategy", "cdi"}  # fmt: skip
     assert nvidia <= set(values)
     assert set(values["config"]) >= {"map", "default", "name", "fallbackStrategies"}
     assert set(values["image"]) == {"repository", "pullPolicy", "tag"}
+
+
+NVIDIA_ONLY = {
+    "NVIDIA_DEV_ROOT": "/",
+    "GDRCOPY_ENABLED": "true",
+    "GDS_ENABLED": "false",
+    "MOFED_ENABLED": "true",
+    "DEVICE_DISCOVERY_STRATEGY": "nvml",
+    "NVIDIA_CDI_HOOK_PATH": "/usr/bin/nvidia-cdi-hook",
+    "CDI_FEATURE_FLAGS": "a,b",
+}
 
 
 def test_nvidias_values_reach_the_plugin_under_nvidias_names() -> None:
@@ -166,6 +186,9 @@ def test_nvidias_values_reach_the_plugin_under_nvidias_names() -> None:
         "NVIDIA_MIG_MONITOR_DEVICES": "all",
     }
     assert {k: env.get(k) for k in wanted} == wanted
+    # the keys nvct-device-plugin may not honour reach it too, to be named in its log
+    env = env_of(containers(plugin_pod(rendered(MATRIX["nvidia-only-keys"])))["device-plugin"])
+    assert {k: env[k] for k in NVIDIA_ONLY} == NVIDIA_ONLY
     # unset values leave the plugin's own defaults: none of NVIDIA's names is set
     default_env = env_of(containers(plugin_pod(rendered({})))["device-plugin"])
     assert set(default_env) == {"NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "MPS_ROOT"}
