@@ -316,6 +316,18 @@ def test_contradictory_config_values_fail_with_the_fix(values: dict[str, Any], s
         rendered(values)
 
 
+@pytest.mark.parametrize("namespace", ["default", "kube-system"])
+def test_a_shared_namespace_is_refused_while_admission_would_lock_it(namespace: str) -> None:
+    """The pods policy admits only nvct's DaemonSets in the release's namespace: installed into
+    default it would refuse every other pod there."""
+    from helm_python.errors import HelmError
+
+    with pytest.raises(HelmError, match=f"namespace {namespace}: .*helm install -n nvct-system"):
+        rendered({}, namespace=namespace)
+    off = rendered({"admission": {"enabled": False}}, namespace=namespace)
+    assert not [d for d in off if d["kind"].startswith("ValidatingAdmissionPolicy")]
+
+
 @pytest.mark.parametrize("case", ["mps", "time-slicing"])
 def test_nvcts_sharing_values_are_the_plugins_sharing_rules(case: str) -> None:
     docs = rendered(MATRIX[case])
@@ -445,3 +457,25 @@ def test_the_namespace_is_the_releases() -> None:
         "validations"
     ]
     assert "request.namespace == 'gpu-system'" in rule["expression"]
+
+
+@pytest.mark.parametrize(
+    ("values", "key"),
+    [
+        ({"migStrategy": "weird"}, "/migStrategy"),
+        ({"deviceListStrategy": "envvar,nope"}, "/deviceListStrategy"),
+        ({"deviceIDStrategy": "serial"}, "/deviceIDStrategy"),
+        ({"failOnInitError": "no"}, "/failOnInitError"),
+        ({"nvidiaDriverRoot": "run/nvidia/driver"}, "/nvidiaDriverRoot"),
+        ({"installer": {"engine": "docker"}}, "/installer/engine"),
+        ({"exporter": {"port": 0}}, "/exporter/port"),
+        ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
+        ({"config": {"fallbackStrategies": ["first"]}}, "/config/fallbackStrategies/0"),
+    ],
+)
+def test_a_bad_value_fails_the_install_naming_its_key(values: dict[str, Any], key: str) -> None:
+    """values.schema.json: Helm refuses the install and names the key, before any pod fails."""
+    from helm_python.errors import HelmValuesError
+
+    with pytest.raises(HelmValuesError, match=f"at '{key}'"):
+        rendered(values)
