@@ -471,6 +471,7 @@ def test_the_namespace_is_the_releases() -> None:
         ({"exporter": {"port": 0}}, "/exporter/port"),
         ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
         ({"config": {"fallbackStrategies": ["first"]}}, "/config/fallbackStrategies/0"),
+        ({"gfd": {"sleepInterval": "1h"}}, "/gfd/sleepInterval"),
     ],
 )
 def test_a_bad_value_fails_the_install_naming_its_key(values: dict[str, Any], key: str) -> None:
@@ -479,3 +480,18 @@ def test_a_bad_value_fails_the_install_naming_its_key(values: dict[str, Any], ke
 
     with pytest.raises(HelmValuesError, match=f"at '{key}'"):
         rendered(values)
+
+
+@pytest.mark.parametrize(("interval", "seconds"), [(60, "60"), ("90s", "90"), ("2m", "120")])
+def test_the_labellers_interval_takes_nvidias_durations(interval: Any, seconds: str) -> None:
+    from nvct.cli.labels_cmd import labels
+
+    docs = rendered({"gfd": {"sleepInterval": interval}})
+    (container,) = find(docs, "DaemonSet", "nvct-labeller")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    command = container["command"]
+    assert command[command.index("--interval") + 1] == seconds
+    options = command[command.index("labels") + 1 :]
+    parsed = labels.make_context("labels", options, resilient_parsing=True)
+    assert parsed.params["interval"] == float(seconds)

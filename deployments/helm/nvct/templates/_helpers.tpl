@@ -133,3 +133,13 @@ It alone gets the API token (get/list/watch on nodes: config-manager.yaml).
       mountPath: /var/run/secrets/kubernetes.io/serviceaccount
       readOnly: true
 {{- end -}}
+
+{{- /* Seconds from a number or a duration as NVIDIA's gfd.sleepInterval takes it ("60s", "2m"). */ -}}
+{{- define "nvct.seconds" -}}
+{{- $text := toString . -}}
+{{- if hasSuffix "m" $text -}}
+{{ mul (trimSuffix "m" $text | int) 60 }}
+{{- else -}}
+{{ trimSuffix "s" $text }}
+{{- end -}}
+{{- end -}}
