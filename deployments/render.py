@@ -30,7 +30,9 @@ def render(values: dict[str, object] | None = None) -> dict[str, str]:
     with chart.Chart.load(CHART) as loaded:
         rendered = loaded.render(values=values or {}, name="nvct", namespace=NAMESPACE)
     return {
-        Path(path).name: text.strip("\n") + "\n" for path, text in rendered.items() if text.strip()
+        Path(path).name: text.strip("\n") + "\n"
+        for path, text in rendered.items()
+        if text.strip() and path.endswith(".yaml")  # not NOTES.txt: what helm install prints
     }
 
 

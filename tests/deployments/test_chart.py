@@ -104,7 +104,20 @@ MATRIX: dict[str, dict[str, Any]] = {
 def rendered(values: dict[str, Any], namespace: str = "nvct-system") -> list[dict[str, Any]]:
     with helm.Chart.load(CHART) as chart:
         texts = chart.render(values=values, name="nvct", namespace=namespace)
-    return [doc for text in texts.values() for doc in yaml.safe_load_all(text) if doc]
+    return [
+        doc
+        for path, text in texts.items()
+        if path.endswith(".yaml")  # not NOTES.txt
+        for doc in yaml.safe_load_all(text)
+        if doc
+    ]
+
+
+def notes(values: dict[str, Any]) -> str:
+    """What ``helm install`` prints after installing with ``values``."""
+    with helm.Chart.load(CHART) as chart:
+        texts = chart.render(values=values, name="nvct", namespace="nvct-system")
+    return " ".join(texts["nvct/templates/NOTES.txt"].split())
 
 
 def find(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
@@ -495,3 +508,80 @@ def test_the_labellers_interval_takes_nvidias_durations(interval: Any, seconds: 
     options = command[command.index("labels") + 1 :]
     parsed = labels.make_context("labels", options, resilient_parsing=True)
     assert parsed.params["interval"] == float(seconds)
+
+
+# A values file written for NVIDIA's chart: every top-level key of its values.yaml (v0.20.0),
+# with the GPU operator's runtime class, NFD's affinity and null where NVIDIA leaves a default.
+NVIDIA_VALUES: dict[str, Any] = {
+    "config": {"name": "", "map": {}, "default": "", "fallbackStrategies": ["named", "single"]},
+    "compatWithCPUManager": None,
+    "migStrategy": "single",
+    "failOnInitError": True,
+    "deviceListStrategy": None,
+    "deviceIDStrategy": None,
+    "nvidiaDriverRoot": None,
+    "gdrcopyEnabled": None,
+    "gdsEnabled": None,
+    "mofedEnabled": None,
+    "deviceDiscoveryStrategy": None,
+    "nameOverride": "",
+    "fullnameOverride": "",
+    "namespaceOverride": "",
+    "selectorLabelsOverride": {},
+    "allowDefaultNamespace": False,
+    "imagePullSecrets": [],
+    "image": {"repository": "registry.example/nvct", "pullPolicy": "IfNotPresent", "tag": ""},
+    "updateStrategy": {"type": "RollingUpdate"},
+    "podAnnotations": {},
+    "podSecurityContext": {},
+    "securityContext": {},
+    "resources": {},
+    "nodeSelector": {},
+    "affinity": {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "feature.node.kubernetes.io/pci-10de.present",
+                                           "operator": "In", "values": ["true"]}]},
+                    {"matchExpressions": [{"key": "nvidia.com/gpu.present",
+                                           "operator": "In", "values": ["true"]}]},
+                ]
+            }
+        }
+    },
+    "tolerations": [
+        {"key": "CriticalAddonsOnly", "operator": "Exists"},
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+    ],
+    "priorityClassName": "system-node-critical",
+    "runtimeClassName": "nvidia",
+    "devicePlugin": {"enabled": True},
+    "gfd": {"enabled": True, "nameOverride": "gpu-feature-discovery", "namespaceOverride": "",
+            "noTimestamp": None, "sleepInterval": "60s", "securityContext": {"privileged": True}},
+    "nfd": {"nameOverride": "node-feature-discovery", "enabled": True,
+            "master": {"config": {"extraLabelNs": ["nvidia.com"]}}},
+    "mps": {"root": "/run/nvidia/mps", "enableHostPID": True},
+    "cdi": {"nvidiaHookPath": None, "featureFlags": None},
+}  # fmt: skip
+
+
+def test_a_values_file_written_for_nvidias_chart_installs_nvct() -> None:
+    """Its keys keep NVIDIA's meaning; what nvct does differently is said in NOTES.txt."""
+    docs = rendered(NVIDIA_VALUES)
+    pods = daemonset_pods(docs)
+    plugin = pods["nvct-device-plugin"]
+    env = env_of(containers(plugin)["device-plugin"])
+    assert (env["MIG_STRATEGY"], env["FAIL_ON_INIT_ERROR"]) == ("single", "true")
+    assert env["MPS_ROOT"] == "/run/nvidia/mps"
+    # NVIDIA's "nvidia" (the class that gives the plugin its GPUs) is nvct-system for nvct
+    on_gpus = ("nvct-device-plugin", "nvct-labeller", "nvct-exporter")
+    assert {pods[n].get("runtimeClassName") for n in on_gpus} == {"nvct-system"}
+    assert "runtimeClassName \"nvidia\" (NVIDIA's chart's value)" in notes(NVIDIA_VALUES)
+    for name, pod in pods.items():
+        assert pod["affinity"] == NVIDIA_VALUES["affinity"], name
+        assert admitted(docs, pod, NFD_GPU_NODE) == [], name
+    assert admitted(docs, plugin, FRESH_GPU_NODE) != []  # NVIDIA's affinity needs NFD
+    assert "No node-feature-discovery" not in notes(NVIDIA_VALUES)
+    assert "No node-feature-discovery" in notes({})
+    names = {(d["kind"], d["metadata"]["name"]) for d in docs}
+    assert names >= {(d["kind"], d["metadata"]["name"]) for d in rendered({})}

@@ -143,3 +143,16 @@ It alone gets the API token (get/list/watch on nodes: config-manager.yaml).
 {{ trimSuffix "s" $text }}
 {{- end -}}
 {{- end -}}
+
+{{- /*
+The RuntimeClass that gives the device plugin, labeller and exporter the node's GPUs: NVIDIA's
+runtimeClassName means that class. Unset, "" or NVIDIA's "nvidia" (whose only-allocated-gpus
+would drop their NVIDIA_VISIBLE_DEVICES=all) give nvct-system; another name is used as is.
+*/ -}}
+{{- define "nvct.runtimeClass" -}}
+{{- if has .Values.runtimeClassName (list nil "" "nvidia") -}}
+nvct-system
+{{- else -}}
+{{ .Values.runtimeClassName }}
+{{- end -}}
+{{- end -}}
