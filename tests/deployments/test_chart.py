@@ -304,12 +304,20 @@ def test_a_config_map_brings_nvct_config_manager_as_nvidias_chart_does(case: str
     template = find(docs, "DaemonSet", "nvct-device-plugin")["spec"]["template"]
     policy = find(docs, "ValidatingAdmissionPolicy", "nvct-system-pods")
     assert admission_refusals(policy, template, "nvct-system") == []
+    # past the namespace's default deny: the device plugin's pod, to the API server's ports
+    egress = find(docs, "NetworkPolicy", "nvct-config-manager")["spec"]
+    selector = egress["podSelector"]["matchLabels"].items()
+    assert selector and selector <= template["metadata"]["labels"].items()  # selects its pods
+    assert egress["policyTypes"] == ["Egress"] and "ingress" not in egress
+    assert [p["port"] for rule in egress["egress"] for p in rule["ports"]] == [443, 6443]
 
 
 def test_without_a_config_map_nothing_uses_the_api() -> None:
     docs = rendered({})
     assert [d for d in docs if d["kind"].endswith(("Role", "RoleBinding"))] == []
     assert "initContainers" not in plugin_pod(docs)
+    policies = {d["metadata"]["name"] for d in docs if d["kind"] == "NetworkPolicy"}
+    assert policies == {"nvct-default-deny", "nvct-exporter"}  # no egress at all
 
 
 @pytest.mark.parametrize(
