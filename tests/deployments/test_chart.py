@@ -593,3 +593,27 @@ def test_a_values_file_written_for_nvidias_chart_installs_nvct() -> None:
     assert "No node-feature-discovery" in notes({})
     names = {(d["kind"], d["metadata"]["name"]) for d in docs}
     assert names >= {(d["kind"], d["metadata"]["name"]) for d in rendered({})}
+
+
+@pytest.mark.parametrize(
+    ("entry", "mig"),
+    [
+        ("version: v1\nflags:\n  migStrategy: mixed\n", True),
+        ('{"version": "v1", "flags": {"migStrategy": "single"}}', True),
+        ("version: v1\nflags:\n  migStrategy: none\n", False),
+    ],
+)
+def test_a_mig_strategy_in_a_config_map_entry_gives_the_plugin_mig_access(
+    entry: str, mig: bool
+) -> None:
+    """A node's label may choose an entry with MIG on: the plugin's pod can see MIG devices
+    whichever entry it gets (as NVIDIA's chart reads its entries)."""
+    from tests.deployments.test_admission import refusals as admission_refusals
+
+    docs = rendered({"config": {"map": {"default": TIME_SLICING, "mig": entry}}})
+    template = find(docs, "DaemonSet", "nvct-device-plugin")["spec"]["template"]
+    plugin = containers(template["spec"])["device-plugin"]
+    assert ("NVIDIA_MIG_MONITOR_DEVICES" in env_of(plugin)) is mig
+    assert ("add" in plugin["securityContext"]["capabilities"]) is mig
+    policy = find(docs, "ValidatingAdmissionPolicy", "nvct-system-pods")
+    assert admission_refusals(policy, template, "nvct-system") == []
