@@ -343,25 +343,28 @@ def test_a_node_without_a_gpu_idles_then_serves_the_gpu_that_appears(
     for node in gpus:
         node.rename(aside / node.name)
     plugin.start()
-    assert until(lambda: "no_gpu" in plugin.output(), 30), plugin.output()
-    time.sleep(1)
-    assert plugin.proc is not None and plugin.proc.poll() is None
-    assert GPU not in kubelet.plugins
-    errors = [ln for ln in plugin.output().splitlines() if ln.startswith("nvct-device-plugin:")]
-    assert errors == [], plugin.output()
-    # the DaemonSet's probes pass: the pod is Ready with nothing to offer
-    status = [str(NVCT_BIN / "nvct-cli"), "device-plugin-status"]
-    probe = subprocess.run(
-        [*status, "--plugin-dir", str(kubelet.plugin_dir)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert (probe.returncode, probe.stdout) == (0, ""), probe.stderr
-    for node in gpus:
-        (aside / node.name).rename(node)
-    assert kubelet.wait(lambda: GPU in kubelet.plugins, timeout=30), plugin.output()
-    assert plugin.stop() == 0
+    try:
+        assert until(lambda: "no_gpu" in plugin.output(), 30), plugin.output()
+        time.sleep(1)
+        assert plugin.proc is not None and plugin.proc.poll() is None
+        assert GPU not in kubelet.plugins
+        lines = plugin.output().splitlines()
+        assert [ln for ln in lines if ln.startswith("nvct-device-plugin:")] == [], lines
+        # the DaemonSet's probes pass: the pod is Ready with nothing to offer
+        status = [str(NVCT_BIN / "nvct-cli"), "device-plugin-status"]
+        probe = subprocess.run(
+            [*status, "--plugin-dir", str(kubelet.plugin_dir)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert (probe.returncode, probe.stdout) == (0, ""), probe.stderr
+        for node in gpus:
+            (aside / node.name).rename(node)
+        assert kubelet.wait(lambda: GPU in kubelet.plugins, timeout=30), plugin.output()
+    finally:
+        code = plugin.stop()
+    assert code == 0
 
 
 def test_a_node_without_a_gpu_stops_cleanly(tmp_path, sim_driver, kubelet) -> None:
@@ -369,8 +372,11 @@ def test_a_node_without_a_gpu_stops_cleanly(tmp_path, sim_driver, kubelet) -> No
     for node in (plugin.dev_root / "dev").glob("nvidia[0-9]*"):
         node.unlink()
     plugin.start()
-    assert until(lambda: "no_gpu" in plugin.output(), 30), plugin.output()
-    assert plugin.stop() == 0
+    try:
+        assert until(lambda: "no_gpu" in plugin.output(), 30), plugin.output()
+    finally:
+        code = plugin.stop()
+    assert code == 0
 
 
 def test_no_cdi_hook_installed_is_one_line_not_a_traceback(
