@@ -617,3 +617,12 @@ def test_a_mig_strategy_in_a_config_map_entry_gives_the_plugin_mig_access(
     assert ("add" in plugin["securityContext"]["capabilities"]) is mig
     policy = find(docs, "ValidatingAdmissionPolicy", "nvct-system-pods")
     assert admission_refusals(policy, template, "nvct-system") == []
+
+
+def test_install_says_mps_in_per_node_configs_gets_no_daemons() -> None:
+    """nvct-mps-control reads nvct's config.toml only: said at install, not found later."""
+    said = "MPS in config.map: nvct-mps-control reads nvct's own config"
+    assert said in notes(MATRIX["per-node-configs"])  # its "mps" entry shares with MPS
+    assert said in notes({"config": {"map": {"a": '{"version": "v1", "sharing": {"mps": {}}}'}}})
+    assert said not in notes(MATRIX["time-slicing-config-map"])
+    assert said not in notes(MATRIX["mps"])  # nvct's sharing value: mps-control reads it
