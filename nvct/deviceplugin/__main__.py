@@ -28,6 +28,7 @@ from nvct.deviceplugin.watchers import watchdog
 from nvct.node.devices import DeviceConfigError
 from nvct.node.guard import FIX as GUARD_FIX
 from nvct.node.guard import envvar_without_guard_pass, node_guard
+from nvct.node.nogpu import wait_for_a_gpu
 from nvct.node.sharing import SharingConfigError
 
 INIT_RETRY_MIN_S = 0.5
@@ -46,6 +47,9 @@ def run(config: Config) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     plugin = Plugin(config, stop)
+    # A node without GPUs: idle, no error; an empty status makes the pod Ready meanwhile.
+    if not wait_for_a_gpu(Path(config.dev_root), stop, waiting=lambda: plugin.status.write(dict)):
+        return 0
     pause = INIT_RETRY_MIN_S
     try:
         while not plugin.start():
