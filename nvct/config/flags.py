@@ -47,7 +47,7 @@ def _option(attr: str, name: str, decl: Key, default: Any, where: str) -> Callab
         shown = str(default).lower()  # as config.toml writes it
     else:
         shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
-    table = f"[{where}] " if where else ""
+    table = f"[{where}] " if where else "config.toml "
     text = f"{decl.flag} {table}{name}; default {shown!s}." if shown != "" else decl.flag
     kind: Any = None
     if "enum" in schema:
