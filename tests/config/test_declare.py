@@ -137,9 +137,13 @@ def test_a_section_is_a_frozen_keyword_only_dataclass_generating_no_methods() ->
 
     from nvct.config.declare import Table
 
-    tables = [Config, *(decl.table for _, _, decl in declared(Config) if decl.table)]
-    tables += [Sharing, SharingRule]
-    for cls in tables:
+    tables, seen = [Config], []
+    while tables:  # every table config.toml has, nested ones and arrays of tables included
+        cls = tables.pop()
+        seen.append(cls)
+        tables += [d.table or d.items for _, _, d in declared(cls) if d.table or d.items]
+    assert {Config, Sharing, SharingRule} < set(seen) and len(seen) >= 10
+    for cls in seen:
         assert dataclasses.is_dataclass(cls) and issubclass(cls, Table), cls
         generated = {"__init__", "__setattr__", "__delattr__", "__eq__", "__repr__"}
         assert generated.isdisjoint(vars(cls)), cls
