@@ -12,7 +12,6 @@ import signal
 import sys
 import threading
 import traceback
-from pathlib import Path
 from typing import Any
 
 import click
@@ -87,9 +86,7 @@ def run(config: Config) -> int:
 
 @click.command("nvct-device-plugin")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="nvct config.toml")
-@click.option("--driver-root", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--dev-root", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--proc-root", type=click.Path(file_okay=False, path_type=Path))
+@flag_options("")  # --driver-root, --dev-root, --proc-root
 @flag_options("device-plugin")
 def cli(config_file: str | None, **flags: Any) -> int:
     """Advertise the node's GPUs to the kubelet and answer its allocations."""
@@ -99,12 +96,8 @@ def cli(config_file: str | None, **flags: Any) -> int:
     except NvctError as err:
         error(err.one_line())
         return 2
-    overrides: dict[str, Any] = {}
-    for name in ("driver_root", "dev_root", "proc_root"):
-        if flags[name] is not None:
-            overrides[name] = flags[name].absolute()
     try:
-        config = with_flags(dataclasses.replace(config, **overrides), "device-plugin", flags)
+        config = with_flags(with_flags(config, "", flags), "device-plugin", flags)
     except NvctError as err:
         error(err.one_line())
         return 2

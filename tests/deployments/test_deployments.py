@@ -165,9 +165,9 @@ def test_the_system_runtime_class_runs_nvct_runtime_with_the_guard_off() -> None
     name, key = _mounted_config(installer, "/etc/nvct/system.toml")
     assert "/etc/nvct/system.toml}" in wrapper  # its default
     system = parse_config(maps[name][key].encode(), source=f"configmap {name} {key}")
-    assert system.only_allocated_gpus is False
+    assert system.request.only_allocated_gpus is False
     name, key = _mounted_config(installer, "/etc/nvct/config.toml")
-    assert parse_config(maps[name][key].encode(), source="node").only_allocated_gpus is True
+    assert parse_config(maps[name][key].encode(), source="node").request.only_allocated_gpus is True
 
 
 def test_no_pod_but_the_exporter_gets_traffic() -> None:
@@ -561,7 +561,9 @@ def test_the_nodes_get_only_allocated_gpus_and_the_plugin_answers_what_passes_it
     source = env.get("SRC", "/").rstrip("/") + "/etc/nvct/config.toml"  # node-install.sh's
     name, key = _mounted_config(installer, source)
     text = maps[name][key]
-    assert parse_config(text.encode(), source=f"configmap {name}").only_allocated_gpus is True
+    assert (
+        parse_config(text.encode(), source=f"configmap {name}").request.only_allocated_gpus is True
+    )
 
     image = tmp_path / "image"  # the installer's container: its ConfigMap at the mount
     (image / "etc/nvct").mkdir(parents=True)
@@ -582,7 +584,7 @@ def test_the_nodes_get_only_allocated_gpus_and_the_plugin_answers_what_passes_it
     )
     assert done.returncode == 0, done.stdout + done.stderr
     on_node = load_config(str(node / "etc/nvct/config.toml"))
-    assert on_node.only_allocated_gpus is True
+    assert on_node.request.only_allocated_gpus is True
 
     plugin = pods["nvct-device-plugin"]
     command = plugin["containers"][0]["command"]
@@ -597,4 +599,6 @@ def test_the_nodes_get_only_allocated_gpus_and_the_plugin_answers_what_passes_it
     ]
     assert settings.device_plugin.runtime_config == f"{host}/etc/nvct/config.toml"
     strategies = settings.device_plugin.device_list_strategy
-    assert envvar_without_guard_pass(strategies, on_node.only_allocated_gpus, "node") is None
+    assert (
+        envvar_without_guard_pass(strategies, on_node.request.only_allocated_gpus, "node") is None
+    )
