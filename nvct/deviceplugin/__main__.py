@@ -47,7 +47,7 @@ def run(config: Config) -> int:
         signal.signal(sig, lambda *_: stop.set())
     plugin = Plugin(config, stop)
     # A node without GPUs: idle, no error; an empty status makes the pod Ready meanwhile.
-    if not wait_for_a_gpu(Path(config.dev_root), stop, waiting=lambda: plugin.status.write(dict)):
+    if not wait_for_a_gpu(config.dev_root, stop, waiting=lambda: plugin.status.write(dict)):
         return 0
     pause = INIT_RETRY_MIN_S
     try:
