@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: venv demo test lint image checkov
+.PHONY: venv demo test lint image checkov deployments
 
 $(BIN)/nvct-cli: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ lint: venv
 
 test: venv lint
 	$(BIN)/pytest -q
+
+# deployments/*.yaml: the Helm chart deployments/helm/nvct rendered with its default values
+# (tests/deployments/test_chart.py fails when they differ)
+deployments: venv
+	$(BIN)/python deployments/render.py
 
 # checkov (tests/deployments/test_security_scan.py) in a virtual environment of its own, cached in
 # $$CHECKOV_VENV or ~/.cache/nvct/checkov-VERSION (about 40 s and 290 MB once; the test makes

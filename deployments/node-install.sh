@@ -8,7 +8,8 @@
 #                              restart it
 #   node-install.sh uninstall  undo exactly that: the engine's config as it was, nvct's files
 #                              gone (files that were on the node before are never touched)
-#   node-install.sh run        install, then wait; uninstall on SIGTERM (pod deletion)
+#   node-install.sh run        install (once the node has a GPU), then wait; uninstall on
+#                              SIGTERM (pod deletion)
 #
 # nvct goes where its packages put it (/usr/bin, /usr/libexec/nvct, /usr/share/nvct), so the
 # paths compiled into the native launcher hold on the node; the node needs /usr/bin/python3.
@@ -30,6 +31,7 @@ DEV_ROOT=${DEV_ROOT:-$HOST}
 SRC=${SRC:-/}
 ENGINE=${ENGINE:-containerd}
 NVCT_CLI=${NVCT_CLI:-/usr/bin/nvct-cli}
+GPU_POLL=${GPU_POLL:-30}  # seconds between two looks for a GPU (run, on a node without one)
 # The engine restart, run in the node's namespaces (the pod has hostPID).
 RESTART=${RESTART:-nsenter -t 1 -m -u -i -n -p -- systemctl restart $ENGINE}
 LIST=$HOST/var/lib/nvct/node-install.list
@@ -181,9 +183,22 @@ case ${1:-run} in
     install) install ;;
     uninstall) uninstall ;;
     run)
+        # the pending sleep ends with the script: none outlives it
+        sleeper=
+        nap() {
+            sleep "$1" &
+            sleeper=$!
+            wait "$sleeper"
+        }
+        trap 'kill "$sleeper" 2>/dev/null || true; uninstall; exit 0' TERM INT
+        # A node whose GPUs are not there yet (a driver container still loading) gets nvct
+        # once they are; a node that never has one is never touched.
+        if ! has_gpu; then
+            log "no NVIDIA GPU on this node ($DEV_ROOT/dev/nvidia*): waiting for one, $ENGINE left alone"
+            until has_gpu; do nap "$GPU_POLL"; done
+        fi
         install
-        trap 'uninstall; exit 0' TERM INT
-        while :; do sleep 3600 & wait $!; done
+        while :; do nap 3600; done
         ;;
     *)
         echo "usage: node-install.sh install|uninstall|run" >&2

@@ -19,6 +19,7 @@ from integration.harness.bundles import BundleFactory, run_runc
 from integration.harness.deviceplugin import PluginProcess, apply, uuids
 from integration.harness.nvct_config import NVCT_BIN, write_nvct_config
 from integration.harness.podman import podman_run, spec_in_cdi_dir
+from integration.harness.processes import until
 from integration.kubelet.standin import Kubelet, sockets
 from integration.simdriver import inject
 from nvct.cdi.names import PLUGIN_KIND, PLUGIN_SPEC_NAME
@@ -326,6 +327,56 @@ def test_nvml_failing_at_start(tmp_path, sim_driver, kubelet) -> None:
     assert waiting.proc is not None and waiting.proc.poll() is None
     assert GPU not in kubelet.plugins  # advertises nothing meanwhile
     assert waiting.stop() == 0
+
+
+def test_a_node_without_a_gpu_idles_then_serves_the_gpu_that_appears(
+    tmp_path, sim_driver, kubelet
+) -> None:
+    """nvct's DaemonSets run on every node without node-feature-discovery: on a node with no
+    /dev/nvidia<N> the plugin (fail-on-init-error on, the default) neither exits nor says an
+    error; it advertises nothing, and registers once a GPU appears (a driver loading late)."""
+    plugin = PluginProcess(tmp_path, sim_driver, kubelet.plugin_dir)
+    aside = tmp_path / "aside"
+    aside.mkdir()
+    gpus = sorted((plugin.dev_root / "dev").glob("nvidia[0-9]*"))
+    assert gpus
+    for node in gpus:
+        node.rename(aside / node.name)
+    plugin.start()
+    try:
+        assert until(lambda: "no_gpu" in plugin.output(), 30), plugin.output()
+        time.sleep(1)
+        assert plugin.proc is not None and plugin.proc.poll() is None
+        assert GPU not in kubelet.plugins
+        lines = plugin.output().splitlines()
+        assert [ln for ln in lines if ln.startswith("nvct-device-plugin:")] == [], lines
+        # the DaemonSet's probes pass: the pod is Ready with nothing to offer
+        status = [str(NVCT_BIN / "nvct-cli"), "device-plugin-status"]
+        probe = subprocess.run(
+            [*status, "--plugin-dir", str(kubelet.plugin_dir)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert (probe.returncode, probe.stdout) == (0, ""), probe.stderr
+        for node in gpus:
+            (aside / node.name).rename(node)
+        assert kubelet.wait(lambda: GPU in kubelet.plugins, timeout=30), plugin.output()
+    finally:
+        code = plugin.stop()
+    assert code == 0
+
+
+def test_a_node_without_a_gpu_stops_cleanly(tmp_path, sim_driver, kubelet) -> None:
+    plugin = PluginProcess(tmp_path, sim_driver, kubelet.plugin_dir)
+    for node in (plugin.dev_root / "dev").glob("nvidia[0-9]*"):
+        node.unlink()
+    plugin.start()
+    try:
+        assert until(lambda: "no_gpu" in plugin.output(), 30), plugin.output()
+    finally:
+        code = plugin.stop()
+    assert code == 0
 
 
 def test_no_cdi_hook_installed_is_one_line_not_a_traceback(

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from integration.harness.bundles import BundleFactory, run_runc
-from integration.harness.dockerd import Dockerd, DockerdError, DockerdFactory, process_alive
+from integration.harness.dockerd import Dockerd, DockerdError, DockerdFactory
 from integration.harness.images import (
     ImageImporter,
     copy_host_binary,
@@ -19,6 +19,7 @@ from integration.harness.images import (
     is_static_busybox,
     rootfs_tar,
 )
+from integration.harness.processes import process_alive
 from integration.harness.skips import need_binary, need_docker, need_root, require
 
 HOST_ENV = Path("/usr/bin/env")  # coreutils env: dynamically linked, needs only libc

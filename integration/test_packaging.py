@@ -37,6 +37,16 @@ from typing import Any
 
 import pytest
 
+from integration.apiserver.certs import ServingCerts
+from integration.apiserver.server import APIServer
+from integration.harness.apiserver import (
+    CONFIGS,
+    LABEL,
+    NODE,
+    Pod,
+    SignalRecorder,
+    kube_certs,  # noqa: F401 - fixture
+)
 from integration.harness.deviceplugin import PluginProcess, numa_sysfs
 from integration.harness.dockerd import DockerdFactory
 from integration.harness.images import ImageImporter
@@ -85,6 +95,7 @@ from integration.harness.packages import (
     tree_code_id,
     unit_settings,
 )
+from integration.harness.processes import until
 from integration.harness.shimd import ShimDaemon
 from integration.harness.skips import need_binary, need_docker, need_root, require
 from integration.kubelet.standin import Kubelet, sockets
@@ -156,26 +167,34 @@ def test_deb_payload(packages: Packages) -> None:
     assert rb"systemctl enable \-\-now nvct\-device\-plugin" in plugin_page
 
 
-def test_deb_carries_grpc_for_its_python_where_only_two_launchers_look(
+CONFIG_MANAGER = "usr/bin/nvct-config-manager"
+
+
+def test_deb_carries_grpc_for_its_python_where_only_its_launchers_look(
     packages: Packages,
 ) -> None:
     """grpcio's compiled module is the one for the target's /usr/bin/python3 (its ABI suffix),
-    with protobuf and typing_extensions beside it in GRPC; nvct-device-plugin and nvct-cli
-    append GRPC to sys.path after the private tree; nothing on the hot path names it."""
+    with protobuf, typing_extensions and lightkube's msgspec beside it in GRPC;
+    nvct-device-plugin, nvct-cli and nvct-config-manager append GRPC to sys.path after the
+    private tree; nothing on the hot path names it."""
     paths = deb_paths(packages.deb)
     grpc = sorted(p.removeprefix(GRPC + "/") for p in paths if p.startswith(GRPC + "/"))
     assert f"grpc/_cython/cygrpc{target_ext_suffix()}" in grpc, grpc[:20]
-    assert [p for p in grpc if p.endswith(".so")] == [f"grpc/_cython/cygrpc{target_ext_suffix()}"]
+    assert sorted(p for p in grpc if p.endswith(".so")) == [
+        f"grpc/_cython/cygrpc{target_ext_suffix()}",
+        f"msgspec/_core{target_ext_suffix()}",  # lightkube's, for nvct-config-manager
+    ]
     infos = {p.split("/", 1)[0] for p in grpc if ".dist-info/" in p}
     assert infos == {
         "grpcio-1.85.3.dist-info",
+        "msgspec-0.22.0.dist-info",
         "protobuf-7.36.2.dist-info",
         "typing_extensions-4.16.0.dist-info",
     }
     # protobuf's pure-Python wheel: no second compiled module (google/_upb)
     assert not [p for p in grpc if p.startswith("google/_upb")]
     assert not [p for p in paths if p.startswith(f"{PRIVATE}/grpc/")]
-    for launcher in ("usr/bin/nvct-device-plugin", "usr/bin/nvct-cli"):
+    for launcher in ("usr/bin/nvct-device-plugin", "usr/bin/nvct-cli", CONFIG_MANAGER):
         text = deb_member(packages.deb, launcher).decode()
         assert f'sys.path.insert(0, "/{PRIVATE}")' in text, text
         assert text.index(f'sys.path.insert(0, "/{PRIVATE}")') < text.index(
@@ -432,6 +451,8 @@ def test_rpm_installs_into_a_root_and_its_scripts_run(
     assert out["run"] == [f"nvct-cli, version {VERSION}"]
     # the rpm's nvct-device-plugin imports the rpm's grpc (its launcher checks that first)
     assert out["plugin"] == ["Usage: nvct-device-plugin [OPTIONS]"], done.stdout + done.stderr
+    # the rpm's nvct-config-manager loads lightkube and the grpc directory's msgspec
+    assert out["configmanager"] == ['"event": "api_retry"'], done.stdout + done.stderr
     assert any(p.startswith(f"{GRPC}/grpc/__pycache__/") for p in installed)
     # CDI from the rpm: its spec names the rpm's own hook, and its cdi list reads the YAML back
     cdi = out["cdi"]
@@ -735,3 +756,36 @@ def test_purge_leaves_nothing_behind(installed_deb: Installed) -> None:
     dev_cli = NVCT_BIN / "nvct-cli"
     if dev_cli.exists() and dev_cli != Path("/usr/bin/nvct-cli"):
         assert VERSION in sh(dev_cli, "--version").stdout
+
+
+def test_installed_config_manager_follows_its_nodes_label(
+    installed_deb: Installed,
+    tmp_path: Path,
+    kube_certs: ServingCerts,  # noqa: F811 - the fixture's name
+) -> None:
+    """The packaged /usr/bin/nvct-config-manager (its vendored lightkube, the grpc directory's
+    msgspec) against the stand-in API server: the label's entry reaches the plugin's file and
+    the plugin is signalled."""
+    server = APIServer(kube_certs)
+    server.start()
+    try:
+        pod = Pod(tmp_path, server, CONFIGS)
+        server.put_node(NODE, {LABEL: "ts4"})
+        plugin = SignalRecorder(tmp_path, pod.dst)
+        manager = pod.manager(
+            Path("/usr/bin/nvct-config-manager"),
+            ONESHOT="false",
+            PROCESS_TO_SIGNAL=plugin.name,
+        )
+        try:
+            assert until(pod.dst.is_file, 20), manager.output()
+            assert pod.dst.read_text() == CONFIGS["ts4"]
+            server.set_node_labels(NODE, {LABEL: "mig-mixed"})
+            assert until(
+                lambda: any(s["content"] == CONFIGS["mig-mixed"] for s in plugin.signals()), 5
+            ), manager.output()
+        finally:
+            manager.stop()
+            plugin.stop()
+    finally:
+        server.stop()

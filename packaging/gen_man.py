@@ -7,6 +7,7 @@
 - nvct-cli.1: every command of ``nvct.cli.main:cli``, walked through click (subcommands are
   lazy: one that fails to import is reported on stderr and left out, not a build failure);
 - nvct-runtime.1 and nvct-hook.1: written here (they are not click programs);
+- nvct-config-manager.1: written here (its flags are NVIDIA config-manager's);
 - nvct-device-plugin.1: written here too (its click command imports grpc, compiled for the
   target's Python, which the build host's may not be);
 - nvct-config.toml.5: the shipped config.toml, which documents every key and its default.
@@ -32,6 +33,7 @@ SEE_ALSO = (
     ("nvct-runtime", 1),
     ("nvct-hook", 1),
     ("nvct-device-plugin", 1),
+    ("nvct-config-manager", 1),
     ("nvct-config.toml", 5),
 )
 FILES = (
@@ -273,6 +275,26 @@ Python it exits 1 with one line naming both and the fix.
 """
 
 
+CONFIG_MANAGER_DESCRIPTION = """
+nvct-config-manager gives each node the device plugin config its Node's label names, as NVIDIA's
+config-manager does, so the plugin itself needs no Kubernetes API access. It watches its Node
+(NODE_NAME) through the Kubernetes API (in-cluster: the service account's token and CA; or
+KUBECONFIG), reads the label NODE_LABEL (default nvidia.com/device-plugin.config), picks that
+entry of the ConfigMap mounted at CONFIG_FILE_SRCDIR, writes it atomically to CONFIG_FILE_DST
+and sends SIGNAL (default 1, SIGHUP) to the process named PROCESS_TO_SIGNAL (default
+nvct-device-plugin; the pod shares one PID namespace). An unset label takes DEFAULT_CONFIG, else
+the FALLBACK_STRATEGIES in order: named (the entry called default), single (the only entry),
+empty (an empty file: the plugin's defaults). ONESHOT=true writes once and exits (the init
+container); SEND_SIGNAL=false signals nothing. Each variable has the flag of the same name
+(--node-name, --config-file-dst, ...). The service account needs get, list and watch on nodes.
+
+Logs are JSON lines on standard output. A label naming a missing entry is one line on standard
+error: the init container exits 1, the sidecar keeps the last good config and waits for the
+next change. A token or rules the API server refuses exit 1 with one line; a lost API server
+is retried.
+"""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.partition("\n")[0])
     parser.add_argument("--lib", required=True, type=Path, help="staged private tree")
@@ -316,6 +338,15 @@ def main(argv: list[str] | None = None) -> int:
             "Kubernetes device plugin that advertises NVIDIA GPUs to the kubelet",
             "nvct-device-plugin [--config PATH] [--plugin-dir DIR] [OPTIONS]",
             DEVICE_PLUGIN_DESCRIPTION,
+            date,
+            version,
+        ),
+        "man1/nvct-config-manager.1": program_page(
+            "nvct-config-manager",
+            "per-node config for the device plugin, chosen by the Node's label",
+            "nvct-config-manager [--node-name NAME] [--config-file-srcdir DIR] "
+            "[--config-file-dst FILE] [OPTIONS]",
+            CONFIG_MANAGER_DESCRIPTION,
             date,
             version,
         ),

@@ -28,6 +28,8 @@
 #   /usr/bin/nvct-device-plugin     the Kubernetes device plugin (private tree + grpc), run by
 #   $SYSTEMD_UNITDIR/nvct-device-plugin.service   (packaging/nvct-device-plugin.service)
 #   $SYSTEMD_UNITDIR/nvct-mps-control.service     (packaging/nvct-mps-control.service)
+#   /usr/bin/nvct-config-manager    the per-node config sidecar (private tree + the grpc
+#                                   directory, for lightkube's compiled msgspec)
 #   /usr/bin/nvct-runtime           native launcher (nvct/runtime/launch/launcher.c, an ELF): runc
 #                                   directly, or for a GPU create the shim daemon, else
 #                                   /usr/libexec/nvct/nvct-runtime (Python)
@@ -167,6 +169,8 @@ EOF
 launcher /usr/bin/nvct-hook nvct.hook.__main__
 launcher /usr/bin/nvct-cli nvct.cli.main grpc
 launcher /usr/bin/nvct-device-plugin nvct.deviceplugin.__main__ grpc-required
+# the Kubernetes API client's msgspec is compiled per CPython too: it sits in the grpc directory
+launcher /usr/bin/nvct-config-manager nvct.configmanager.__main__ grpc
 # the createContainer hook CDI specs name (nvct-cli cdi generate): a program, not
 # "python -m nvct.hook.cdi", so the spec works whichever tree nvct is imported from
 launcher /usr/bin/nvct-cdi-hook nvct.hook.cdi

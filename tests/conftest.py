@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from nvct.config import Config
+from nvct.config.container import Log
 from nvct.host.inventory import Inventory
 from nvct.host.load import load_inventory
 from tests.inventories import RecordedDriver, recorded_driver
@@ -65,7 +66,7 @@ def sim_config(sim, tmp: Path, **overrides: object) -> Config:
         "dev_root": sim.dev_root,
         "proc_root": sim.proc_root,
         "cache_dir": str(tmp / "cache"),
-        "log_file": str(tmp / "nvct.log"),
+        "log": Log(file=str(tmp / "nvct.log")),
     }
     values.update(overrides)
     return Config(**values)  # type: ignore[arg-type]

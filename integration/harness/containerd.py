@@ -27,13 +27,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from integration.harness import HarnessError, run_command, tail
-from integration.harness.dockerd import (
-    _cmdline,
-    _detach_mounts_under,
-    _pids_naming,
-    process_alive,
+from integration.harness.processes import (
+    cmdline,
+    pids_naming,
+    remove_daemon_dir,
+    stop_daemon,
+    terminate,
 )
-from integration.harness.processes import end_owned, terminate
 
 __all__ = ["Containerd", "ContainerdError", "base_config", "snapshotter_for"]
 
@@ -222,8 +222,7 @@ class Containerd:
         if self._removed:
             return
         self._stop_processes()
-        _detach_mounts_under(self.root)
-        shutil.rmtree(self.root)
+        remove_daemon_dir(self.root, ContainerdError)
         self._removed = True
 
     def _stop_daemon(self) -> None:
@@ -232,20 +231,12 @@ class Containerd:
             terminate(proc, self.stop_timeout)
 
     def _stop_processes(self) -> None:
-        self._stop_daemon()
-        for leftover in self.process_ids():
-            self._end(leftover)
-
-    def _end(self, pid: int) -> None:
-        if not end_owned(pid, self._owns, 5):
-            raise ContainerdError(f"process {pid} ({_cmdline(pid)}) survived SIGKILL")
-
-    def _owns(self, pid: int) -> bool:
-        return process_alive(pid) and str(self.root) in _cmdline(pid)
+        proc, self._proc = self._proc, None
+        stop_daemon(proc, self.root, self.stop_timeout, ContainerdError, helper_timeout=5)
 
     def process_ids(self) -> list[int]:
         """Live processes of this containerd: itself and its shims (all name D)."""
-        return _pids_naming(str(self.root))
+        return pids_naming(str(self.root))
 
     def ctr(self, *args: str, input: bytes | None = None, timeout: float = 300) -> str:
         """``ctr`` against this containerd in the ``k8s.io`` namespace (the CRI's)."""
@@ -259,7 +250,7 @@ class Containerd:
     def leftovers(self, ids: list[str]) -> list[str]:
         """What still names one of ``ids`` (containers, sandboxes): processes, mounts, task
         state, runc state, snapshots; empty when containerd removed them all."""
-        found = [f"process {pid}: {_cmdline(pid)}" for i in ids for pid in _pids_naming(i)]
+        found = [f"process {pid}: {cmdline(pid)}" for i in ids for pid in pids_naming(i)]
         mountinfo = Path("/proc/self/mountinfo").read_text().splitlines()
         found += [f"mount {line.split()[4]}" for line in mountinfo if any(i in line for i in ids)]
         for i in ids:

@@ -13,12 +13,9 @@ are detached before D is removed.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -29,70 +26,19 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from integration.harness import CommandFailed, HarnessError, run_command, tail
-from integration.harness.processes import end_owned
+from integration.harness.processes import pids_naming, remove_daemon_dir, stop_daemon
 
-__all__ = ["Dockerd", "DockerdError", "DockerdFactory", "process_alive"]
+__all__ = ["Dockerd", "DockerdError", "DockerdFactory"]
 
 # containerd's default socket: dockerd uses a containerd listening there instead of starting
 # its own managed one, so its presence changes how a private dockerd is isolated.
 SYSTEM_CONTAINERD_SOCKET = Path("/run/containerd/containerd.sock")
 # Longest socket path we create under D (containerd's debug socket), against sun_path's 108.
 _LONGEST_SOCKET = "exec/containerd/containerd-debug.sock"
-_MNT_DETACH = 2
 
 
 class DockerdError(HarnessError):
     """A private dockerd failed to start or stop."""
-
-
-def process_alive(pid: int) -> bool:
-    """True while ``pid`` exists and is not a zombie (an exited, unreaped process)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    state = stat.rpartition(")")[2].split()[0]
-    return state not in ("Z", "X")
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return (
-            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        )
-    except OSError:
-        return ""
-
-
-def _pids_naming(needle: str) -> list[int]:
-    """Live processes (not this one) whose command line contains ``needle``."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        pid = int(entry)
-        if needle in _cmdline(pid) and process_alive(pid):
-            found.append(pid)
-    return sorted(found)
-
-
-def _mounts_under(root: Path) -> list[str]:
-    """Mount points at or below ``root``, deepest first."""
-    prefix = str(root)
-    points = []
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        point = line.split()[4].encode().decode("unicode_escape")  # \040 etc. in mountinfo
-        if point == prefix or point.startswith(prefix + "/"):
-            points.append(point)
-    return sorted(points, key=lambda p: p.count("/"), reverse=True)
-
-
-def _detach_mounts_under(root: Path) -> None:
-    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-    for point in _mounts_under(root):
-        if libc.umount2(point.encode(), _MNT_DETACH) != 0:
-            errno = ctypes.get_errno()
-            raise DockerdError(f"cannot unmount {point}: {os.strerror(errno)}")
 
 
 def _system_containerd_listening() -> bool:
@@ -262,30 +208,15 @@ class Dockerd:
         if self._removed:
             return
         self._stop_processes()
-        _detach_mounts_under(self.root)
-        shutil.rmtree(self.root)
+        remove_daemon_dir(self.root, DockerdError)
         self._removed = True
 
     def _stop_processes(self) -> None:
         proc, self._proc = self._proc, None
-        if proc is not None:
-            # Its containerd and shims, noted now: once dockerd is gone they are orphans.
-            helpers = [pid for pid in self.process_ids() if pid != proc.pid]
-            pid = proc.pid  # the pidfile's pid: checked equal when it became ready
-            if proc.poll() is None:
-                self._kill_containers()
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=self.stop_timeout)
-            except subprocess.TimeoutExpired:
-                os.kill(pid, signal.SIGKILL)
-                proc.wait(timeout=self.stop_timeout)
-            for helper in helpers:
-                self._end(helper)
-        # Late-started shims, or the leftovers of a dockerd that died on its own.
-        for leftover in self.process_ids():
-            self._end(leftover)
+        if proc is not None and proc.poll() is None:
+            self._kill_containers()
+        # dockerd, then its containerd and shims (or the leftovers of one that died on its own)
+        stop_daemon(proc, self.root, self.stop_timeout, DockerdError)
         self.pid = None
 
     def _kill_containers(self) -> None:
@@ -295,17 +226,9 @@ class Dockerd:
             if running:
                 self.docker("kill", *running, check=False, timeout=30)
 
-    def _end(self, pid: int) -> None:
-        """SIGTERM, then SIGKILL, a process of this daemon (checked by its command line)."""
-        if not end_owned(pid, self._owns, self.stop_timeout):
-            raise DockerdError(f"process {pid} ({_cmdline(pid)}) survived SIGKILL")
-
-    def _owns(self, pid: int) -> bool:
-        return process_alive(pid) and str(self.root) in _cmdline(pid)
-
     def process_ids(self) -> list[int]:
         """Live processes of this daemon: dockerd, its containerd, shims (all name D)."""
-        return _pids_naming(str(self.root))
+        return pids_naming(str(self.root))
 
     # -- use -------------------------------------------------------------------------------
 

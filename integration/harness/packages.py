@@ -36,10 +36,11 @@ BINARIES = (
     "nvct-runtime",
     "nvidia-container-runtime-hook",
     "nvct-device-plugin",
+    "nvct-config-manager",
 )
 PRIVATE = "usr/share/nvct/lib"
-# grpcio (compiled for the target's Python), protobuf and typing_extensions: only the launchers
-# of nvct-device-plugin and nvct-cli append this directory to sys.path.
+# grpcio and msgspec (compiled for the target's Python), protobuf and typing_extensions: only the
+# launchers of nvct-device-plugin, nvct-cli and nvct-config-manager append it to sys.path.
 GRPC = "usr/lib/nvct/grpc"
 # Everything both formats must install (paths without the leading /).
 EXPECTED = {
@@ -61,6 +62,12 @@ EXPECTED = {
     f"{GRPC}/grpc/__init__.py",
     f"{GRPC}/google/protobuf/__init__.py",
     f"{GRPC}/typing_extensions.py",
+    # the Kubernetes API client (nvct-config-manager)
+    f"{PRIVATE}/lightkube/__init__.py",
+    f"{PRIVATE}/lightkube/resources/core_v1.py",
+    f"{PRIVATE}/httpx2/__init__.py",
+    f"{PRIVATE}/anyio/__init__.py",
+    f"{GRPC}/msgspec/__init__.py",
 }
 HOOK_JSONS = {f"usr/share/containers/oci/hooks.d/{p.name}" for p in (ROOT / "hooks").glob("*.json")}
 # Python launchers: run isolated (-I: no PYTHON* variables, user site or cwd; -S: no site).
@@ -71,6 +78,7 @@ PYTHON_LAUNCHERS = (
     "usr/libexec/nvct/nvct-runtime",
     "usr/libexec/nvct/nvct-runtime-daemon",
     "usr/bin/nvct-device-plugin",
+    "usr/bin/nvct-config-manager",
 )
 # What runs for every container (or keeps running for them): never looks into GRPC.
 HOT_PATH = (
@@ -319,6 +327,17 @@ echo "=== run"
 chroot "$root" /usr/bin/nvct-cli --version
 echo "=== plugin"
 chroot "$root" /usr/bin/nvct-device-plugin --help | head -n 1
+echo "=== configmanager"
+# the packaged config-manager loads its API client (lightkube, httpx2, the grpc directory's
+# msgspec) and says, as JSON lines, that no API server answers here
+mkdir -p "$root/tmp/sa" "$root/tmp/configs"
+echo t >"$root/tmp/sa/token" && echo nvct >"$root/tmp/sa/namespace"
+cp /etc/ssl/certs/ca-certificates.crt "$root/tmp/sa/ca.crt"
+touch "$root/tmp/configs/default"
+KUBERNETES_SERVICE_HOST=127.0.0.1 KUBERNETES_SERVICE_PORT=9 NVCT_SERVICE_ACCOUNT_DIR=/tmp/sa \
+    timeout 10 chroot "$root" /usr/bin/nvct-config-manager --node-name n --oneshot \
+    --config-file-srcdir /tmp/configs --config-file-dst /tmp/config.yaml 2>&1 |
+    grep -o '"event": "api_retry"' | sort -u
 echo "=== cdi"
 # A YAML spec for the simulated driver ($SIM_ROOT, bound into the root) by the installed
 # nvct-cli: the hook it names, and the devices cdi list reads back (PyYAML of the private tree).

@@ -131,7 +131,7 @@ def doctor(
 
     Always rediscovers the driver (no inventory cache) and validates the config file in full.
     """
-    config, config_result = check_config(obj.config_file, obj.overrides)
+    config, config_result = check_config(obj.config_file, obj.flags)
     inventory = inventory_loader(config)
     ctx = DoctorContext(
         config=config,

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import click
@@ -14,6 +12,7 @@ import click
 from nvct._version import __version__
 from nvct.base.errors import NvctError
 from nvct.config import Config, load_config
+from nvct.config.flags import flag_options, with_flags
 
 # name -> "module:attribute"; imported only when the subcommand runs (fast --help, fast list).
 SUBCOMMANDS: dict[str, str] = {
@@ -53,10 +52,10 @@ class LazyGroup(click.Group):
 
 @dataclass
 class CliContext:
-    """What every subcommand gets: the config file choice and root overrides."""
+    """What every subcommand gets: the config file choice and the top-level keys' flags."""
 
     config_file: str | None
-    overrides: dict[str, Any]
+    flags: dict[str, Any]  # by field name; None: not given
     use_cache: bool
     _config: Config | None = None
     _logger: Any = None
@@ -65,8 +64,7 @@ class CliContext:
     def config(self) -> Config:
         """The effective config, loaded once (errors surface as NvctError)."""
         if self._config is None:
-            base = load_config(self.config_file)
-            self._config = dataclasses.replace(base, **self.overrides)
+            self._config = with_flags(load_config(self.config_file), "", self.flags)
         return self._config
 
     def event(self, name: str, **fields: Any) -> None:
@@ -78,7 +76,7 @@ class CliContext:
                 config = self.config
             except NvctError:  # an invalid config must not stop configure from being logged
                 config = Config()
-            self._logger = configure_structlog(config.log_file, config.log_level)
+            self._logger = configure_structlog(config.log.file, config.log.level)
         self._logger.info(name, **fields)
 
 
@@ -92,38 +90,14 @@ class CliContext:
     metavar="PATH",
     help="nvct config.toml (default: $NVCT_CONFIG or /etc/nvct/config.toml).",
 )
-@click.option(
-    "--driver-root",
-    type=click.Path(path_type=Path),
-    help="Root of the NVIDIA driver files (default /).",
-)
-@click.option(
-    "--dev-root", type=click.Path(path_type=Path), help="Directory holding dev/nvidia* (default /)."
-)
-@click.option(
-    "--proc-root",
-    type=click.Path(path_type=Path),
-    help="procfs to read driver facts from (default /proc).",
-)
+@flag_options("")  # the top-level keys declared with a flag: --driver-root, --dev-root...
 @click.option(
     "--no-cache", is_flag=True, help="Rediscover the driver instead of using the inventory cache."
 )
 @click.pass_context
-def cli(
-    ctx: click.Context,
-    config_file: str | None,
-    driver_root: Path | None,
-    dev_root: Path | None,
-    proc_root: Path | None,
-    no_cache: bool,
-) -> None:
+def cli(ctx: click.Context, /, config_file: str | None, no_cache: bool, **flags: Any) -> None:
     """Inspect, configure and diagnose GPU injection into containers."""
-    overrides = {
-        k: v.absolute()
-        for k, v in (("driver_root", driver_root), ("dev_root", dev_root), ("proc_root", proc_root))
-        if v is not None
-    }
-    ctx.obj = CliContext(config_file, overrides, not no_cache)
+    ctx.obj = CliContext(config_file, flags, not no_cache)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,7 +37,7 @@ def mps_control(obj: CliContext, /, mps_root: Path | None, config_file: str | No
     if config_file:  # flag > environment, as the plugin
         env["CONFIG_FILE"] = config_file
     # the plugin's inputs, so that both share the same GPUs alike (NvctError: one line, exit 1)
-    settled = settle(Inputs(obj.config_file, env, dict(obj.overrides)))
+    settled = settle(Inputs(obj.config_file, env, dict(obj.flags)))
     say(settled)
     config = settled.config
     if mps_root is not None:  # containers mount from it: never relative

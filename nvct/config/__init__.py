@@ -1,10 +1,11 @@
 """nvct's own configuration: ``/etc/nvct/config.toml``.
 
-Defaults live here; the file only overrides. The Kubernetes tables are declared as typed
-sections, each key once (``nvct.config.kubernetes``, by ``nvct.config.declare``); the others
-are still fields of ``Config`` beside the hand-written schema below. The file is validated
-against ``config_schema()`` with jsonschema, and unknown keys are errors, so a typo never
-silently falls back to a default.
+Defaults live here; the file only overrides. config.toml is a root table of declared sections
+(``nvct.config.declare``): its top-level keys are declared on ``Config`` below, its tables in
+``nvct.config.container`` (the container path's) and ``nvct.config.kubernetes`` (the Kubernetes
+wing's), each key once. The file is validated against ``config_schema()`` (derived from those
+declarations) with jsonschema, and unknown keys are errors, so a typo never silently falls back
+to a default.
 Validation results are remembered per file content (see ``nvct.store.cache``) so the hook's hot
 path does not pay jsonschema's import on every container start.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,153 +26,78 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-from nvct.base.defaults import CDI_SPEC_DIRS, DEFAULT_CACHE_DIR, ENV_VAR, config_path
-from nvct.config.declare import Table, from_toml, schema_of, with_values
+from nvct.base.defaults import DEFAULT_CACHE_DIR, ENV_VAR, config_path
+from nvct.config.container import CAPABILITIES, Cdi, Inject, Log, RequestRules, Runtime
+from nvct.config.declare import (
+    Table,
+    declared,
+    from_toml,
+    key,
+    schema_of,
+    section,
+    table,
+    with_values,
+)
 from nvct.config.kubernetes import DevicePlugin, Exporter
 
-CAPABILITIES = ("utility", "compute", "video", "graphics", "display", "ngx", "compat32")
-LOG_LEVELS = ("debug", "info", "warning", "error")
-LIBRARY_MOUNTS = ("directory", "files")
-PROC_DRIVER_MODES = ("hook", "always", "off")
-CUDA_COMPAT = ("ldconfig", "off")
+__all__ = [
+    "CAPABILITIES",
+    "Config",
+    "config_schema",
+    "load_config",
+    "parse_config",
+    "validate_config_data",
+    "with_settings",
+    "with_table",
+]
+
+_ABSPATH = {"type": "string", "pattern": "^/"}
+
+
+@section
+class Config(Table):
+    """Effective configuration (defaults overridden by the file and command-line flags): the
+    top-level keys of config.toml, then its tables."""
+
+    driver_root: Path = key(
+        Path("/"), _ABSPATH, load=Path, flag="Root of the NVIDIA driver files.", path="dir",
+        absolute=True,
+    )  # fmt: skip
+    dev_root: Path = key(
+        Path("/"), _ABSPATH, load=Path, flag="Directory holding dev/nvidia*.", path="dir",
+        absolute=True,
+    )  # fmt: skip
+    proc_root: Path = key(
+        Path("/proc"), _ABSPATH, load=Path, flag="procfs to read driver facts from.",
+        path="dir", absolute=True,
+    )  # fmt: skip
+    ldconfig: Path = key(Path("/sbin/ldconfig"), _ABSPATH, load=Path)
+    cache_dir: str = key(DEFAULT_CACHE_DIR, {"type": "string"})
+    runtime: Runtime = table(Runtime)
+    request: RequestRules = table(RequestRules)
+    inject: Inject = table(Inject)
+    device_plugin: DevicePlugin = table(DevicePlugin)
+    exporter: Exporter = table(Exporter)
+    cdi: Cdi = table(Cdi)
+    log: Log = table(Log)
+    source: str = field(default="(defaults)", compare=False)  # not a key: where it was read
+
+
 # The declared tables: TOML name -> (Config's field, its dataclass).
 SECTIONS: dict[str, tuple[str, type]] = {
-    "device-plugin": ("device_plugin", DevicePlugin),
-    "exporter": ("exporter", Exporter),
+    name: (attr, decl.table) for attr, name, decl in declared(Config) if decl.table is not None
 }
-
-
-def _schema() -> dict[str, Any]:
-    string = {"type": "string", "minLength": 1}
-    abspath = {"type": "string", "pattern": "^/"}
-    boolean = {"type": "boolean"}
-
-    def section(props: dict[str, Any]) -> dict[str, Any]:
-        return {"type": "object", "additionalProperties": False, "properties": props}
-
-    return {
-        "$schema": "http://json-schema.org/draft-07/schema#",
-        "title": "nvct config.toml",
-        "type": "object",
-        "additionalProperties": False,
-        "properties": {
-            "driver-root": abspath,
-            "dev-root": abspath,
-            "proc-root": abspath,
-            "ldconfig": abspath,
-            "cache-dir": {"type": "string"},
-            "runtime": section(
-                {
-                    "low-level": {"type": "array", "items": string, "minItems": 1},
-                    "hook-path": {"type": "string"},
-                }
-            ),
-            "request": section(
-                {
-                    "default-capabilities": {
-                        "type": "array",
-                        "items": {"enum": [*CAPABILITIES, "all"]},
-                    },
-                    "accept-envvar-when-unprivileged": boolean,
-                    "accept-volume-mounts": boolean,
-                    "only-allocated-gpus": boolean,
-                    "disable-require": boolean,
-                    "swarm-resource": {
-                        "type": "array",
-                        "items": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
-                    },
-                }
-            ),
-            "inject": section(
-                {
-                    "persistenced": boolean,
-                    "fabricmanager": boolean,
-                    "mps": boolean,
-                    "gsp-firmware": boolean,
-                    "proc-driver": {"enum": list(PROC_DRIVER_MODES)},
-                    "cuda-compat": {"enum": list(CUDA_COMPAT)},
-                    "library-mounts": {"enum": list(LIBRARY_MOUNTS)},
-                }
-            ),
-            **{name: schema_of(cls) for name, (_, cls) in SECTIONS.items()},
-            "cdi": section(
-                {"spec-dirs": {"type": "array", "items": {"type": "string", "pattern": "^/"}}}
-            ),
-            "log": section(
-                {
-                    "file": {"type": "string"},
-                    "level": {"enum": list(LOG_LEVELS)},
-                }
-            ),
-        },
-    }
 
 
 @functools.cache
 def config_schema() -> dict[str, Any]:
     """The JSON schema of config.toml, built when first asked for (validation, doctor, tests):
     the hook's hot path loads a config it validated before and never needs it."""
-    return _schema()
-
-
-@dataclass(frozen=True, slots=True, kw_only=True, eq=False, repr=False)
-class Config(Table):  # equality, hash and repr by its fields (Table): less import time
-    """Effective configuration (defaults overridden by the file and command-line flags)."""
-
-    driver_root: Path = Path("/")
-    dev_root: Path = Path("/")
-    proc_root: Path = Path("/proc")
-    ldconfig: Path = Path("/sbin/ldconfig")
-    cache_dir: str = DEFAULT_CACHE_DIR
-    low_level_runtimes: tuple[str, ...] = ("runc", "crun")
-    hook_path: str = ""
-    default_capabilities: tuple[str, ...] = ("utility", "compute")
-    accept_envvar_when_unprivileged: bool = True
-    accept_volume_mounts: bool = False
-    only_allocated_gpus: bool = False
-    disable_require: bool = False
-    swarm_resources: tuple[str, ...] = ()
-    inject_persistenced: bool = True
-    inject_fabricmanager: bool = True
-    inject_mps: bool = True
-    inject_gsp_firmware: bool = True
-    inject_proc_driver: str = "hook"
-    cuda_compat: str = "ldconfig"
-    library_mounts: str = "directory"
-    cdi_spec_dirs: tuple[str, ...] = CDI_SPEC_DIRS
-    device_plugin: DevicePlugin = field(default_factory=DevicePlugin)
-    exporter: Exporter = field(default_factory=Exporter)
-    log_file: str = "/var/log/nvct.log"
-    log_level: str = "info"
-    source: str = field(default="(defaults)", compare=False)
-
-
-_KEYMAP: dict[tuple[str, ...], str] = {
-    ("driver-root",): "driver_root",
-    ("dev-root",): "dev_root",
-    ("proc-root",): "proc_root",
-    ("ldconfig",): "ldconfig",
-    ("cache-dir",): "cache_dir",
-    ("runtime", "low-level"): "low_level_runtimes",
-    ("runtime", "hook-path"): "hook_path",
-    ("request", "default-capabilities"): "default_capabilities",
-    ("request", "accept-envvar-when-unprivileged"): "accept_envvar_when_unprivileged",
-    ("request", "accept-volume-mounts"): "accept_volume_mounts",
-    ("request", "only-allocated-gpus"): "only_allocated_gpus",
-    ("request", "disable-require"): "disable_require",
-    ("request", "swarm-resource"): "swarm_resources",
-    ("inject", "persistenced"): "inject_persistenced",
-    ("inject", "fabricmanager"): "inject_fabricmanager",
-    ("inject", "mps"): "inject_mps",
-    ("inject", "gsp-firmware"): "inject_gsp_firmware",
-    ("inject", "proc-driver"): "inject_proc_driver",
-    ("inject", "cuda-compat"): "cuda_compat",
-    ("inject", "library-mounts"): "library_mounts",
-    ("cdi", "spec-dirs"): "cdi_spec_dirs",
-    ("log", "file"): "log_file",
-    ("log", "level"): "log_level",
-}
-_PATH_FIELDS = {"driver_root", "dev_root", "proc_root", "ldconfig"}
+    return {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "title": "nvct config.toml",
+        **schema_of(Config),
+    }
 
 
 def load_config(explicit: str | None = None, *, use_cache: bool = True) -> Config:
@@ -221,7 +147,7 @@ def parse_config(raw: bytes, *, source: str, use_cache: bool = False) -> Config:
         validate_config_data(data, source=source)
         if use_cache:
             cache.remember_config(cache_path, raw)
-    return Config(source=source, **_values(data, None))
+    return from_toml(Config, data, source=source)
 
 
 def with_table(config: Config, section: str, table: Mapping[str, Any], *, source: str) -> Config:
@@ -232,41 +158,24 @@ def with_table(config: Config, section: str, table: Mapping[str, Any], *, source
     """
     data = {section: dict(table)}
     validate_config_data(data, source=source)
-    return replace(config, **_values(data, config))
+    return from_toml(Config, data, config)
 
 
 def with_settings(config: Config, section: str, **values: Any) -> Config:
-    """``config`` with keys of the declared table ``section`` (``"device-plugin"``) set by their
-    field names, a nested table's included (``mps_root``): for values typed already (flags).
+    """``config`` with keys of the declared table ``section`` (``"device-plugin"``; ``""``: the
+    top-level keys) set by their field names, a nested table's included (``mps_root``): for
+    values typed already (flags).
 
     Raises:
         KeyError: ``section`` is not a declared table, or has no such key.
     """
+    if not section:
+        unknown = set(values) - {attr for attr, _, d in declared(Config) if d.table is None}
+        if unknown:
+            raise KeyError(", ".join(sorted(unknown)))
+        return replace(config, **values)
     attr, _ = SECTIONS[section]
     return replace(config, **{attr: with_values(getattr(config, attr), values)})
-
-
-def _values(data: dict[str, Any], base: Config | None) -> dict[str, Any]:
-    """The ``Config`` fields a validated config document sets (over ``base``'s tables)."""
-    values: dict[str, Any] = {}
-    for name, (attr, cls) in SECTIONS.items():
-        if name in data:
-            values[attr] = from_toml(cls, data[name], getattr(base, attr, None))
-    for keys, attr in _KEYMAP.items():
-        node: Any = data
-        for key in keys:
-            if not isinstance(node, dict) or key not in node:
-                break
-            node = node[key]
-        else:
-            if attr in _PATH_FIELDS:
-                node = Path(node)
-            elif isinstance(node, list):
-                node = tuple(node)
-            values[attr] = node
-    if "all" in values.get("default_capabilities", ()):
-        values["default_capabilities"] = CAPABILITIES
-    return values
 
 
 def validate_config_data(data: dict[str, Any], *, source: str) -> None:

@@ -1,13 +1,15 @@
 """How a config.toml table is declared: one frozen dataclass per table, each key once.
 
-A key is a dataclass field made by ``key()``: its type is the field's annotation, its default
-the field's default, its constraint a JSON-schema fragment. Everything else is derived from
-these declarations, never written beside them: the table's JSON schema (``schema_of``), how a
-validated TOML table becomes the dataclass (``from_toml``), the keys the device plugin's status
-file records (``recorded``) and the command-line flags a frontend offers
-(``nvct.config.flags``). A nested table is a field made by ``table()``.
+A table is a class made by ``@section`` on ``Table``; a key is a field made by ``key()``: its
+type is the field's annotation, its default the field's default, its constraint a JSON-schema
+fragment. Everything else is derived from these declarations, never written beside them: the
+table's JSON schema (``schema_of``), how a validated TOML table becomes the dataclass
+(``from_toml``), the keys the device plugin's status file records (``recorded``) and the
+command-line flags a frontend offers (``nvct.config.flags``). A nested table is a field made by
+``table()``; config.toml itself is the root table (``nvct.config.Config``).
 
-Stdlib only and no typing import at run time: the hook loads the config on its hot path.
+Stdlib only and no typing import at run time: the hook and the shim load the config on every
+container start, and declaring a table must stay cheap (see ``section``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ from collections.abc import Mapping
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any, TypeVar
+
+    from typing_extensions import dataclass_transform
 
     T = TypeVar("T")
 
@@ -28,7 +33,7 @@ class Key:
     """What a field declares besides its type and default. A plain class, not a dataclass:
     making a dataclass costs ~1 ms at import, and the hook imports the config."""
 
-    __slots__ = ("absolute", "flag", "items", "name", "path", "recorded", "schema", "table")
+    __slots__ = ("absolute", "flag", "items", "load", "name", "path", "recorded", "schema", "table")
 
     def __init__(
         self,
@@ -41,6 +46,7 @@ class Key:
         recorded: bool = False,
         table: type | None = None,
         items: type | None = None,
+        load: Callable[[Any], Any] | None = None,
     ) -> None:
         self.schema = schema  # its JSON-schema constraint
         self.name = name  # its TOML name; "": the field's, "-" for "_"
@@ -50,14 +56,42 @@ class Key:
         self.recorded = recorded  # nvct-device-plugin's status file records it
         self.table = table  # a nested table's dataclass
         self.items = items  # an array of tables: each one's dataclass
+        self.load = load  # the field's value of a valid TOML (or flag) value; None: as is
 
 
 class Table:
-    """Value semantics for a declared table's dataclass (``eq=False, repr=False``): equal, hashed
-    and shown by its fields. Generated per class, ``__eq__``, ``__hash__`` and ``__repr__`` cost
-    ~0.25 ms of import apiece table, and the hook imports the config."""
+    """What ``@section`` leaves out of a declared table's dataclass, written once here instead
+    of generated per class: a keyword-only ``__init__``, frozen attributes, and equality, hash
+    and repr by its fields. The generated ones cost ~0.7 ms of import apiece table (each is
+    compiled from source), and the hook and the shim import every table on each container
+    start."""
 
     __slots__ = ()
+
+    if not TYPE_CHECKING:  # mypy sees the frozen dataclass ``section`` declares
+
+        def __init__(self, **values: Any) -> None:
+            cls = type(self)
+            init = _INIT.get(cls) or _init_of(cls)
+            defaults, factories, required, names = init
+            if not names.issuperset(values):
+                unknown = ", ".join(sorted(set(values) - names))
+                raise TypeError(f"{cls.__name__}() got unexpected keyword arguments: {unknown}")
+            if not required.issubset(values):
+                missing = ", ".join(sorted(required - set(values)))
+                raise TypeError(f"{cls.__name__}() missing keyword arguments: {missing}")
+            own = self.__dict__  # past the frozen __setattr__, as a dataclass's __init__ goes
+            own.update(defaults)
+            for name, factory in factories:
+                if name not in values:
+                    own[name] = factory()
+            own.update(values)
+
+        def __setattr__(self, name: str, value: Any) -> None:
+            raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+        def __delattr__(self, name: str) -> None:
+            raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
 
     def _fields(self) -> tuple[Any, ...]:
         """The values compared (``field(compare=False)`` left out, as a dataclass does)."""
@@ -76,6 +110,48 @@ class Table:
         fields = dataclasses.fields(self)  # type: ignore[arg-type]
         shown = (f"{f.name}={getattr(self, f.name)!r}" for f in fields if f.repr)
         return f"{type(self).__name__}({', '.join(shown)})"
+
+
+# Per table: (defaults, (field, default factory)..., required fields, all fields), for __init__.
+_INIT: dict[
+    type, tuple[dict[str, Any], tuple[tuple[str, Any], ...], frozenset[str], frozenset[str]]
+]
+_INIT = {}
+
+
+def _init_of(cls: type) -> tuple[Any, ...]:
+    # One pass over the fields (dataclasses.fields() filters out ClassVars, which no table has,
+    # and copies): the first load of a config pays this per table, on the hook's path.
+    missing = dataclasses.MISSING
+    defaults = {}
+    factories = []
+    required = []
+    for f in cls.__dataclass_fields__.values():  # type: ignore[attr-defined]
+        if f.default is not missing:
+            defaults[f.name] = f.default
+        elif f.default_factory is not missing:
+            factories.append((f.name, f.default_factory))
+        else:
+            required.append(f.name)
+    names = frozenset(cls.__dataclass_fields__)  # type: ignore[attr-defined]
+    found = _INIT[cls] = (defaults, tuple(factories), frozenset(required), names)
+    return found
+
+
+if TYPE_CHECKING:  # to mypy a section is the frozen, keyword-only dataclass it behaves as
+
+    @dataclass_transform(frozen_default=True, kw_only_default=True)
+    def section(cls: type[T]) -> type[T]: ...
+
+else:
+
+    def section(cls: type[T]) -> type[T]:
+        """A declared table: ``cls`` (a ``Table``) as a dataclass whose ``__init__``, frozen
+        attributes, equality, hash and repr are ``Table``'s, none generated (a dataclass
+        compiles each from source at import)."""
+        if not issubclass(cls, Table):
+            raise TypeError(f"@section {cls.__name__}: derive it from nvct.config.declare.Table")
+        return dataclasses.dataclass(cls, init=False, repr=False, eq=False, kw_only=True)
 
 
 def key(
@@ -104,9 +180,9 @@ def declared(cls: type) -> tuple[tuple[str, str, Key], ...]:
     found = _DECLARED.get(cls)
     if found is None:
         found = _DECLARED[cls] = tuple(
-            (f.name, f.metadata[_META].name or f.name.replace("_", "-"), f.metadata[_META])
-            for f in dataclasses.fields(cls)
-            if _META in f.metadata
+            (f.name, decl.name or f.name.replace("_", "-"), decl)
+            for f in cls.__dataclass_fields__.values()  # type: ignore[attr-defined]  # all fields
+            if (decl := f.metadata.get(_META)) is not None
         )
     return found
 
@@ -133,10 +209,11 @@ def schema_of(cls: type) -> dict[str, Any]:
     return out
 
 
-def from_toml(cls: type[T], data: Mapping[str, Any], base: T | None = None) -> T:
+def from_toml(cls: type[T], data: Mapping[str, Any], base: T | None = None, **fixed: Any) -> T:
     """A validated TOML table as ``cls``: the keys it sets over ``base`` (default: the
-    defaults)."""
-    values: dict[str, Any] = {}
+    defaults), each through its declaration's ``load``; ``fixed``: fields that are not keys
+    (``Config.source``)."""
+    values: dict[str, Any] = fixed
     for attr, name, decl in declared(cls):
         if name not in data:
             continue
@@ -146,6 +223,8 @@ def from_toml(cls: type[T], data: Mapping[str, Any], base: T | None = None) -> T
             value = from_toml(decl.table, value, inner)
         elif decl.items is not None:
             value = tuple(from_toml(decl.items, item) for item in value)
+        elif decl.load is not None:
+            value = decl.load(value)
         elif isinstance(value, list):
             value = tuple(value)
         values[attr] = value

@@ -1,7 +1,8 @@
 """Command-line flags from a table's declarations (``nvct.config.declare``): every key declared
 with ``flag=`` becomes ``--<its toml name>``, typed by its schema (one of an enum, a number's
 range, a path, true/false as ``--x/--no-x``, a list of an enum as a comma list), its help
-naming the key and its default. Flags override the file's values by field name.
+naming the key and its default. Flags override the file's values by field name. Section ``""``
+is config.toml's top level (``--driver-root``...), without its tables.
 
 For the frontends only (it imports click).
 """
@@ -23,15 +24,21 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _keys(cls: type, where: str) -> list[tuple[str, str, Key, Any, str]]:
-    """(field, toml name, declaration, default, table) of every key of ``cls`` with a flag."""
+    """(field, toml name, declaration, default, table) of every key of ``cls`` with a flag
+    (those of its nested tables too, except at the top level: each table has flags of its own)."""
     defaults = {f.name: f.default for f in dataclasses.fields(cls)}
     out = []
     for attr, name, decl in declared(cls):
         if decl.table is not None:
-            out += _keys(decl.table, f"{where}.{name}")
+            if where:
+                out += _keys(decl.table, f"{where}.{name}")
         elif decl.flag:
             out.append((attr, name, decl, defaults[attr], where))
     return out
+
+
+def _section_keys(section: str) -> list[tuple[str, str, Key, Any, str]]:
+    return _keys(SECTIONS[section][1] if section else Config, section)
 
 
 def _option(attr: str, name: str, decl: Key, default: Any, where: str) -> Callable[[F], F]:
@@ -40,7 +47,8 @@ def _option(attr: str, name: str, decl: Key, default: Any, where: str) -> Callab
         shown = str(default).lower()  # as config.toml writes it
     else:
         shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
-    text = f"{decl.flag} [{where}] {name}; default {shown!s}." if shown != "" else decl.flag
+    table = f"[{where}] " if where else "config.toml "
+    text = f"{decl.flag} {table}{name}; default {shown!s}." if shown != "" else decl.flag
     kind: Any = None
     if "enum" in schema:
         kind = click.Choice(schema["enum"])
@@ -59,8 +67,7 @@ def _option(attr: str, name: str, decl: Key, default: Any, where: str) -> Callab
 
 def flag_options(section: str, *, exclude: tuple[str, ...] = ()) -> Callable[[F], F]:
     """Decorate a click command with the flags of the declared table ``section``."""
-    _, cls = SECTIONS[section]
-    keys = [k for k in _keys(cls, section) if k[1] not in exclude]
+    keys = [k for k in _section_keys(section) if k[1] not in exclude]
 
     def decorate(command: F) -> F:
         for key in reversed(keys):
@@ -76,9 +83,8 @@ def with_flags(config: Config, section: str, flags: Mapping[str, Any]) -> Config
     Raises:
         ConfigError: a comma list names a value its key does not allow.
     """
-    _, cls = SECTIONS[section]
     values: dict[str, Any] = {}
-    for attr, name, decl, _, _ in _keys(cls, section):
+    for attr, name, decl, _, _ in _section_keys(section):
         value = flags.get(attr)
         if value is None:
             continue
@@ -91,7 +97,7 @@ def with_flags(config: Config, section: str, flags: Mapping[str, Any]) -> Config
                 )
         elif decl.path:
             value = str(Path(value).absolute() if decl.absolute else Path(value))
-        values[attr] = value
+        values[attr] = value if decl.load is None else decl.load(value)
     return with_settings(config, section, **values)
 
 

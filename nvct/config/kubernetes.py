@@ -9,13 +9,11 @@ status file's record (``recorded=True``) follow from it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from nvct.base.defaults import DEFAULT_PLUGIN_DIR
-from nvct.config.declare import Table, key, table
+from nvct.config.declare import Table, key, section, table
 
-# The tables are frozen dataclasses without slots (slots make each class twice) whose equality,
-# hash and repr come from Table: ~0.5 ms less import apiece, which the hook pays.
+# The tables are declared by @section: frozen dataclasses whose __init__, equality, hash and
+# repr come from Table, none compiled at import (the hook and the shim import them).
 
 # How MIG devices are advertised (nvct.node.devices): not, as nvidia.com/gpu, or per profile.
 MIG_STRATEGIES = ("none", "single", "mixed")
@@ -30,7 +28,7 @@ _BOOLEAN = {"type": "boolean"}
 _RESOURCE = {"type": "string", "pattern": "^nvidia\\.com/[a-z0-9]([-a-z0-9_.]{0,50}[a-z0-9])?$"}
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@section
 class SharingRule(Table):
     """One ``[[device-plugin.sharing.gpus]]`` entry: which GPUs, how they are shared (what
     needs the GPUs is checked by ``nvct.node.sharing.plan_sharing``)."""
@@ -51,7 +49,7 @@ class SharingRule(Table):
     )
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@section
 class Sharing(Table):
     """``[device-plugin.sharing]``: which GPUs are shared, and how the plugin answers for them."""
 
@@ -68,7 +66,7 @@ class Sharing(Table):
     gpus: tuple[SharingRule, ...] = key((), items=SharingRule)
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@section
 class DevicePlugin(Table):
     """``[device-plugin]``: nvct-device-plugin, and what ``nvct-cli labels`` and doctor take
     it to advertise."""
@@ -120,10 +118,10 @@ class DevicePlugin(Table):
         flag="The key prefix of the cdi-annotations answer.",
         recorded=True,
     )
-    sharing: Sharing = table(Sharing)  # noqa: RUF009 - a field(default_factory=Sharing)
+    sharing: Sharing = table(Sharing)
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@section
 class Exporter(Table):
     """``[exporter]``: ``nvct-cli exporter``, GPU metrics with pod labels."""
 

@@ -13,7 +13,6 @@ import signal
 import sys
 import threading
 import traceback
-from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -28,6 +27,7 @@ from nvct.deviceplugin import reload
 from nvct.deviceplugin.plugin import Plugin, error
 from nvct.deviceplugin.settings import Inputs, check_guard, say, settle
 from nvct.node.devices import DeviceConfigError
+from nvct.node.nogpu import wait_for_a_gpu
 from nvct.node.sharing import SharingConfigError
 
 INIT_RETRY_MIN_S = 0.5
@@ -49,6 +49,9 @@ def run(config: Config, inputs: Inputs, own_file: str) -> int:
         signal.signal(sig, lambda *_: stop.set())
     asked = reload.trigger(inputs, own_file)
     plugin = Plugin(config, stop)
+    # A node without GPUs: idle, no error; an empty status makes the pod Ready meanwhile.
+    if not wait_for_a_gpu(config.dev_root, stop, waiting=lambda: plugin.status.write(dict)):
+        return 0
     pause = INIT_RETRY_MIN_S
     try:
         while not plugin.start():
@@ -122,9 +125,7 @@ def _nvidia_flags(command: F) -> F:
 
 @click.command("nvct-device-plugin")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="nvct config.toml")
-@click.option("--driver-root", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--dev-root", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--proc-root", type=click.Path(file_okay=False, path_type=Path))
+@flag_options("")  # --driver-root, --dev-root, --proc-root
 @flag_options("device-plugin")
 @_nvidia_flags
 def cli(config_file: str | None, **flags: Any) -> int:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+from pathlib import Path
 
 import structlog
 
@@ -24,6 +25,7 @@ from nvct.deviceplugin.health import Health, Transition
 from nvct.deviceplugin.mps import MpsDaemon, gpu_daemons
 from nvct.deviceplugin.mps_watch import MpsWatch, Supervised
 from nvct.deviceplugin.watchers import Verdicts, Watcher
+from nvct.node.nogpu import wait_for_a_gpu
 from nvct.node.sharing import SharingConfigError, plan_sharing
 
 WATCH_S = 0.1
@@ -40,6 +42,8 @@ def run(config: Config, stop: threading.Event | None = None) -> int:
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
+    if not wait_for_a_gpu(Path(config.dev_root), stop):  # a node without GPUs: idle, no error
+        return 0
     try:
         inventory = load_inventory(config, use_cache=False)
         plan = plan_sharing(config, inventory)

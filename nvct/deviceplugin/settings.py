@@ -24,7 +24,6 @@ from nvct.node.guard import FIX as GUARD_FIX
 from nvct.node.guard import envvar_without_guard_pass, node_guard
 
 log = structlog.get_logger("nvct-device-plugin")
-ROOTS = ("driver_root", "dev_root", "proc_root")
 
 
 @dataclass(frozen=True)
@@ -66,10 +65,7 @@ def settle(inputs: Inputs) -> Settled:
         config = apply(config, mapped[-1])
     mapped.append(environment(inputs.env, ignored_xids=config.device_plugin.ignored_xids))
     config = apply(config, mapped[-1])
-    roots: dict[str, Any] = {
-        n: Path(inputs.flags[n]).absolute() for n in ROOTS if inputs.flags.get(n)
-    }
-    config = with_flags(dataclasses.replace(config, **roots), "device-plugin", inputs.flags)
+    config = with_flags(with_flags(config, "", inputs.flags), "device-plugin", inputs.flags)
     flagged = {
         f"device-plugin.{k.replace('_', '-')}" for k, v in inputs.flags.items() if v is not None
     }

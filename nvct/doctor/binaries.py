@@ -41,7 +41,7 @@ def check_runtime(ctx: DoctorContext) -> CheckResult:
 
 def check_hook(ctx: DoctorContext) -> CheckResult:
     """nvct's prestart hook (docker --gpus, podman's hooks.d) can run."""
-    hook_path = ctx.config.hook_path
+    hook_path = ctx.config.runtime.hook_path
     if hook_path:
         if os.path.isfile(hook_path) and os.access(hook_path, os.X_OK):
             return passed(HOOK, f"hook-path {hook_path} is executable")
@@ -66,7 +66,7 @@ def check_hook(ctx: DoctorContext) -> CheckResult:
 
 def check_low_level(ctx: DoctorContext) -> CheckResult:
     """One of the configured low-level runtimes (runc, crun) exists."""
-    tried = ctx.config.low_level_runtimes
+    tried = ctx.config.runtime.low_level
     for name in tried:
         path = name if name.startswith("/") else ctx.which(name)
         if path and os.access(path, os.X_OK):

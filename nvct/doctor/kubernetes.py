@@ -142,10 +142,10 @@ def check_guard(ctx: DoctorContext) -> CheckResult:
     (``request.only-allocated-gpus``, which drops every ``NVIDIA_VISIBLE_DEVICES``)."""
     strategies = ctx.config.device_plugin.device_list_strategy
     where = ctx.config_file or "the node's config.toml"
-    problem = envvar_without_guard_pass(strategies, ctx.config.only_allocated_gpus, where)
+    problem = envvar_without_guard_pass(strategies, ctx.config.request.only_allocated_gpus, where)
     if problem is not None:
         return failed(GUARD, problem, GUARD_FIX)
-    state = "on" if ctx.config.only_allocated_gpus else "off"
+    state = "on" if ctx.config.request.only_allocated_gpus else "off"
     return passed(
         GUARD,
         f"request.only-allocated-gpus is {state}; the plugin answers "

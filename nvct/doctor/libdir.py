@@ -24,7 +24,7 @@ PROBE = "libnvidia-ml.so.1"
 def check_library_dir(ctx: DoctorContext) -> CheckResult:
     """The cache dir is root's alone, and on the driver libraries' filesystem."""
     config = ctx.config
-    if config.library_mounts != "directory":
+    if config.inject.library_mounts != "directory":
         return passed(LIBDIR, 'one mount per library (inject.library-mounts = "files")')
     if not config.cache_dir:
         return warned(

@@ -158,7 +158,7 @@ def _plan_here(spec: dict[str, Any], root: str, log: EventLog) -> WorkOrder | No
     from nvct.request.parse import request_from_spec
 
     config = load_config()
-    log.configure(config.log_file, config.log_level)
+    log.configure(config.log.file, config.log.level)
     decision = decide(
         request_from_spec(spec, config),
         config,

@@ -43,11 +43,11 @@ def node_guard(config: Config, own_file: str | None) -> tuple[bool, str]:
     """
     path = config.device_plugin.runtime_config
     if not path:
-        return config.only_allocated_gpus, own_file or "the plugin's config"
+        return config.request.only_allocated_gpus, own_file or "the plugin's config"
     if not Path(path).is_file():
         return False, path
     try:
-        return load_config(path).only_allocated_gpus, path
+        return load_config(path).request.only_allocated_gpus, path
     except ConfigError as err:
         raise ConfigError(
             f"[device-plugin] runtime-config {path}: {err.message}", hint=err.hint

@@ -252,15 +252,15 @@ def _driver_files(
         elif f.kind == "bin":
             if f.capability not in caps and not (f.capability == "imex" and imex):
                 continue
-            if f.name in MPS_BINARIES and not config.inject_mps:
+            if f.name in MPS_BINARIES and not config.inject.mps:
                 notes.append(f"{f.name} not mounted: inject.mps is false")
                 continue
             target = f"/usr/bin/{f.name}"
         elif f.kind == "ipc":
             enabled = {
-                "persistenced": config.inject_persistenced,
-                "fabricmanager": config.inject_fabricmanager,
-                "mps": config.inject_mps,
+                "persistenced": config.inject.persistenced,
+                "fabricmanager": config.inject.fabricmanager,
+                "mps": config.inject.mps,
             }[f.name]
             if f.capability not in caps:
                 continue
@@ -271,7 +271,7 @@ def _driver_files(
             options = IPC_OPTIONS
             reason = f"capability {f.capability} ({f.name} IPC)"
         elif f.kind == "firmware":
-            if not config.inject_gsp_firmware:
+            if not config.inject.gsp_firmware:
                 notes.append(f"GSP firmware {f.name} not mounted: inject.gsp-firmware is false")
                 continue
             target = _container_path(inventory, f)

@@ -53,7 +53,7 @@ def cdi_order(names: Sequence[str], specs: CdiSpecs, config: Config) -> WorkOrde
         "ldconfig_dirs": [],
         "ld_cache": [],
         "libdirs": [],
-        "log": (config.log_file, config.log_level),
+        "log": (config.log.file, config.log.level),
         "gpus": [d.name for d in devices],
         "capabilities": [],
         "proc_driver": None,  # the CDI spec says what the container gets

@@ -140,7 +140,7 @@ def _cdi(request: Request, config: Config) -> CdiOrdered | Refused:
     from nvct.host.fingerprint import cdi_specs_stamp
     from nvct.plan.cdi_order import cdi_order
 
-    dirs = list(config.cdi_spec_dirs)
+    dirs = list(config.cdi.spec_dirs)
     stamp = cdi_specs_stamp(dirs)  # before reading: a spec changed meanwhile is re-read
     specs = load_cdi_specs(dirs)
     try:

@@ -208,7 +208,7 @@ def _libcuda(inp: ContainerInput, plan: Plan, config: Config) -> str:
 
     wanted = cuda_compat(plan, config)
     if wanted is None:
-        if config.cuda_compat == "off" and "compute" in plan.request.capabilities:
+        if config.inject.cuda_compat == "off" and "compute" in plan.request.capabilities:
             return "the host driver's (inject.cuda-compat is off: no compat libcuda is used)"
         return ""  # no libcuda, or no GPU: nothing to choose
     host_driver, datacenter = wanted

@@ -85,7 +85,7 @@ def with_library_dirs(plan: Plan, config: Config, fingerprint: str, *, create: b
     the directory exists or can be made; else ``plan`` as it is. With ``create`` false
     (``list``, ``explain``) nothing is written: a directory that does not exist yet counts
     when the cache dir is on the libraries' filesystem."""
-    if config.library_mounts != "directory" or not config.cache_dir:
+    if config.inject.library_mounts != "directory" or not config.cache_dir:
         return plan
     chosen: dict[str, str] = {}
     for base, _kind, files, links in library_groups(plan):

@@ -28,20 +28,20 @@ def from_plan(plan: Plan, config: Config) -> WorkOrder:
         "libdirs": [
             (d.host_dir, d.target, list(d.files), list(d.links)) for d in plan.library_dirs
         ],
-        "log": (config.log_file, config.log_level),
+        "log": (config.log.file, config.log.level),
         "gpus": [s.gpu.uuid if s.mig is None else s.mig.uuid for s in plan.selected],
         "capabilities": sorted(plan.request.capabilities),
         "proc_driver": (str(config.proc_root), proc_entries(plan))
-        if config.inject_proc_driver != "off"
+        if config.inject.proc_driver != "off"
         else None,
-        "proc_driver_in_runtime": config.inject_proc_driver == "always",
+        "proc_driver_in_runtime": config.inject.proc_driver == "always",
         "cuda_compat": cuda_compat(plan, config),
     }
 
 
 def cuda_compat(plan: Plan, config: Config) -> tuple[str, bool] | None:
     """What the image's compat libcuda is checked against, when it is to be (compute, GPUs)."""
-    if config.cuda_compat == "off" or not plan.selected:
+    if config.inject.cuda_compat == "off" or not plan.selected:
         return None
     if "compute" not in plan.request.capabilities and "video" not in plan.request.capabilities:
         return None

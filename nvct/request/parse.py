@@ -87,12 +87,13 @@ def operator_request(env: Mapping[str, str], config: Config) -> Request:
         RequestError: a capability is unknown or the device list is malformed.
         RequirementError: an ``NVIDIA_REQUIRE_*`` expression is malformed.
     """
-    unguarded = replace(
-        config,
+    request = replace(
+        config.request,
         only_allocated_gpus=False,
         swarm_resources=(),
         accept_envvar_when_unprivileged=True,
     )
+    unguarded = replace(config, request=request)
     return parse_request(env, config=unguarded)
 
 
@@ -111,7 +112,7 @@ def parse_request(
         RequestError: a capability is unknown or the device list is malformed.
         RequirementError: an ``NVIDIA_REQUIRE_*`` expression is malformed.
     """
-    ignored = ignored_inputs(env, swarm_resources=config.swarm_resources)
+    ignored = ignored_inputs(env, swarm_resources=config.request.swarm_resources)
     request = _parse(env, mounts, privileged, config, ignored, annotations or {})
     if not request.wants_gpu:  # features come with GPUs (or "none"), as in NVIDIA's toolkit
         ignored += [
@@ -153,17 +154,19 @@ def _parse(
     source = VISIBLE_DEVICES
 
     mount_tokens = _device_mounts(mounts, ignored)
-    if mount_tokens and not (config.accept_volume_mounts or config.only_allocated_gpus):
+    if mount_tokens and not (
+        config.request.accept_volume_mounts or config.request.only_allocated_gpus
+    ):
         ignored.append(
             f"{len(mount_tokens)} volume mount(s) under {DEVICE_MOUNT_DIR} ignored: "
             "request.accept-volume-mounts is false"
         )
-    swarm = next((name for name in config.swarm_resources if name in env), None)
-    if mount_tokens and (config.accept_volume_mounts or config.only_allocated_gpus):
+    swarm = next((name for name in config.request.swarm_resources if name in env), None)
+    if mount_tokens and (config.request.accept_volume_mounts or config.request.only_allocated_gpus):
         tokens = _split_devices(",".join(mount_tokens), DEVICE_MOUNT_DIR)
         source = "volume mounts under " + DEVICE_MOUNT_DIR
         decisions.append(f"devices taken from {len(mount_tokens)} volume mount(s)")
-    elif config.only_allocated_gpus:
+    elif config.request.only_allocated_gpus:
         # An image's NVIDIA_VISIBLE_DEVICES=all must not hand every GPU of a node to a pod
         # that asked the scheduler for none: only the device plugin's answers count.
         if VISIBLE_DEVICES in env or legacy_image or swarm is not None:
@@ -181,7 +184,7 @@ def _parse(
         if VISIBLE_DEVICES in env:
             ignored.append(f"{VISIBLE_DEVICES} ignored: {swarm} (request.swarm-resource) wins")
     elif VISIBLE_DEVICES in env:
-        if privileged or config.accept_envvar_when_unprivileged:
+        if privileged or config.request.accept_envvar_when_unprivileged:
             tokens = _split_devices(env[VISIBLE_DEVICES], VISIBLE_DEVICES)
         else:
             decisions.append(
@@ -223,7 +226,7 @@ def _parse(
         features=parse_features(
             env,
             privileged=privileged,
-            env_accepted=privileged or config.accept_envvar_when_unprivileged,
+            env_accepted=privileged or config.request.accept_envvar_when_unprivileged,
             ignored=ignored,
         ),
     )
@@ -301,7 +304,7 @@ def _capabilities(env: Mapping[str, str], legacy_image: bool, config: Config) ->
         return frozenset(CAPABILITIES)
     names = [c.strip() for c in (raw or "").split(",") if c.strip()]
     if not names:
-        return frozenset(config.default_capabilities)
+        return frozenset(config.request.default_capabilities)
     if "all" in names:
         return frozenset(CAPABILITIES)
     unknown = [n for n in names if n not in CAPABILITIES]
@@ -317,7 +320,7 @@ def _capabilities(env: Mapping[str, str], legacy_image: bool, config: Config) ->
 def _requirements(
     env: Mapping[str, str], legacy_image: bool, config: Config, decisions: list[str]
 ) -> tuple[Requirement, ...]:
-    if config.disable_require or env.get(DISABLE_REQUIRE, "").strip().lower() in _TRUE:
+    if config.request.disable_require or env.get(DISABLE_REQUIRE, "").strip().lower() in _TRUE:
         if any(k.startswith(REQUIRE_PREFIX) for k in env):
             decisions.append("requirements not checked: NVIDIA_DISABLE_REQUIRE / disable-require")
         return ()

@@ -242,8 +242,8 @@ def plan_entry(spec: dict[str, Any], config_file: str | None, debian: bool) -> C
     entry: CacheEntry = {
         "roots": roots,
         "fingerprint": inventory_fingerprint(*roots),
-        "runtimes": list(config.low_level_runtimes),
-        "log": (config.log_file, config.log_level),
+        "runtimes": list(config.runtime.low_level),
+        "log": (config.log.file, config.log.level),
         "order": None,
     }
     decision = decide(

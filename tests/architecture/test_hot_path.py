@@ -8,7 +8,11 @@ from pathlib import Path
 
 SHIPPED_CONFIG = Path(__file__).resolve().parents[2] / "config" / "config.toml"
 
-HEAVY = ("jsonschema", "elftools", "pynvml", "click", "structlog", "asyncio", "tomlkit")
+HEAVY = (
+    *("jsonschema", "elftools", "pynvml", "click", "structlog", "asyncio", "tomlkit"),
+    # the Kubernetes API client (nvct.kubeapi.client): ~200 ms with httpx2 and msgspec
+    *("lightkube", "httpx2"),
+)
 # The per-container paths also keep Python's own slower modules out (~15 ms together).
 LEAN = (*HEAVY, "dataclasses", "typing", "pathlib", "inspect")
 # A GPU container's create is nvct's only Python process per start: not even json (re, enum),

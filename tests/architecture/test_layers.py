@@ -31,10 +31,20 @@ LIBRARY = {
     # What this node offers the kubelet (resources, IDs, labels, health policy, the plugin's
     # files): one answer for the device plugin, the labeller, the exporter and doctor.
     "node": {"base", "config", "host", "cdi"},
-    # The kubelet's gRPC APIs (generated code, generator, pod-resources client).
+    # The kubelet's gRPC APIs (generated code, generator, pod-resources client) and the
+    # Kubernetes API server's client.
     "kubeapi": {"base"},
 }
-FRONTENDS = {"runtime", "hook", "cli", "doctor", "engines", "deviceplugin", "exporter"}
+FRONTENDS = {
+    "runtime",
+    "hook",
+    "cli",
+    "doctor",
+    "engines",
+    "deviceplugin",
+    "exporter",
+    "configmanager",
+}
 # Frontends another one may call: the CLI is the command line of the doctor, the engine
 # configuration, the exporter and mps-control (the device plugin's package). Doctor reads the
 # libraries (node, kubeapi) instead of the device plugin; the device plugin writes its CDI spec
@@ -59,6 +69,17 @@ def _imports(path: Path) -> list[tuple[int, str]]:
                 found.append((node.lineno, node.module))
         elif isinstance(node, ast.Import):
             found.extend((node.lineno, a.name) for a in node.names if a.name.startswith("nvct"))
+    return found
+
+
+def _absolute_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every absolute import in ``path``."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, a.name) for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.lineno, node.module))
     return found
 
 
@@ -110,20 +131,30 @@ def test_base_is_stdlib_only() -> None:
     allowed = set(sys.stdlib_module_names) | {"nvct"}
     wrong = []
     for path in sorted((PACKAGE / "base").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names = [node.module]
-            else:
-                continue
-            for name in names:
-                top = name.split(".")[0]
-                private = top.startswith("_")  # the interpreter's C modules (_sha2, _json)
-                if (
-                    not private
-                    and top not in allowed
-                    and not (path.name == "log.py" and top == "structlog")
-                ):
-                    wrong.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {name}")
+        for line, name in _absolute_imports(path):
+            top = name.split(".")[0]
+            private = top.startswith("_")  # the interpreter's C modules (_sha2, _json)
+            if (
+                not private
+                and top not in allowed
+                and not (path.name == "log.py" and top == "structlog")
+            ):
+                wrong.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {name}")
     assert wrong == []
+
+
+# The Kubernetes API client library: only nvct's client layer and the frontends that talk to
+# the API server import it (never a library stage the runtime or hook load).
+API_CLIENT_USERS = ("kubeapi/client/", "configmanager/")
+
+
+def test_only_the_api_client_and_its_users_import_lightkube() -> None:
+    wrong, allowed = [], []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        for line, name in _absolute_imports(path):
+            if name.split(".")[0] in ("lightkube", "httpx2", "msgspec"):
+                where = allowed if rel.startswith(API_CLIENT_USERS) else wrong
+                where.append(f"{rel}:{line}: {name}")
+    assert wrong == []
+    assert allowed  # not vacuous: the client's own imports were read

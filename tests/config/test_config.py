@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from nvct.base.errors import ConfigError
 from nvct.config import Config, load_config, parse_config
+from nvct.config.container import CAPABILITIES, Cdi, Inject, Log, RequestRules, Runtime
 
 SHIPPED = Path(__file__).parent.parent.parent / "config" / "config.toml"
 
@@ -78,8 +79,8 @@ def test_lookup_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     flag_file = tmp_path / "flag.toml"
     flag_file.write_text("[log]\nlevel = 'error'\n")
     monkeypatch.setenv("NVCT_CONFIG", str(env_file))
-    assert load_config(use_cache=False).log_level == "debug"
-    assert load_config(str(flag_file), use_cache=False).log_level == "error"
+    assert load_config(use_cache=False).log.level == "debug"
+    assert load_config(str(flag_file), use_cache=False).log.level == "error"
     monkeypatch.setenv("NVCT_CONFIG", str(tmp_path / "missing.toml"))
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(use_cache=False)
@@ -88,7 +89,7 @@ def test_lookup_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_validation_is_remembered_per_content(tmp_path: Path) -> None:
     cfg = tmp_path / "c.toml"
     cfg.write_text(f"cache-dir = '{tmp_path / 'cache'}'\n[log]\nlevel = 'debug'\n")
-    assert load_config(str(cfg)).log_level == "debug"
+    assert load_config(str(cfg)).log.level == "debug"
     assert list((tmp_path / "cache").glob("config-*.ok"))
     cfg.write_text(f"cache-dir = '{tmp_path / 'cache'}'\n[log]\nlevel = 'loud'\n")
     with pytest.raises(ConfigError, match=r"log\.level"):
@@ -124,13 +125,64 @@ def test_with_table_sets_a_sections_keys_validated_as_a_files() -> None:
     """Settings recorded elsewhere (the device plugin's status file) applied to a Config."""
     from nvct.config import with_table
 
-    base = Config(log_level="debug")
+    base = Config(log=Log(level="debug"))
     table = {"mig-strategy": "mixed", "device-list-strategy": ["envvar"], "ignored-xids": [48]}
     changed = with_table(base, "device-plugin", table, source="status")
     assert (
         changed.device_plugin.mig_strategy == "mixed"
         and changed.device_plugin.device_list_strategy == ("envvar",)
     )
-    assert changed.device_plugin.ignored_xids == (48,) and changed.log_level == "debug"
+    assert changed.device_plugin.ignored_xids == (48,) and changed.log.level == "debug"
     with pytest.raises(ConfigError, match=re.escape("status: key 'device-plugin.mig-strategy'")):
         with_table(base, "device-plugin", {"mig-strategy": "weird"}, source="status")
+
+
+def test_every_container_key_loads_into_its_section() -> None:
+    """Each key of the container path's tables and the top level reaches its field (TOML names
+    differ from field names: swarm-resource is swarm_resources)."""
+    raw = b"""driver-root = "/d"
+dev-root = "/v"
+proc-root = "/p"
+ldconfig = "/l"
+cache-dir = ""
+[runtime]
+low-level = ["crun"]
+hook-path = "/h"
+[request]
+default-capabilities = ["video"]
+accept-envvar-when-unprivileged = false
+accept-volume-mounts = true
+only-allocated-gpus = true
+disable-require = true
+swarm-resource = ["R"]
+[inject]
+persistenced = false
+fabricmanager = false
+mps = false
+gsp-firmware = false
+proc-driver = "off"
+cuda-compat = "off"
+library-mounts = "files"
+[cdi]
+spec-dirs = ["/c"]
+[log]
+file = "/f"
+level = "error"
+"""
+    config = parse_config(raw, source="f")
+    assert (config.driver_root, config.dev_root, config.proc_root, config.ldconfig) == (
+        Path("/d"), Path("/v"), Path("/p"), Path("/l"),
+    )  # fmt: skip
+    assert config.cache_dir == "" and config.runtime == Runtime(low_level=("crun",), hook_path="/h")
+    assert config.request == RequestRules(
+        default_capabilities=("video",), accept_envvar_when_unprivileged=False,
+        accept_volume_mounts=True, only_allocated_gpus=True, disable_require=True,
+        swarm_resources=("R",),
+    )  # fmt: skip
+    assert config.inject == Inject(
+        persistenced=False, fabricmanager=False, mps=False, gsp_firmware=False,
+        proc_driver="off", cuda_compat="off", library_mounts="files",
+    )  # fmt: skip
+    assert config.cdi == Cdi(spec_dirs=("/c",)) and config.log == Log(file="/f", level="error")
+    every = parse_config(b"[request]\ndefault-capabilities = ['all', 'video']\n", source="f")
+    assert every.request.default_capabilities == CAPABILITIES

@@ -4,6 +4,7 @@ from the one declaration, shown on a table made up here and on [device-plugin] i
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import click
@@ -12,9 +13,18 @@ from click.testing import CliRunner
 
 from nvct.base.errors import ConfigError
 from nvct.config import Config, config_schema, parse_config, with_settings
-from nvct.config.declare import from_toml, key, recorded, schema_of, table, with_values
+from nvct.config.declare import (
+    declared,
+    from_toml,
+    key,
+    recorded,
+    schema_of,
+    section,
+    table,
+    with_values,
+)
 from nvct.config.flags import flag_options, with_flags
-from nvct.config.kubernetes import DevicePlugin
+from nvct.config.kubernetes import DevicePlugin, Sharing, SharingRule
 from nvct.node.status import SETTINGS
 
 
@@ -117,3 +127,57 @@ def test_tables_compare_hash_and_show_by_their_fields() -> None:
     assert len({Outer(), Outer(), Outer(mode="b")}) == 2
     assert repr(Outer(mode="b")).startswith("Outer(mode='b', tags=('x',), inner=Inner(depth=2.0")
     assert Outer() != Inner()
+
+
+def test_a_section_is_a_frozen_keyword_only_dataclass_generating_no_methods() -> None:
+    """@section makes a dataclass whose __init__, __setattr__, __eq__ and __repr__ are Table's:
+    a dataclass compiles each from source at import, per table, and the hook and the shim
+    import every table on each container start."""
+    import dataclasses
+
+    from nvct.config.declare import Table
+
+    tables, seen = [Config], []
+    while tables:  # every table config.toml has, nested ones and arrays of tables included
+        cls = tables.pop()
+        seen.append(cls)
+        tables += [d.table or d.items for _, _, d in declared(cls) if d.table or d.items]
+    assert {Config, Sharing, SharingRule} < set(seen) and len(seen) >= 10
+    for cls in seen:
+        assert dataclasses.is_dataclass(cls) and issubclass(cls, Table), cls
+        generated = {"__init__", "__setattr__", "__delattr__", "__eq__", "__repr__"}
+        assert generated.isdisjoint(vars(cls)), cls
+    plugin = DevicePlugin(quiet_period=5.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plugin.quiet_period = 1.0  # type: ignore[misc]
+    assert dataclasses.replace(plugin, mig_strategy="mixed").quiet_period == 5.0
+    assert plugin.sharing == Sharing() and plugin.ignored_xids == DevicePlugin().ignored_xids
+    with pytest.raises(TypeError, match="unexpected keyword arguments: quiet"):
+        DevicePlugin(quiet=1.0)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="missing keyword arguments: devices, replicas"):
+        SharingRule()  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match=r"derive it from nvct\.config\.declare\.Table"):
+        section(Rule)
+
+
+def test_the_top_level_flags_come_from_the_declarations(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[Config] = []
+
+    @click.command()
+    @flag_options("")
+    def command(**flags: Any) -> None:
+        seen.append(with_flags(Config(), "", flags))
+
+    runner = CliRunner()
+    help_text = runner.invoke(command, ["--help"]).output
+    assert "--driver-root" in help_text and "--ldconfig" not in help_text  # no flag declared
+    assert "--mig-strategy" not in help_text  # a table's flags are its own
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(command, ["--driver-root", "drv", "--proc-root", "/p"])
+    assert result.exit_code == 0, result.output
+    roots = seen[0]
+    assert isinstance(roots.driver_root, Path) and roots.driver_root.is_absolute()
+    assert roots.driver_root == tmp_path / "drv"  # absolute: containers mount from it
+    assert (roots.proc_root, roots.dev_root) == (Path("/p"), Path("/"))

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from nvct.config import with_settings
 from nvct.container.cuda_compat import choose_compat
 from nvct.host.arch import host_arch
 from nvct.plan.build import build_plan
@@ -60,7 +61,7 @@ def test_work_order_carries_the_driver_and_whether_gpus_are_data_center(h100x4, 
         from_plan(build_plan(utility, inventory, config, host_arch()), config)["cuda_compat"]
         is None
     )
-    off = dataclasses.replace(config, cuda_compat="off")
+    off = with_settings(config, "inject", cuda_compat="off")
     assert from_plan(build_plan(request, inventory, off, host_arch()), off)["cuda_compat"] is None
 
 

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -36,16 +37,24 @@ def documents() -> list[tuple[str, dict]]:
     ]
 
 
-@pytest.mark.parametrize("version", VERSIONS)
-def test_every_manifest_validates_strictly(version: str) -> None:
+def invalid(named: list[tuple[str, dict]], version: str) -> list[str]:
+    """What fails strict validation against ``version``'s schemas (a kind newer than it against
+    the first version that has it), one line per object."""
     kubernetes_validate = pytest.importorskip("kubernetes_validate")
-    for name, doc in documents():
+    failed = []
+    for name, doc in named:
         first = FIRST_VERSION.get(doc["kind"], version)
         against = max(version, first, key=lambda v: tuple(int(n) for n in v.split(".")))
         try:
             kubernetes_validate.validate(doc, against, strict=True)
         except kubernetes_validate.ValidationError as err:
-            pytest.fail(f"{name} ({doc['kind']}) against {against}: {err.message}")
+            failed.append(f"{name} ({doc['kind']}) against {against}: {err.message}")
+    return failed
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_manifest_validates_strictly(version: str) -> None:
+    assert invalid(documents(), version) == []
 
 
 def test_kustomization_lists_every_manifest() -> None:
@@ -156,9 +165,9 @@ def test_the_system_runtime_class_runs_nvct_runtime_with_the_guard_off() -> None
     name, key = _mounted_config(installer, "/etc/nvct/system.toml")
     assert "/etc/nvct/system.toml}" in wrapper  # its default
     system = parse_config(maps[name][key].encode(), source=f"configmap {name} {key}")
-    assert system.only_allocated_gpus is False
+    assert system.request.only_allocated_gpus is False
     name, key = _mounted_config(installer, "/etc/nvct/config.toml")
-    assert parse_config(maps[name][key].encode(), source="node").only_allocated_gpus is True
+    assert parse_config(maps[name][key].encode(), source="node").request.only_allocated_gpus is True
 
 
 def test_no_pod_but_the_exporter_gets_traffic() -> None:
@@ -330,21 +339,27 @@ def packaged_image(image: Path, version: str = "") -> Path:
     return image
 
 
-def installer(
-    node: Path, image: Path, restarts: Path
-) -> Callable[[str], subprocess.CompletedProcess[str]]:
-    """``node-install.sh ACTION`` on ``node`` from ``image``; each restart adds a line to
-    ``restarts``."""
+def installer_env(node: Path, image: Path, restarts: Path) -> dict[str, str]:
+    """node-install.sh's environment: ``node``'s root, ``image``'s files, each engine restart
+    a line in ``restarts``."""
     restart = restarts.with_suffix(".sh")  # $RESTART is split into words, not evaluated
     restart.write_text(f"#!/bin/sh\necho restart >>{restarts}\n")
     restart.chmod(0o755)
-    env = {
+    return {
         **os.environ,
         "HOST": str(node),
         "SRC": str(image),
         "NVCT_CLI": str(Path(sys.executable).parent / "nvct-cli"),
         "RESTART": str(restart),
     }
+
+
+def installer(
+    node: Path, image: Path, restarts: Path
+) -> Callable[[str], subprocess.CompletedProcess[str]]:
+    """``node-install.sh ACTION`` on ``node`` from ``image``; each restart adds a line to
+    ``restarts``."""
+    env = installer_env(node, image, restarts)
 
     def node_install(action: str) -> subprocess.CompletedProcess[str]:
         script = str(DEPLOYMENTS / "node-install.sh")
@@ -410,6 +425,62 @@ def test_a_node_without_a_gpu_is_left_alone(node: Path, tmp_path: Path) -> None:
         assert not (node / "usr").exists() and not (node / "var/lib/nvct").exists()
         assert restarts_of(restarts) == 0
     assert "no NVIDIA GPU on this node" in node_install("install").stdout
+
+
+def test_run_waits_for_a_gpu_installs_once_one_appears_and_uninstalls_on_sigterm(
+    node: Path, tmp_path: Path
+) -> None:
+    """The DaemonSet's ``run`` on a node whose GPU is not there yet (a driver container still
+    loading): the engine untouched meanwhile, nvct installed once /dev/nvidia0 appears, undone
+    on the pod's SIGTERM, and no sleep left behind."""
+
+    from integration.harness.processes import until
+
+    (node / "dev/nvidia0").unlink()
+    before = (node / "etc/containerd/config.toml").read_bytes()
+    restarts = tmp_path / "restarts"
+    env = installer_env(node, packaged_image(tmp_path / "image"), restarts)
+    proc = subprocess.Popen(
+        [str(DEPLOYMENTS / "node-install.sh"), "run"],
+        env={**env, "GPU_POLL": "0.1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        time.sleep(1)
+        assert proc.poll() is None
+        assert (node / "etc/containerd/config.toml").read_bytes() == before
+        assert not (node / "usr").exists() and restarts_of(restarts) == 0
+        (node / "dev/nvidia0").touch()
+        assert until((node / "usr/bin/nvct-runtime").exists, 15)
+        assert until(lambda: restarts_of(restarts) == 1, 15)
+        children = _children(proc.pid)
+        proc.terminate()
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, out
+    assert "waiting for one" in out and "nvct removed from the node" in out
+    assert (node / "etc/containerd/config.toml").read_bytes() == before
+    assert not (node / "usr/bin/nvct-runtime").exists() and restarts_of(restarts) == 2
+    assert children and not [pid for pid in children if Path(f"/proc/{pid}").exists()]
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (the script's pending sleep)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
 
 
 def test_a_newer_image_replaces_what_the_older_installed_never_the_nodes_own(
@@ -490,7 +561,9 @@ def test_the_nodes_get_only_allocated_gpus_and_the_plugin_answers_what_passes_it
     source = env.get("SRC", "/").rstrip("/") + "/etc/nvct/config.toml"  # node-install.sh's
     name, key = _mounted_config(installer, source)
     text = maps[name][key]
-    assert parse_config(text.encode(), source=f"configmap {name}").only_allocated_gpus is True
+    assert (
+        parse_config(text.encode(), source=f"configmap {name}").request.only_allocated_gpus is True
+    )
 
     image = tmp_path / "image"  # the installer's container: its ConfigMap at the mount
     (image / "etc/nvct").mkdir(parents=True)
@@ -511,7 +584,7 @@ def test_the_nodes_get_only_allocated_gpus_and_the_plugin_answers_what_passes_it
     )
     assert done.returncode == 0, done.stdout + done.stderr
     on_node = load_config(str(node / "etc/nvct/config.toml"))
-    assert on_node.only_allocated_gpus is True
+    assert on_node.request.only_allocated_gpus is True
 
     plugin = pods["nvct-device-plugin"]
     command = plugin["containers"][0]["command"]
@@ -526,4 +599,6 @@ def test_the_nodes_get_only_allocated_gpus_and_the_plugin_answers_what_passes_it
     ]
     assert settings.device_plugin.runtime_config == f"{host}/etc/nvct/config.toml"
     strategies = settings.device_plugin.device_list_strategy
-    assert envvar_without_guard_pass(strategies, on_node.only_allocated_gpus, "node") is None
+    assert (
+        envvar_without_guard_pass(strategies, on_node.request.only_allocated_gpus, "node") is None
+    )

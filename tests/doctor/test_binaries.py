@@ -8,10 +8,13 @@ from tests.doctor.conftest import FakeCommands, context, executable
 
 def test_programs_missing(tmp_path) -> None:
     from nvct.config import Config
+    from nvct.config.container import Runtime
 
     config = Config(
-        hook_path=str(tmp_path / "nope/nvct-hook"),
-        low_level_runtimes=("runc-none", str(tmp_path / "crun")),
+        runtime=Runtime(
+            hook_path=str(tmp_path / "nope/nvct-hook"),
+            low_level=("runc-none", str(tmp_path / "crun")),
+        ),
         ldconfig=tmp_path / "ldconfig",
     )
     ctx = context(tmp_path, config)

@@ -21,6 +21,7 @@ import grpc
 import pytest
 
 from nvct.cdi.names import PLUGIN_CLASS, PLUGIN_KIND, PLUGIN_VENDOR
+from nvct.config.container import RequestRules
 from nvct.config.kubernetes import DevicePlugin
 from nvct.doctor import FAIL, PASS, SKIP, WARN, CheckResult, k8s_plugin, k8s_runtime, kubernetes
 from nvct.doctor.report import DoctorReport
@@ -590,7 +591,9 @@ def test_an_envvar_only_plugin_on_a_guarded_node_is_named_with_the_fix(
 ) -> None:
     """The guard drops NVIDIA_VISIBLE_DEVICES from every source, the plugin's too."""
     sim = recorded_h100x4
-    node = context(tmp_path, sim_config(sim, tmp_path, only_allocated_gpus=True))
+    node = context(
+        tmp_path, sim_config(sim, tmp_path, request=RequestRules(only_allocated_gpus=True))
+    )
     node = dataclasses.replace(node, config_file="/etc/nvct/config.toml")
     settings = {"device-list-strategy": ["envvar"]}
     (plugin_dir / STATUS_FILE).write_bytes(status_bytes({"nvidia.com/gpu": []}, settings))

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from nvct.config.container import Inject
 from nvct.doctor import FAIL, PASS, WARN, CheckResult, libdir
 from tests.conftest import sim_config
 from tests.doctor.conftest import context
@@ -22,7 +23,7 @@ def test_library_dir_needs_a_root_only_cache_dir_on_the_libraries_filesystem(
 
     ok = check()
     assert ok.status == PASS and "bound as one directory" in ok.message
-    assert check(library_mounts="files").status == PASS
+    assert check(inject=Inject(library_mounts="files")).status == PASS
     assert check(cache_dir="").status == WARN
     shared = tmp_path / "shared-cache"
     shared.mkdir(mode=0o777)

@@ -50,11 +50,11 @@ def test_settings_carried_over_with_the_comments_kept(tmp_path: Path) -> None:
     config = load_config(str(target), use_cache=False)
     assert str(config.driver_root) == str(config.dev_root) == "/run/nvidia/driver"
     assert str(config.ldconfig) == "/usr/sbin/ldconfig"
-    assert config.accept_envvar_when_unprivileged is False
-    assert config.accept_volume_mounts is True
-    assert config.swarm_resources == ("DOCKER_RESOURCE_GPU", "DOCKER_RESOURCE_NVIDIA")
-    assert config.log_level == "warning"
-    assert config.cuda_compat == "off"
+    assert config.request.accept_envvar_when_unprivileged is False
+    assert config.request.accept_volume_mounts is True
+    assert config.request.swarm_resources == ("DOCKER_RESOURCE_GPU", "DOCKER_RESOURCE_NVIDIA")
+    assert config.log.level == "warning"
+    assert config.inject.cuda_compat == "off"
     text = target.read_text()
     # Every comment of the file is still there, and the old file is kept beside it.
     comments = [ln for ln in SHIPPED.read_text().splitlines() if ln.startswith("#")]

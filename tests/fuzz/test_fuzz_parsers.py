@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from nvct.base.errors import ConfigError, NvctError, RequirementError, SpecError
 from nvct.base.oci import check_spec_shape, load_spec, parse_state
 from nvct.config import Config, parse_config
+from nvct.config.container import RequestRules
 from nvct.host.ldcache import parse_ldcache
 from nvct.request.parse import request_from_spec
 from nvct.request.requirements import Facts, evaluate, parse_requirement
@@ -136,7 +137,7 @@ ENV_ENTRY = st.one_of(
 def test_request_from_any_spec_raises_only_nvct_errors(spec: dict[str, Any]) -> None:
     """Whatever shape the image's config.json has, it is refused in one line or a request is
     made, as the hook and shim read it (load_spec checks the shape, then the request)."""
-    for config in (Config(), Config(accept_volume_mounts=True)):
+    for config in (Config(), Config(request=RequestRules(accept_volume_mounts=True))):
         with contextlib.suppress(NvctError):
             check_spec_shape(spec, "config.json")
             request_from_spec(spec, config)

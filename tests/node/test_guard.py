@@ -8,6 +8,7 @@ import pytest
 
 from nvct.base.errors import ConfigError
 from nvct.config import Config
+from nvct.config.container import RequestRules
 from nvct.config.kubernetes import DevicePlugin
 from nvct.node.guard import envvar_without_guard_pass, node_guard
 
@@ -30,12 +31,13 @@ def test_only_an_envvar_only_answer_is_lost(
 
 
 def test_the_node_guard_comes_from_runtime_config_else_the_plugins_own(tmp_path: Path) -> None:
-    assert node_guard(Config(only_allocated_gpus=True), "/etc/nvct/config.toml") == (
+    guarded = RequestRules(only_allocated_gpus=True)
+    assert node_guard(Config(request=guarded), "/etc/nvct/config.toml") == (
         True,
         "/etc/nvct/config.toml",
     )
     node = tmp_path / "host/etc/nvct/config.toml"
-    pointed = Config(only_allocated_gpus=True, device_plugin=DevicePlugin(runtime_config=str(node)))
+    pointed = Config(request=guarded, device_plugin=DevicePlugin(runtime_config=str(node)))
     assert node_guard(pointed, "/cm/config.toml") == (False, str(node))  # nvct not there yet
     node.parent.mkdir(parents=True)
     node.write_text("[request]\nonly-allocated-gpus = true\n")

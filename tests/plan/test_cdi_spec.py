@@ -18,6 +18,7 @@ from referencing.jsonschema import DRAFT7
 from nvct.cdi.registry import list_devices
 from nvct.cdi.specs import device_names, driver_version
 from nvct.cli.main import main
+from nvct.config.container import RequestRules
 from nvct.host.arch import host_arch
 from nvct.plan.build import build_plan
 from nvct.plan.cdi_spec import (
@@ -104,14 +105,14 @@ def test_per_device_edits_are_that_gpus_node_only(recorded_h100x4, tmp_path) -> 
 @pytest.mark.parametrize(
     "policy",
     [
-        {"only_allocated_gpus": True},
-        {"accept_envvar_when_unprivileged": False},
-        {"swarm_resources": ("DOCKER_RESOURCE_GPU",)},
+        RequestRules(only_allocated_gpus=True),
+        RequestRules(accept_envvar_when_unprivileged=False),
+        RequestRules(swarm_resources=("DOCKER_RESOURCE_GPU",)),
     ],
 )
 def test_container_input_policies_do_not_empty_the_spec(recorded_h100x4, tmp_path, policy) -> None:
     """The policies guard what an image asks for; the operator's spec keeps every device."""
-    config = sim_config(recorded_h100x4, tmp_path, **policy)
+    config = sim_config(recorded_h100x4, tmp_path, request=policy)
     guarded = build_spec(recorded_h100x4.inventory, config, host_arch(), hook=HOOK)
     assert guarded == spec_for(recorded_h100x4, tmp_path, "both")
     one = next(d for d in guarded["devices"] if d["name"] == "1")

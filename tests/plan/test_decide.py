@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from nvct.base.errors import RequestError
+from nvct.config.container import Cdi, RequestRules
 from nvct.host.arch import host_arch
 from nvct.host.fingerprint import cdi_specs_stamp
 from nvct.plan.decide import CdiOrdered, NoGpu, PlannedOrder, Refused, decide
@@ -39,7 +40,7 @@ def _cdi_spec(directory: Path) -> None:
 
 
 def test_no_gpu_keeps_its_decisions_and_reads_no_rootfs(recorded_h100x4, tmp_path) -> None:
-    config = sim_config(recorded_h100x4, tmp_path, only_allocated_gpus=True)
+    config = sim_config(recorded_h100x4, tmp_path, request=RequestRules(only_allocated_gpus=True))
     request = _request({"NVIDIA_VISIBLE_DEVICES": "all"}, config)
     decision = decide(request, config, _no_layout, library_dirs="show")
     assert isinstance(decision, NoGpu)
@@ -52,7 +53,7 @@ def test_cdi_names_give_the_specs_order_with_its_stamp_and_problems(
 ) -> None:
     dirs = [str(tmp_path / "cdi")]
     _cdi_spec(tmp_path / "cdi")
-    config = sim_config(recorded_h100x4, tmp_path, cdi_spec_dirs=tuple(dirs))
+    config = sim_config(recorded_h100x4, tmp_path, cdi=Cdi(spec_dirs=tuple(dirs)))
     request = _request({"NVIDIA_VISIBLE_DEVICES": "nvidia.com/gpu=0"}, config)
     decision = decide(request, config, _no_layout, library_dirs="create")
     assert isinstance(decision, CdiOrdered)
@@ -64,7 +65,7 @@ def test_cdi_names_give_the_specs_order_with_its_stamp_and_problems(
 
 def test_an_unknown_cdi_name_is_refused_with_the_specs_problems(recorded_h100x4, tmp_path) -> None:
     _cdi_spec(tmp_path / "cdi")
-    config = sim_config(recorded_h100x4, tmp_path, cdi_spec_dirs=(str(tmp_path / "cdi"),))
+    config = sim_config(recorded_h100x4, tmp_path, cdi=Cdi(spec_dirs=(str(tmp_path / "cdi"),)))
     request = _request({"NVIDIA_VISIBLE_DEVICES": "nvidia.com/gpu=7"}, config)
     decision = decide(request, config, _no_layout, library_dirs="show")
     assert isinstance(decision, Refused)
@@ -74,7 +75,7 @@ def test_an_unknown_cdi_name_is_refused_with_the_specs_problems(recorded_h100x4,
 
 
 def test_a_frontend_without_cdi_refuses_cdi_names(recorded_h100x4, tmp_path) -> None:
-    config = sim_config(recorded_h100x4, tmp_path, cdi_spec_dirs=(str(tmp_path / "none"),))
+    config = sim_config(recorded_h100x4, tmp_path, cdi=Cdi(spec_dirs=(str(tmp_path / "none"),)))
     request = _request({"NVIDIA_VISIBLE_DEVICES": "nvidia.com/gpu=0"}, config)
     decision = decide(request, config, _no_layout, library_dirs="create", cdi=False)
     assert isinstance(decision, Refused)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from nvct.base.errors import RequestError, RequirementError
+from nvct.config.container import Inject
 from nvct.host.arch import host_arch
 from nvct.plan.build import build_plan
 from nvct.plan.model import RootfsLayout
@@ -199,9 +200,7 @@ def test_config_toggles(recorded_h100x4, tmp_path) -> None:
         recorded_h100x4,
         tmp_path,
         {"NVIDIA_VISIBLE_DEVICES": "0"},
-        inject_mps=False,
-        inject_gsp_firmware=False,
-        inject_persistenced=False,
+        inject=Inject(mps=False, gsp_firmware=False, persistenced=False),
     )
     kinds = {(m.kind, posixpath.basename(m.target)) for m in plan.mounts}
     assert ("bin", "nvidia-cuda-mps-server") not in kinds

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from nvct.base.errors import RequestError, RequirementError
 from nvct.config import CAPABILITIES, Config
+from nvct.config.container import RequestRules
 from nvct.request.inputs import is_privileged, request_inputs
 from nvct.request.parse import parse_request, request_from_spec
 
@@ -81,7 +82,10 @@ def test_requirements_collected_and_disabled() -> None:
     env["NVIDIA_DISABLE_REQUIRE"] = "true"
     assert parse_request(env, config=CONFIG).requirements == ()
     del env["NVIDIA_DISABLE_REQUIRE"]
-    assert parse_request(env, config=Config(disable_require=True)).requirements == ()
+    assert (
+        parse_request(env, config=Config(request=RequestRules(disable_require=True))).requirements
+        == ()
+    )
 
 
 def test_too_many_devices_and_garbage() -> None:
@@ -99,7 +103,9 @@ def _spec(env: list[str], caps: list[str], mounts: list[str] = ()) -> dict:
 
 
 def test_unprivileged_policy_and_volume_mounts() -> None:
-    strict = Config(accept_envvar_when_unprivileged=False, accept_volume_mounts=True)
+    strict = Config(
+        request=RequestRules(accept_envvar_when_unprivileged=False, accept_volume_mounts=True)
+    )
     spec = _spec(["NVIDIA_VISIBLE_DEVICES=all"], ["CAP_CHOWN"])
     assert not is_privileged(spec)
     request = request_from_spec(spec, strict)
@@ -179,7 +185,9 @@ def test_nothing_ignored_for_the_inputs_nvct_reads() -> None:
 
 
 def test_swarm_resource_replaces_visible_devices_when_configured() -> None:
-    swarm = Config(swarm_resources=("DOCKER_RESOURCE_GPU", "DOCKER_RESOURCE_NVIDIA"))
+    swarm = Config(
+        request=RequestRules(swarm_resources=("DOCKER_RESOURCE_GPU", "DOCKER_RESOURCE_NVIDIA"))
+    )
     env = {"DOCKER_RESOURCE_GPU": "GPU-1,GPU-2", "NVIDIA_VISIBLE_DEVICES": "all"}
     request = parse_request(env, config=swarm)
     assert (request.visible, request.devices, request.source) == (
@@ -210,7 +218,7 @@ def test_device_mounts_the_config_refuses_are_reported() -> None:
 def test_only_dev_null_mounts_under_the_device_dir_are_a_gpu_request(guard: str) -> None:
     """NVIDIA's rule: the device plugin mounts /dev/null there; a directory of the pod's own
     (an emptyDir at .../all) or any other file is no GPU request, and is reported."""
-    config = Config(**{guard: True})
+    config = Config(request=RequestRules(**{guard: True}))
     emptydir = "/var/lib/kubelet/pods/p/volumes/kubernetes.io~empty-dir/x"
     spec = {
         "process": {"env": [], "capabilities": {"bounding": []}},

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from nvct.base.errors import ApplyError
+from nvct.config.container import Inject
 from nvct.container.ld_conf import LD_CONF, write_ld_conf
 from nvct.container.rootfs import Rootfs
 from nvct.host.arch import host_arch
@@ -73,7 +74,7 @@ def test_libraries_are_bound_as_one_directory_per_lib_dir(h100x4, tmp_path) -> N
 
 
 def test_files_layout_and_no_cache_dir_keep_one_mount_per_library(h100x4, tmp_path) -> None:
-    for config in ({"library_mounts": "files"}, {"cache_dir": ""}):
+    for config in ({"inject": Inject(library_mounts="files")}, {"cache_dir": ""}):
         files, same = plans(h100x4, tmp_path, "compute,utility", **config)
         assert same == files and not same.library_dirs
         assert any(m.kind == "lib" for m in same.mounts)

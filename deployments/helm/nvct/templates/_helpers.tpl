@@ -1,0 +1,158 @@
+{{- /* The image of every container: image.repository:image.tag (default: the chart's appVersion). */ -}}
+{{- define "nvct.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{- /*
+Where a DaemonSet's pods may run: nodeSelector, affinity and tolerations from the values.
+"deploy" names NVIDIA's GPU operator label nvidia.com/gpu.deploy.<deploy> ("false" stops the
+pod on a node, as during a GPU reset); a node without that label passes. With nfd.enabled, NFD's
+PCI vendor label or nvidia.com/gpu.present=true is required as in NVIDIA's chart. A non-empty
+affinity value replaces all of this, with NVIDIA's meaning.
+*/ -}}
+{{- define "nvct.scheduling" -}}
+{{- $values := .root.Values -}}
+{{- with $values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- if $values.affinity }}
+affinity:
+  {{- toYaml $values.affinity | nindent 2 }}
+{{- else if or $values.nfd.enabled .deploy }}
+affinity:
+  nodeAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+      nodeSelectorTerms:
+      {{- $presence := list "" }}
+      {{- if $values.nfd.enabled }}
+      {{- $presence = list "feature.node.kubernetes.io/pci-10de.present" "nvidia.com/gpu.present" }}
+      {{- end }}
+      {{- range $presence }}
+        - matchExpressions:
+          {{- if . }}
+            - key: {{ . }}
+              operator: In
+              values: ["true"]
+          {{- end }}
+          {{- if $.deploy }}
+            # NVIDIA's operator label: "false" stops this pod on the node (a GPU reset)
+            - key: nvidia.com/gpu.deploy.{{ $.deploy }}
+              operator: NotIn
+              values: ["false"]
+          {{- end }}
+      {{- end }}
+{{- end }}
+{{- end -}}
+
+{{- /* The ConfigMap of NVIDIA-format plugin configs, "" when none is used. */ -}}
+{{- define "nvct.configsName" -}}
+{{- if .Values.config.name -}}
+{{ .Values.config.name }}
+{{- else if .Values.config.map -}}
+nvct-device-plugin-configs
+{{- end -}}
+{{- end -}}
+
+{{- /* nvct's config.toml of the device plugin, labeller and MPS control (one config: the MIG
+strategy and sharing they report and apply agree). */ -}}
+{{- define "nvct.driverRoot" -}}
+{{- if .Values.nvidiaDriverRoot -}}
+/host{{ .Values.nvidiaDriverRoot | trimSuffix "/" }}
+{{- else -}}
+/host
+{{- end -}}
+{{- end -}}
+
+{{- /* A MIG strategy other than none: NVML must see the MIG devices (NVIDIA's chart adds
+NVIDIA_MIG_MONITOR_DEVICES=all and CAP_SYS_ADMIN then). */ -}}
+{{- define "nvct.mig" -}}
+{{- if and .Values.migStrategy (ne .Values.migStrategy "none") -}}true{{- end -}}
+{{- range .Values.config.map -}}
+{{- if regexMatch "migStrategy\"?\\s*:\\s*\"?(single|mixed)" . -}}true{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- /*
+nvct-config-manager, as NVIDIA's config-manager: it reads the node's label
+nvidia.com/device-plugin.config, copies that entry of the configs ConfigMap to
+/config/config.yaml (the plugin's CONFIG_FILE) and, as the sidecar, sends the plugin SIGHUP
+on a change. The init container (ONESHOT) writes the first config before the plugin starts.
+It alone gets the API token (get/list/watch on nodes: config-manager.yaml).
+*/ -}}
+{{- define "nvct.configManager" -}}
+{{- $values := .root.Values -}}
+- name: config-manager{{ if .oneshot }}-init{{ end }}
+  image: {{ include "nvct.image" .root }}
+  imagePullPolicy: {{ $values.image.pullPolicy }}
+  command: ["nvct-config-manager"]
+  env:
+    - name: ONESHOT
+      value: {{ .oneshot | quote }}
+    - name: NODE_NAME
+      valueFrom:
+        fieldRef:
+          fieldPath: spec.nodeName
+    - name: NODE_LABEL
+      value: nvidia.com/device-plugin.config
+    - name: CONFIG_FILE_SRCDIR
+      value: /available-configs
+    - name: CONFIG_FILE_DST
+      value: /config/config.yaml
+    - name: DEFAULT_CONFIG
+      value: {{ $values.config.default | quote }}
+    - name: FALLBACK_STRATEGIES
+      value: {{ join "," $values.config.fallbackStrategies | quote }}
+    - name: SEND_SIGNAL
+      value: {{ not .oneshot | quote }}
+    - name: SIGNAL
+      value: {{ if .oneshot }}""{{ else }}"1"  # SIGHUP{{ end }}
+    - name: PROCESS_TO_SIGNAL
+      value: {{ if .oneshot }}""{{ else }}nvct-device-plugin{{ end }}
+  securityContext:
+    # the plugin's uid: a signal to it needs no capability
+    runAsUser: 0
+    privileged: false
+    allowPrivilegeEscalation: false
+    readOnlyRootFilesystem: true
+    capabilities: {drop: [ALL]}
+  resources:
+    requests: {cpu: 10m, memory: 32Mi}
+    limits: {cpu: 200m, memory: 128Mi}
+  volumeMounts:
+    - name: available-configs
+      mountPath: /available-configs
+      readOnly: true
+    - name: node-config
+      mountPath: /config
+    - name: api-access
+      mountPath: /var/run/secrets/kubernetes.io/serviceaccount
+      readOnly: true
+{{- end -}}
+
+{{- /* Seconds from a number or a duration as NVIDIA's gfd.sleepInterval takes it ("60s", "2m"). */ -}}
+{{- define "nvct.seconds" -}}
+{{- $text := toString . -}}
+{{- if hasSuffix "m" $text -}}
+{{ mul (trimSuffix "m" $text | int) 60 }}
+{{- else -}}
+{{ trimSuffix "s" $text }}
+{{- end -}}
+{{- end -}}
+
+{{- /*
+The RuntimeClass that gives the device plugin, labeller and exporter the node's GPUs: NVIDIA's
+runtimeClassName means that class. Unset, "" or NVIDIA's "nvidia" (whose only-allocated-gpus
+would drop their NVIDIA_VISIBLE_DEVICES=all) give nvct-system; another name is used as is.
+*/ -}}
+{{- define "nvct.runtimeClass" -}}
+{{- if has .Values.runtimeClassName (list nil "" "nvidia") -}}
+nvct-system
+{{- else -}}
+{{ .Values.runtimeClassName }}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,390 @@
+"""A stand-in Kubernetes API server over HTTPS: the REST paths, object shapes, watch stream
+and error Status objects of the real one, for any group/version/resource a test registers.
+
+- paths: ``/api/v1/<resource>[/<name>]``, ``/api/v1/namespaces/<ns>/<resource>[/<name>]``,
+  ``/apis/<group>/<version>/...`` alike;
+- verbs: get, list (``fieldSelector`` ``metadata.name=``/``metadata.namespace=``), watch
+  (``?watch=1&resourceVersion=&timeoutSeconds=``: newline-delimited ``{"type","object"}``
+  events in a chunked 200 response; no or ``0`` resourceVersion starts with an ADDED event per
+  object; a compacted one gets an ERROR event holding a 410 ``Expired`` Status, as the real
+  server sends it), create (POST), update (PUT, 409 ``Conflict`` on a stale
+  resourceVersion), patch (JSON merge patch), delete;
+- bearer tokens (401 without a known one) and the rule table of ``rbac`` (403);
+- ``stop()``/``start()`` on the same port keep the store (a restart; ``compact`` makes the
+  old resourceVersions expire as a fresh watch cache would).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import ssl
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from integration.apiserver.certs import ServingCerts
+from integration.apiserver.rbac import Authorizer
+from integration.apiserver.store import (
+    AlreadyExists,
+    Conflict,
+    Expired,
+    Kind,
+    NotFound,
+    Store,
+)
+
+NODES = Kind("", "v1", "nodes", "Node", namespaced=False)
+
+
+def status(code: int, reason: str, message: str) -> dict[str, Any]:
+    """A ``Status`` object, as the API server answers every error."""
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386: objects merge, ``null`` deletes, anything else replaces."""
+    if not isinstance(patch, dict):
+        return patch
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+class _Route:
+    def __init__(self, kind: Kind, namespace: str, name: str) -> None:
+        self.kind, self.namespace, self.name = kind, namespace, name
+
+
+class APIServer:
+    """One server: ``start()`` listens on 127.0.0.1 (a free port, then the same one after a
+    restart), ``stop()`` closes the listener and every open connection, watches included."""
+
+    def __init__(self, certs: ServingCerts, store: Store | None = None) -> None:
+        self.certs = certs
+        self.store = store or Store()
+        self.auth = Authorizer()
+        self.kinds: dict[tuple[str, str, str], Kind] = {}
+        self.port = 0
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self._conns: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self.add_kind(NODES)
+
+    def add_kind(self, kind: Kind) -> None:
+        self.kinds[(kind.group, kind.version, kind.resource)] = kind
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        server = self
+
+        class Handler(_Handler):
+            api = server
+
+        httpd = ThreadingHTTPServer(("127.0.0.1", self.port), Handler, bind_and_activate=False)
+        httpd.allow_reuse_address = True
+        httpd.daemon_threads = True
+        httpd.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        httpd.server_bind()
+        httpd.server_activate()
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(str(self.certs.cert), str(self.certs.key))
+        httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
+        self.port = httpd.server_address[1]
+        self._stopping.clear()
+        self._httpd = httpd
+        self._thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._httpd is None:
+            return
+        self._stopping.set()
+        with self.store.changed:
+            self.store.changed.notify_all()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        with self._lock:
+            for conn in list(self._conns):
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
+            self._conns.clear()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._httpd = None
+
+    def restart(self, *, compact: bool = False) -> None:
+        """Stop, optionally forget the event history (old resourceVersions expire), start
+        again on the same port."""
+        self.stop()
+        if compact:
+            self.store.compact()
+        self.start()
+
+    # the test's own view of the cluster, without a token
+    def put_node(self, name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+        body = {"metadata": {"name": name, "labels": labels or {}}, "spec": {}, "status": {}}
+        return self.store.create(NODES, "", body)
+
+    def set_node_labels(self, name: str, labels: dict[str, str | None]) -> dict[str, Any]:
+        node = self.store.get(NODES, "", name)
+        node["metadata"]["labels"] = merge_patch(node["metadata"].get("labels", {}), labels)
+        node["metadata"].pop("resourceVersion")
+        return self.store.update(NODES, "", node)
+
+    # connection bookkeeping for stop()
+    def _track(self, conn: socket.socket, add: bool) -> None:
+        with self._lock:
+            (self._conns.add if add else self._conns.discard)(conn)
+
+    def route(self, path: str) -> _Route | None:
+        parts = [p for p in path.split("/") if p]
+        if parts[:2] == ["api", "v1"]:
+            group, version, rest = "", "v1", parts[2:]
+        elif len(parts) >= 3 and parts[0] == "apis":
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            return None
+        namespace = ""
+        if len(rest) >= 3 and rest[0] == "namespaces":
+            namespace, rest = rest[1], rest[2:]
+        if not 1 <= len(rest) <= 2:
+            return None
+        kind = self.kinds.get((group, version, rest[0]))
+        if kind is None:
+            return None
+        return _Route(kind, namespace, rest[1] if len(rest) == 2 else "")
+
+
+class _Handler(BaseHTTPRequestHandler):
+    api: APIServer
+    protocol_version = "HTTP/1.1"
+
+    def setup(self) -> None:
+        super().setup()
+        self.api._track(self.connection, True)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.api._track(self.connection, False)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _send(self, code: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _fail(self, code: int, reason: str, message: str) -> None:
+        self._send(code, status(code, reason, message))
+
+    def _body(self) -> Any:
+        length = int(self.headers.get("Content-Length") or 0)
+        return json.loads(self.rfile.read(length) or b"{}")
+
+    def _authorize(self, verb: str, route: _Route) -> str | None:
+        header = self.headers.get("Authorization", "")
+        token = header[7:] if header.startswith("Bearer ") else None
+        user = self.api.auth.user(token)
+        if user is None or token is None:
+            self._fail(401, "Unauthorized", "Unauthorized")
+            return None
+        kind = route.kind
+        if not self.api.auth.check(token, verb, kind.group, kind.resource):
+            scope = (
+                f"in the namespace {route.namespace!r}"
+                if route.namespace
+                else "at the cluster scope"
+            )
+            self._fail(
+                403,
+                "Forbidden",
+                f'{kind.resource} is forbidden: User "{user}" cannot {verb} resource '
+                f'"{kind.resource}" in API group "{kind.group}" {scope}',
+            )
+            return None
+        return token
+
+    def _dispatch(self, method: str) -> None:
+        url = urlsplit(self.path)
+        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        route = self.api.route(url.path)
+        if route is None:
+            self._fail(404, "NotFound", "the server could not find the requested resource")
+            return
+        watching = query.get("watch") in ("1", "true")
+        verb = {
+            "GET": "get" if route.name else ("watch" if watching else "list"),
+            "POST": "create",
+            "PUT": "update",
+            "PATCH": "patch",
+            "DELETE": "delete",
+        }[method]
+        if self._authorize(verb, route) is None:
+            return
+        kind, store = route.kind, self.api.store
+        name = f'{kind.resource} "{route.name}"'
+        try:
+            if verb == "get":
+                self._send(200, store.get(kind, route.namespace, route.name))
+            elif verb in ("list", "watch"):
+                selected = self._selector(query.get("fieldSelector", ""), route)
+                if selected is None:
+                    return
+                if verb == "watch":
+                    self._watch(route, selected, query)
+                else:
+                    self._list(route, selected)
+            elif verb == "create":
+                self._send(201, store.create(kind, route.namespace, self._body()))
+            elif verb == "update":
+                body = self._body()
+                if body.get("metadata", {}).get("name") != route.name:
+                    self._fail(400, "BadRequest", "the name of the object does not match the URL")
+                    return
+                self._send(200, store.update(kind, route.namespace, body))
+            elif verb == "patch":
+                current = store.get(kind, route.namespace, route.name)
+                patched = merge_patch(current, self._body())
+                self._send(200, store.update(kind, route.namespace, patched))
+            else:
+                self._send(200, store.delete(kind, route.namespace, route.name))
+        except NotFound:
+            self._fail(404, "NotFound", f"{name} not found")
+        except AlreadyExists:
+            self._fail(409, "AlreadyExists", f"{name} already exists")
+        except Conflict:
+            self._fail(
+                409,
+                "Conflict",
+                f"Operation cannot be fulfilled on {name}: the object has been modified; "
+                "please apply your changes to the latest version and try again",
+            )
+        except ValueError as err:
+            self._fail(422, "Invalid", f"{kind.kind} is invalid: {err}")
+
+    def _selector(self, text: str, route: _Route) -> dict[str, str] | None:
+        """``metadata.name=X,metadata.namespace=Y`` as a dict; anything else is 400 (a real
+        server supports more fields per kind; the stand-in refuses rather than ignore)."""
+        selected = {"namespace": route.namespace, "name": ""}
+        for term in filter(None, text.split(",")):
+            key, sep, value = term.partition("=")
+            field = key.rstrip("=")
+            if not sep or field not in ("metadata.name", "metadata.namespace"):
+                self._fail(400, "BadRequest", f'"{term}" is not a known field selector')
+                return None
+            selected[field.split(".")[1]] = value.lstrip("=")
+        return selected
+
+    def _list(self, route: _Route, selected: dict[str, str]) -> None:
+        rv, items = self.api.store.list(route.kind, selected["namespace"], selected["name"])
+        for item in items:  # list items carry no kind/apiVersion, as the real server's
+            item.pop("kind", None)
+            item.pop("apiVersion", None)
+        kind = route.kind
+        self._send(
+            200,
+            {
+                "kind": f"{kind.kind}List",
+                "apiVersion": kind.api_version,
+                "metadata": {"resourceVersion": str(rv)},
+                "items": items,
+            },
+        )
+
+    def _chunk(self, event: dict[str, Any]) -> None:
+        data = json.dumps(event).encode() + b"\n"
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def _watch(self, route: _Route, selected: dict[str, str], query: dict[str, str]) -> None:
+        store, kind = self.api.store, route.kind
+        timeout = float(query.get("timeoutSeconds") or 1800)
+        deadline = time.monotonic() + timeout
+
+        def wanted(key: tuple[str, str]) -> bool:
+            ns, name = key
+            return (not selected["namespace"] or ns == selected["namespace"]) and (
+                not selected["name"] or name == selected["name"]
+            )
+
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        asked = query.get("resourceVersion", "")
+        if asked in ("", "0"):
+            rv, items = store.list(kind, selected["namespace"], selected["name"])
+            for item in items:
+                self._chunk({"type": "ADDED", "object": item})
+        else:
+            rv = int(asked)
+        try:
+            while not self.api._stopping.is_set() and time.monotonic() < deadline:
+                with store.changed:
+                    try:
+                        events = store.events_after(kind, rv)
+                    except Expired:
+                        newest = store.revision
+                        self._chunk(
+                            {
+                                "type": "ERROR",
+                                "object": status(
+                                    410, "Expired", f"too old resource version: {rv} ({newest})"
+                                ),
+                            }
+                        )
+                        break
+                    if not events:
+                        store.changed.wait(min(0.5, max(0.0, deadline - time.monotonic())))
+                        continue
+                for event in events:
+                    rv = event.rv
+                    if wanted(event.key):
+                        self._chunk({"type": event.type, "object": event.obj})
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            pass
+        self.close_connection = True
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def do_PUT(self) -> None:
+        self._dispatch("PUT")
+
+    def do_PATCH(self) -> None:
+        self._dispatch("PATCH")
+
+    def do_DELETE(self) -> None:
+        self._dispatch("DELETE")
