@@ -15,6 +15,14 @@ from typing import Any
 
 import pytest
 
+from integration.harness.apiserver import (
+    CONFIGS,
+    LABEL,
+    NODE,
+    Pod,
+    apiserver,  # noqa: F401 - fixture
+    kube_certs,  # noqa: F401 - fixture
+)
 from integration.harness.deviceplugin import PluginProcess, numa_sysfs
 from integration.harness.processes import until
 from integration.kubelet.standin import Kubelet, sockets
@@ -136,3 +144,43 @@ def test_reload_keeps_unchanged_resources_and_re_advertises_changed_ones(tmp_pat
     finally:
         assert plugin.stop() == 0
     assert sockets(kubelet.plugin_dir) == ["kubelet.sock"]
+
+
+def test_a_node_label_change_reaches_the_kubelet_through_the_config_manager(
+    tmp_path,
+    kubelet,
+    apiserver,  # noqa: F811 - the fixture's name
+) -> None:
+    """The whole per-node chain: the Node's label changes at the stand-in API server,
+    nvct-config-manager (the real sidecar) replaces the plugin's config file, the real plugin
+    reloads, and the kubelet stand-in sees the new resources: within 2 s of the label change,
+    the GPUs' resource re-registered with its new devices, nothing else restarted."""
+    from integration.simdriver import cached_driver, preset
+
+    sim = cached_driver(preset("a100x8-570-mig"), Path("/tmp/nvct-test-simdrivers"))
+    numa_sysfs(tmp_path, sim)
+    (tmp_path / "pod").mkdir()
+    pod = Pod(tmp_path / "pod", apiserver, CONFIGS)
+    apiserver.put_node(NODE, {LABEL: "default"})
+    init = pod.manager(ONESHOT="true", SEND_SIGNAL="false", SIGNAL="", PROCESS_TO_SIGNAL="")
+    assert init.wait() == 0, init.output()
+    plugin = PluginProcess(tmp_path, sim, kubelet.plugin_dir, "--config-file", str(pod.dst))
+    manager = pod.manager(ONESHOT="false", SEND_SIGNAL="false", SIGNAL="", PROCESS_TO_SIGNAL="")
+    plugin.start()
+    try:
+        whole = {g.uuid for g in sim.spec.gpus if not g.migs}
+        assert kubelet.wait(lambda: set(kubelet.devices(GPU)) == whole, timeout=20), plugin.output()
+        first = kubelet.plugins[GPU]
+        began = time.monotonic()
+        apiserver.set_node_labels(NODE, {LABEL: "ts4"})
+        sliced = {f"{u}::{n}" for u in whole for n in range(4)}
+        assert kubelet.wait(lambda: set(kubelet.devices(GPU)) == sliced, timeout=10), (
+            plugin.output() + manager.output()
+        )
+        took = registrations(kubelet, GPU)[-1] - began
+        assert took < 2.0, (took, manager.output())
+        assert first.stream_ended and kubelet.plugins[GPU] is not first
+        assert not events(plugin, "reload_refused") and manager.errors() == []
+    finally:
+        manager.stop()
+        assert plugin.stop() == 0
