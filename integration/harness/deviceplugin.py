@@ -31,11 +31,13 @@ class SimProcess:
     dev_root: Path
     control: Path
     proc: subprocess.Popen[bytes] | None = None
+    extra_env: dict[str, str] = {}  # noqa: RUF012 - replaced, never changed in place
 
     def start(self: P) -> P:
         self.control.mkdir(parents=True, exist_ok=True)
         env = {
             **os.environ,
+            **self.extra_env,
             "NVCT_SIM_DEV_ROOT": str(self.dev_root),
             "NVCT_SIM_CONTROL_DIR": str(self.control),  # this test's NVML events and state
         }

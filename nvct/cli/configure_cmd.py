@@ -200,6 +200,16 @@ def render_text(result: ConfigureResult) -> tuple[list[str], list[str]]:
     "$NVCT_CONFIG or /etc/nvct/config.toml) and say which settings have none; no engine "
     "is configured.",
 )
+@click.option(
+    "--import-nvidia-plugin-config",
+    "nvidia_plugin_config",
+    metavar="FILE",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write the [device-plugin] equivalents of NVIDIA's device-plugin config (version v1, "
+    "YAML or JSON, as in its ConfigMap) into nvct's config and say which settings have none; "
+    "no engine is configured.",
+)
 @click.pass_obj
 def configure(
     obj: CliContext,
@@ -216,12 +226,23 @@ def configure(
     undo: bool,
     as_json: bool,
     nvidia_config: str | None,
+    nvidia_plugin_config: str | None,
 ) -> None:
     """Register nvct-runtime with a container engine (podman: install the OCI hook).
 
     Writes are atomic, keep the previous file as <file>.nvct-backup, and do nothing when the
     file is already as wanted.
     """
+    if nvidia_plugin_config is not None:
+        if undo or set_as_default or nvidia_config is not None:
+            raise click.UsageError(
+                "--import-nvidia-plugin-config takes no --undo, --set-as-default or "
+                "--import-nvidia-config"
+            )
+        _import_nvidia(
+            obj, Path(nvidia_plugin_config), dry_run=dry_run, as_json=as_json, plugin=True
+        )
+        return
     if nvidia_config is not None:
         if undo or set_as_default:
             raise click.UsageError("--import-nvidia-config takes no --undo or --set-as-default")
@@ -262,12 +283,20 @@ def configure(
         click.echo(line, err=True)
 
 
-def _import_nvidia(obj: CliContext, source: Path, *, dry_run: bool, as_json: bool) -> None:
+def _import_nvidia(
+    obj: CliContext, source: Path, *, dry_run: bool, as_json: bool, plugin: bool = False
+) -> None:
     from nvct.base.defaults import config_path
-    from nvct.engines.nvidia_config import import_nvidia_config
+    from nvct.engines.nvidia_config import import_nvidia_config, write_settings
 
     target = Path(config_path(obj.config_file)[0]).absolute()
-    result = import_nvidia_config(source, target, dry_run=dry_run)
+    if plugin:
+        from nvct.config.nvidia_plugin import read_plugin_config
+
+        mapped = read_plugin_config(source)
+        result = write_settings(source, target, mapped.settings, mapped.unmapped, dry_run=dry_run)
+    else:
+        result = import_nvidia_config(source, target, dry_run=dry_run)
     if result.applied is not None and result.change.changed:
         obj.event("nvidia_config_imported", source=str(source), file=str(target))
     if as_json:

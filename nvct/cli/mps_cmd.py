@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -17,15 +18,28 @@ from nvct.config import with_settings
     help="Where each GPU's daemon keeps its pipe, log and shm ([device-plugin.sharing] "
     "mps-root, default /run/nvct/mps); the device plugin must be given the same.",
 )
+@click.option(
+    "--config-file",
+    type=click.Path(dir_okay=False),
+    help="NVIDIA's device-plugin config (version v1, YAML or JSON; env CONFIG_FILE), read as "
+    "nvct-device-plugin reads it, with NVIDIA's environment names.",
+)
 @click.pass_obj
-def mps_control(obj: CliContext, /, mps_root: Path | None) -> int:
+def mps_control(obj: CliContext, /, mps_root: Path | None, config_file: str | None) -> int:
     """One MPS control daemon per GPU the config shares with strategy mps, with its limits,
     restarted when it dies and quit on SIGTERM: they outlive the device plugin."""
     from nvct.base.log import configure_stdout_structlog
     from nvct.deviceplugin.mps_control import run
+    from nvct.deviceplugin.settings import Inputs, say, settle
 
     configure_stdout_structlog()
-    config = obj.config
+    env = dict(os.environ)
+    if config_file:  # flag > environment, as the plugin
+        env["CONFIG_FILE"] = config_file
+    # the plugin's inputs, so that both share the same GPUs alike (NvctError: one line, exit 1)
+    settled = settle(Inputs(obj.config_file, env, dict(obj.flags)))
+    say(settled)
+    config = settled.config
     if mps_root is not None:  # containers mount from it: never relative
         config = with_settings(config, "device-plugin", mps_root=str(mps_root.absolute()))
     return run(config)

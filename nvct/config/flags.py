@@ -99,3 +99,35 @@ def with_flags(config: Config, section: str, flags: Mapping[str, Any]) -> Config
             value = str(Path(value).absolute() if decl.absolute else Path(value))
         values[attr] = value if decl.load is None else decl.load(value)
     return with_settings(config, section, **values)
+
+
+_TRUE = ("true", "1", "t")
+_FALSE = ("false", "0", "f")
+
+
+def bool_values(args: list[str], command: click.Command) -> list[str]:
+    """``args`` with NVIDIA's (urfave/cli's) ``--flag=true|false`` for ``command``'s on/off
+    flags rewritten as click takes them (``--flag``, ``--no-flag``, or nothing where the flag
+    has no off form): ``--fail-on-init-error=false`` works as it does for NVIDIA's plugin.
+
+    Raises:
+        click.BadParameter: a value other than true or false (Go's spellings).
+    """
+    flags: dict[str, click.Option] = {}
+    for param in command.params:
+        if isinstance(param, click.Option) and param.is_flag:
+            flags.update((name, param) for name in param.opts)
+    out: list[str] = []
+    for arg in args:
+        name, eq, value = arg.partition("=")
+        option = flags.get(name) if eq and arg.startswith("--") else None
+        if option is None:
+            out.append(arg)
+            continue
+        if value.lower() in _TRUE:
+            out.append(name)
+        elif value.lower() in _FALSE:
+            out.extend(option.secondary_opts[:1])  # a flag without an off form: left out
+        else:
+            raise click.BadParameter(f"{arg!r}: use {name}=true or {name}=false")
+    return out

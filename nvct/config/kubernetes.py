@@ -33,7 +33,7 @@ class SharingRule(Table):
     """One ``[[device-plugin.sharing.gpus]]`` entry: which GPUs, how they are shared (what
     needs the GPUs is checked by ``nvct.node.sharing.plan_sharing``)."""
 
-    # "all", indices ("0", "1:0"), UUIDs or product names
+    # "all", indices ("0", "1:0"), UUIDs, product names or a resource ("nvidia.com/gpu")
     devices: tuple[str, ...] = key(
         schema={"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}}
     )
@@ -93,6 +93,7 @@ class DevicePlugin(Table):
         recorded=True,
     )  # fmt: skip
     host_driver_root: str = key("", _ABSPATH_OR_EMPTY, recorded=True)
+    host_dev_root: str = key("", _ABSPATH_OR_EMPTY)  # "": host_driver_root (NVIDIA's default)
     runtime_config: str = key("", _ABSPATH_OR_EMPTY)  # the node's nvct-runtime config, seen here
     sysfs_root: str = key("/sys", _ABSPATH, flag="Where NUMA nodes are read.", path="dir")
     fail_on_init_error: bool = key(True, _BOOLEAN, flag="Exit 1 when NVML fails at start.")
@@ -102,6 +103,20 @@ class DevicePlugin(Table):
     )  # fmt: skip
     ignored_xids: tuple[int, ...] = key(
         (13, 31, 43, 45, 68, 109), {"type": "array", "items": {"type": "integer"}}, recorded=True
+    )
+    # false: no health watcher, every device stays Healthy (NVIDIA's DP_DISABLE_HEALTHCHECKS=all)
+    health_checks: bool = key(True, _BOOLEAN, recorded=True)
+    pass_device_specs: bool = key(
+        False,
+        _BOOLEAN,
+        flag="Name the device nodes in Allocate's devices (the kubelet's CPU manager needs it).",
+        recorded=True,
+    )
+    cdi_annotation_prefix: str = key(
+        "cdi.k8s.io/",
+        {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/$"},
+        flag="The key prefix of the cdi-annotations answer.",
+        recorded=True,
     )
     sharing: Sharing = table(Sharing)
 

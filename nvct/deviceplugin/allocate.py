@@ -3,7 +3,8 @@
 - ``envvar``: ``NVIDIA_VISIBLE_DEVICES=<ids>``;
 - ``volume-mounts``: ``NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices`` and one
   mount ``/dev/null`` -> ``/var/run/nvidia-container-devices/<id>`` per device;
-- ``cdi-annotations``: ``cdi.k8s.io/nvct-device-plugin_<resource>`` = the CDI names;
+- ``cdi-annotations``: ``<prefix>nvct-device-plugin_<resource>`` = the CDI names (prefix
+  ``cdi.k8s.io/``, NVIDIA's ``cdi-annotation-prefix``);
 - ``cdi-cri`` (default): the CDI names in ``cdi_devices`` (containerd >= 1.7, CRI-O, with CDI).
 
 The kubelet's IDs are UUIDs; ``id-strategy`` says what the container is told: UUIDs, or
@@ -11,6 +12,9 @@ indices (``0``, ``gpu:mig`` for MIG), in every form (NVIDIA's
 uniqueDeviceIDsFromAnnotatedDeviceIDs). CDI names are the devices of the spec the plugin
 wrote, of its own kind (``k8s.device-plugin.nvct.io/gpu=<uuid>`` or ``=<index>``).
 nvct-runtime resolves every form itself, so engines without CDI support get the same devices.
+With ``pass-device-specs`` every form also names the device nodes in ``devices`` (the GPU's,
+a MIG device's capabilities, the control nodes the host has), read-write, as NVIDIA's
+apiDeviceSpecs: what the kubelet's CPU manager needs to keep the devices across its updates.
 A device never advertised, or unhealthy, is refused; a container never gets more than kubelet
 asked for.
 
@@ -57,6 +61,7 @@ class Answer:
     writable: list[tuple[str, str]] = field(default_factory=list)  # (host, container)
     annotations: dict[str, str] = field(default_factory=dict)
     cdi_devices: list[str] = field(default_factory=list)
+    devices: list[tuple[str, str]] = field(default_factory=list)  # (host, container) nodes, rw
     warnings: list[str] = field(default_factory=list)  # logged by the server
 
 
@@ -79,8 +84,11 @@ def allocate(
     id_strategy: str,
     cdi_names: Collection[str],
     sharing: SharingPolicy | None = None,
+    annotation_prefix: str = ANNOTATION_PREFIX,
+    device_nodes: Mapping[str, Sequence[tuple[str, str]]] | None = None,
 ) -> Answer:
-    """The answer for one container request.
+    """The answer for one container request; ``device_nodes`` (a device's UUID -> its
+    (host, container) nodes, the control nodes included) fills ``devices``.
 
     Raises:
         AllocationError: an unknown or unhealthy device, none asked, more than one shared
@@ -103,6 +111,9 @@ def allocate(
     _shared(asked, resource, policy, answer)
     chosen = list({d.uuid: d for d in asked}.values())
     visible = [d.uuid if id_strategy == "uuid" else d.index for d in chosen]
+    if device_nodes is not None:
+        nodes = (n for d in chosen for n in device_nodes.get(d.uuid, ()))
+        answer.devices.extend(dict.fromkeys(nodes))
     if "envvar" in strategies:
         answer.envs["NVIDIA_VISIBLE_DEVICES"] = ",".join(visible)
     if "volume-mounts" in strategies:
@@ -112,7 +123,7 @@ def allocate(
         return answer
     names = [_cdi_name(d, cdi_names, id_strategy) for d in chosen]
     if "cdi-annotations" in strategies:
-        key = f"{ANNOTATION_PREFIX}nvct-device-plugin_{resource.split('/', 1)[1]}"
+        key = f"{annotation_prefix}nvct-device-plugin_{resource.split('/', 1)[1]}"
         answer.annotations[key] = ",".join(names)
     if "cdi-cri" in strategies:
         answer.cdi_devices.extend(names)

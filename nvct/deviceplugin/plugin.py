@@ -11,6 +11,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +30,7 @@ from nvct.deviceplugin.preferred import pcie_score
 from nvct.deviceplugin.server import Endpoint, ResourceService
 from nvct.deviceplugin.status import StatusWriter
 from nvct.deviceplugin.topology import read_topology
-from nvct.deviceplugin.watchers import Verdicts, Watcher
+from nvct.deviceplugin.watchers import Verdicts, Watcher, watchdog
 from nvct.node.devices import DeviceConfigError, PluginDevice
 from nvct.node.files import KUBELET_SOCKET, STATUS_FILE
 from nvct.node.health.latches import LatchFile, boot_id
@@ -39,12 +40,13 @@ from nvct.node.status import Devices
 
 if TYPE_CHECKING:
     from nvct.deviceplugin.nvml_watch import NvmlWatch
-    from nvct.host.inventory import Inventory
+    from nvct.host.inventory import DeviceNode, Inventory
 
 WATCH_S = 0.05
 MPS_WATCH_S = 0.1
 MPS_STUCK_S = 60.0  # each MPS GPU's probe may wait out a command's timeout (mps.py: 5 s)
 RETRY_MAX_S = 5.0
+RETIRE_S = 5.0  # a retired watcher's step in flight (a health step waits 0.2 s for events)
 SUN_PATH_MAX = 107  # sockaddr_un's sun_path, less its NUL
 
 log = structlog.get_logger("nvct-device-plugin")
@@ -63,6 +65,8 @@ class Plugin:
         self.config = config
         self.stop = stop
         self.plugin_dir = Path(config.device_plugin.plugin_dir)
+        self.halt = threading.Event()  # this plugin's watchers and watchdog end (a reload)
+        self.running: list[Watcher] = []
         self.endpoints: list[Endpoint] = []
         self.watch: NvmlWatch | None = None
         self.mps: MpsWatch | None = None
@@ -126,6 +130,7 @@ class Plugin:
             replicas_of_one_gpu=config.device_plugin.sharing.replicas_of_one_gpu,
             mps_root=config.device_plugin.sharing.mps_root,
         )
+        nodes = device_nodes(inventory, config) if config.device_plugin.pass_device_specs else None
         for resource in found:
             service = ResourceService(
                 resource,
@@ -137,6 +142,8 @@ class Plugin:
                 pcie=topology.pcie_closeness(pcie_score),
                 sharing=policy,
                 hidden=self.mps.hidden if self.mps else frozenset(),
+                annotation_prefix=config.device_plugin.cdi_annotation_prefix,
+                device_nodes=nodes,
             )
             endpoint = Endpoint(service, self.plugin_dir)
             if len(os.fsencode(endpoint.path)) > SUN_PATH_MAX:
@@ -146,8 +153,12 @@ class Plugin:
                     hint="use a shorter plugin-dir or resource name",
                 )
             self.endpoints.append(endpoint)
-        watch.watch(devices)
-        self._report(watch.first_look(self.health))  # before the first ListAndWatch
+        if config.device_plugin.health_checks:
+            watch.watch(devices)
+            self._report(watch.first_look(self.health))  # before the first ListAndWatch
+        else:
+            log.warning("health_checks_off", detail="health-checks = false: every device "
+                        "stays Healthy whatever NVML says")  # fmt: skip
         log.info(
             "devices",
             resources={r.name: [d.id for d in r.devices] for r in found},
@@ -180,15 +191,28 @@ class Plugin:
         """The supervised loops: NVML health for every device, the MPS daemons for their
         replicas."""
         devices = list(self.health.state)
-        out = [Watcher("health", self.health_step, devices, self.verdicts, self._report, self.stop)]
+        out = []
+        if self.config.device_plugin.health_checks:
+            health = Watcher(
+                "health", self.health_step, devices, self.verdicts, self._report, self.stop,
+                retired=self.halt,
+            )  # fmt: skip
+            out.append(health)
         if self.mps is not None:
             replicas = [r for s in self.mps.supervised for r in s.replicas]
             mps = Watcher(
                 "mps", self.mps.step, replicas, self.verdicts, self._report, self.stop,
+                retired=self.halt,
                 interval=MPS_WATCH_S, stuck_after=MPS_STUCK_S,
             )  # fmt: skip
             out.append(mps)
         return out
+
+    def run_watchers(self) -> None:
+        """Start the watchers, and a watchdog over them, until this plugin is closed or
+        retired."""
+        self.running = [w.start() for w in self.watchers()]
+        watchdog(self.running, self.halt)
 
     def _report(self, transitions: list[Transition]) -> None:
         for t in transitions:
@@ -250,16 +274,25 @@ class Plugin:
         """The settings the status file records (doctor judges the node by them)."""
         return recorded(self.config.device_plugin)
 
-    def serve(self) -> None:
-        """Serve and register every endpoint; again whenever the kubelet restarts."""
+    def serve(
+        self, reload: Callable[[], bool] = lambda: False, registered: int | None = None
+    ) -> int | None:
+        """Serve and register every endpoint; again whenever the kubelet restarts; until stop,
+        or until ``reload()`` says to, then kubelet.sock's inode when last registered.
+
+        ``registered`` (a reload's): the endpoints already serving stay as they are; only
+        those not serving (new or changed resources) are served and registered.
+        """
         kubelet = self.plugin_dir / KUBELET_SOCKET
-        registered: int | None = None  # kubelet.sock's inode when registered
         pause = 0.1
         waiting_logged = False
         while not self.stop.is_set():
+            if reload():
+                return registered
             inode = _inode(kubelet)
             fresh = registered is None or inode != registered
-            if not fresh and not any(e.gone() for e in self.endpoints):
+            todo = self.endpoints if fresh else [e for e in self.endpoints if e.gone()]
+            if not todo:
                 self.stop.wait(WATCH_S)
                 continue
             if inode is None:
@@ -269,7 +302,7 @@ class Plugin:
                 self.stop.wait(WATCH_S)
                 continue
             try:
-                for endpoint in self.endpoints:
+                for endpoint in todo:
                     endpoint.stop(grace=0)
                     endpoint.serve()
                     endpoint.register()
@@ -285,12 +318,44 @@ class Plugin:
             registered, pause, waiting_logged = inode, 0.1, False
             log.info(
                 "registered",
-                resources=[e.service.resource.name for e in self.endpoints],
+                resources=[e.service.resource.name for e in todo],
                 kubelet=str(kubelet),
             )
+        return registered
+
+    def adopt(self, old: Plugin) -> list[str]:
+        """Take over ``old``'s running endpoints whose resource answers as this plugin's would
+        (the kubelet keeps their registration and ListAndWatch stream), then retire ``old``:
+        its watchers end, its other endpoints stop (their sockets go), its NVML is released.
+        The MPS daemons are ``nvct-cli mps-control``'s and run on. The resources kept."""
+        kept = []
+        running = {e.service.resource.name: e for e in old.endpoints if e.server is not None}
+        for i, endpoint in enumerate(self.endpoints):
+            mine = endpoint.service
+            theirs = running.get(mine.resource.name)
+            if theirs is None or theirs.service.signature() != mine.signature():
+                continue
+            before = theirs.service.device_list()
+            theirs.service.health, theirs.service.hidden = mine.health, mine.hidden
+            if theirs.service.device_list() != before:  # the health this plugin found
+                theirs.service.notify()
+            self.endpoints[i] = theirs
+            kept.append(mine.resource.name)
+        old.halt.set()
+        for watcher in old.running:  # a step in flight ends before its NVML is released
+            if watcher.thread is not None:
+                watcher.thread.join(RETIRE_S)
+        for endpoint in old.endpoints:
+            if endpoint not in self.endpoints:
+                endpoint.stop(grace=0.5)
+        old.endpoints = []
+        if old.watch is not None:
+            old.watch.close()
+        return kept
 
     def close(self) -> None:
         """Stop serving, remove the sockets, quit the MPS daemons, release NVML."""
+        self.halt.set()
         for endpoint in self.endpoints:
             endpoint.stop(grace=0.5)
         if self.mps is not None:
@@ -309,6 +374,27 @@ def on_host(value: Any, seen_as: str, host: str) -> Any:
     if isinstance(value, dict):
         return {k: on_host(v, seen_as, host) for k, v in value.items()}
     return value
+
+
+def device_nodes(inventory: Inventory, config: Config) -> dict[str, tuple[tuple[str, str], ...]]:
+    """Each device's nodes by UUID as (host path, container path): its GPU's node, a MIG
+    device's capabilities, and the control nodes the host has (NVIDIA's GetDevicePaths). Host
+    paths as the host sees them, where ``host-dev-root`` (else ``host-driver-root``) says the
+    plugin sees them elsewhere (NVIDIA's nvidiaDevRoot, which defaults to its driver root)."""
+    host = config.device_plugin.host_dev_root or config.device_plugin.host_driver_root
+
+    def pair(node: DeviceNode) -> tuple[str, str]:
+        where = on_host(node.host_path, str(config.dev_root), host) if host else node.host_path
+        return (where, node.path)
+
+    control = tuple(pair(n) for n in inventory.control_nodes)
+    out: dict[str, tuple[tuple[str, str], ...]] = {}
+    for gpu in inventory.gpus:
+        own = (pair(gpu.node),) if gpu.node is not None else ()
+        out[gpu.uuid] = (*own, *control)
+        for mig in gpu.migs:
+            out[mig.uuid] = (*own, *(pair(c) for c in mig.caps), *control)
+    return out
 
 
 def _inode(path: Path) -> int | None:

@@ -19,7 +19,12 @@ from pathlib import Path
 import grpc
 import structlog
 
-from nvct.deviceplugin.allocate import AllocationError, SharingPolicy, allocate
+from nvct.deviceplugin.allocate import (
+    ANNOTATION_PREFIX,
+    AllocationError,
+    SharingPolicy,
+    allocate,
+)
 from nvct.deviceplugin.health import HEALTHY
 from nvct.deviceplugin.preferred import preferred
 from nvct.kubeapi.deviceplugin import v1beta1_pb2 as api
@@ -48,6 +53,8 @@ class ResourceService(rpc.DevicePluginServicer):  # type: ignore[misc,unused-ign
         pcie: Callable[[PluginDevice, PluginDevice], int] | None = None,
         sharing: SharingPolicy | None = None,
         hidden: Collection[str] = frozenset(),
+        annotation_prefix: str = ANNOTATION_PREFIX,
+        device_nodes: Mapping[str, Sequence[tuple[str, str]]] | None = None,
     ) -> None:
         self.resource = resource
         self.devices = {d.id: d for d in resource.devices}
@@ -58,11 +65,28 @@ class ResourceService(rpc.DevicePluginServicer):  # type: ignore[misc,unused-ign
         self.strategies = tuple(strategies)
         self.id_strategy = id_strategy
         self.cdi_names = cdi_names
+        self.annotation_prefix = annotation_prefix
+        self.device_nodes = device_nodes  # None: pass-device-specs off
         self.links = links
         self.pcie = pcie
         self.changed = threading.Condition()
         self.generation = 0
         self.stopping = False
+
+    def signature(self) -> tuple[object, ...]:
+        """What the kubelet is told and answered (devices, answer forms, sharing policy): two
+        services with one signature answer alike, so a reload keeps the running one. (The
+        topology is left out: read from the same GPUs, it is the same.)"""
+        nodes = None if self.device_nodes is None else sorted(self.device_nodes.items())
+        return (
+            self.resource,
+            self.strategies,
+            self.id_strategy,
+            self.cdi_names,
+            self.sharing,
+            self.annotation_prefix,
+            nodes,
+        )
 
     def notify(self) -> None:
         """The devices' health changed: every ListAndWatch stream sends the list again."""
@@ -150,6 +174,8 @@ class ResourceService(rpc.DevicePluginServicer):  # type: ignore[misc,unused-ign
                     id_strategy=self.id_strategy,
                     cdi_names=self.cdi_names,
                     sharing=self.sharing,
+                    annotation_prefix=self.annotation_prefix,
+                    device_nodes=self.device_nodes,
                 )
             except AllocationError as err:
                 log.error("allocate_refused", resource=self.resource.name, error=str(err))
@@ -181,6 +207,10 @@ class ResourceService(rpc.DevicePluginServicer):  # type: ignore[misc,unused-ign
                         ),
                     ],
                     annotations=answer.annotations,
+                    devices=[
+                        api.DeviceSpec(container_path=c, host_path=h, permissions="rw")
+                        for h, c in answer.devices
+                    ],
                     cdi_devices=[api.CDIDevice(name=n) for n in answer.cdi_devices],
                 )
             )

@@ -99,8 +99,9 @@ class Verdicts(Mapping[str, str]):
 
 
 class Watcher:
-    """One loop: ``step`` again and again (``interval`` apart) until ``stop``; its
-    transitions go to ``report``."""
+    """One loop: ``step`` again and again (``interval`` apart) until ``stop`` (the process
+    ends) or ``retired`` (its plugin was replaced by a reload); its transitions go to
+    ``report``."""
 
     def __init__(
         self,
@@ -113,6 +114,7 @@ class Watcher:
         *,
         interval: float = 0.0,
         stuck_after: float = STUCK_S,
+        retired: threading.Event | None = None,
     ) -> None:
         self.name = name
         self.step = step
@@ -120,6 +122,7 @@ class Watcher:
         self.verdicts = verdicts
         self.report = report
         self.stop = stop
+        self.retired = retired or threading.Event()
         self.interval = interval
         self.stuck_after = stuck_after
         self.crashes = 0
@@ -138,7 +141,7 @@ class Watcher:
         """The supervised loop (the thread's target)."""
         pause = RESTART_MIN_S
         down = False
-        while not self.stop.is_set():
+        while not (self.stop.is_set() or self.retired.is_set()):
             if self.interval and self.stop.wait(self.interval):
                 return
             self._busy_since = time.monotonic()

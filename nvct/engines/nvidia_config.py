@@ -186,6 +186,25 @@ def import_nvidia_config(source: Path, target: Path, *, dry_run: bool) -> Import
             unmapped.append((key, value, mapped))
         else:
             settings += [(key, nvct_key, v) for nvct_key, v in mapped]
+    return write_settings(source, target, tuple(settings), tuple(unmapped), dry_run=dry_run)
+
+
+def write_settings(
+    source: Path,
+    target: Path,
+    settings: tuple[tuple[str, str, Any], ...],
+    unmapped: tuple[tuple[str, Any, str], ...],
+    *,
+    dry_run: bool,
+) -> Imported:
+    """Set ``settings``' (NVIDIA key, nvct dotted key, value) in ``target``, nvct's
+    config.toml, keeping its comments and every other key; validated, then written atomically
+    (with a backup) unless ``dry_run``.
+
+    Raises:
+        EngineConfigError: ``target`` is not TOML, or the result is not a valid nvct config;
+            nothing is written then.
+    """
     old = read_config(target)
     doc = parse(old or "", target)
     for _, nvct_key, value in settings:
@@ -205,4 +224,4 @@ def import_nvidia_config(source: Path, target: Path, *, dry_run: bool) -> Import
         ) from err
     change = FileChange(target, old, new)
     applied = None if dry_run else apply_change(change)
-    return Imported(source, change, tuple(settings), tuple(unmapped), applied)
+    return Imported(source, change, settings, unmapped, applied)

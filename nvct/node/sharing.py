@@ -4,9 +4,10 @@ this host's GPUs.
 The device plugin advertises from this plan, ``nvct-cli labels`` labels from it and doctor
 checks it, so the three always agree. Rules select GPUs **per GPU** (NVIDIA's plugin shares every
 GPU of a node alike): by index (``"0"``; ``"0:1"`` for a MIG device), UUID, product name
-(``"NVIDIA H100 80GB HBM3"``, case-insensitive) or ``"all"``. A MIG device is shareable only when
-the device plugin advertises it (``mig-strategy`` single or mixed), and only by time-slicing;
-selecting a MIG-enabled GPU selects its MIG devices.
+(``"NVIDIA H100 80GB HBM3"``, case-insensitive), ``"all"``, or, as NVIDIA's config does, the
+resource its devices are advertised under whole (``"nvidia.com/mig-1g.10gb"``). A MIG device
+is shareable only when the device plugin advertises it (``mig-strategy`` single or mixed), and
+only by time-slicing; selecting a MIG-enabled GPU selects its MIG devices.
 
 Errors are one line naming the rule and the fix. A selector that matches no GPU is a warning,
 not an error: one config is shipped to every node of a cluster, and nodes differ.
@@ -119,8 +120,11 @@ def shareable(inventory: Inventory, mig_strategy: str) -> list[Shareable]:
     return out
 
 
-def selects(selector: str, device: Shareable) -> bool:
-    """Whether a rule's ``devices`` entry names ``device``."""
+def selects(selector: str, device: Shareable, mig_strategy: str = "none") -> bool:
+    """Whether a rule's ``devices`` entry names ``device`` (a resource name, NVIDIA's form:
+    every device advertised whole under it with ``mig_strategy``)."""
+    if selector.startswith(f"{VENDOR}/"):
+        return base_resource(device, mig_strategy) == selector.partition("/")[2]
     if selector == "all" or selector in (device.uuid, device.index):
         return True
     if selector.casefold() == device.name.casefold():
@@ -137,20 +141,21 @@ def plan_sharing(config: Config, inventory: Inventory) -> SharingPlan:
             mig-strategy mixed, MPS replicas above the GPU's client limit, MPS limits beyond
             the GPU, or MPS settings on a time-slicing rule.
     """
-    devices = shareable(inventory, config.device_plugin.mig_strategy)
+    mig = config.device_plugin.mig_strategy
+    devices = shareable(inventory, mig)
     shares: dict[str, Share] = {}
     warnings: list[str] = []
     for number, rule in enumerate(config.device_plugin.sharing.gpus, start=1):
         where = f"[[device-plugin.sharing.gpus]] rule {number} (devices {list(rule.devices)})"
         _check_rule(rule, where, config.device_plugin.mig_strategy)
         for selector in rule.devices:
-            if not any(selects(selector, d) for d in devices):
+            if not any(selects(selector, d, mig) for d in devices):
                 warnings.append(
                     f"{where}: {selector!r} matches no GPU on this node "
                     f"(GPUs: {', '.join(f'{d.index} {d.name}' for d in devices) or 'none'})"
                 )
         for device in devices:
-            if not any(selects(s, device) for s in rule.devices):
+            if not any(selects(s, device, mig) for s in rule.devices):
                 continue
             if device.uuid in shares:
                 raise SharingConfigError(
