@@ -5,8 +5,10 @@ Allocate answer applied to an OCI spec as containerd's CRI plugin applies it."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -113,10 +115,16 @@ def numa_sysfs(work: Path, sim: Any) -> None:
 
 
 @pytest.fixture
-def kubelet(tmp_path: Path) -> Iterator[Kubelet]:
-    standin = Kubelet(tmp_path / "device-plugins").start()
-    yield standin
-    standin.stop()
+def kubelet() -> Iterator[Kubelet]:
+    # A short directory, as the kubelet's own: pytest's tmp_path plus a long test name and a
+    # resource's socket name can pass the 107 bytes a Unix socket path may have.
+    short = Path(tempfile.mkdtemp(prefix="dp-"))
+    standin = Kubelet(short / "device-plugins").start()
+    try:
+        yield standin
+    finally:
+        standin.stop()
+        shutil.rmtree(short, ignore_errors=True)
 
 
 @pytest.fixture

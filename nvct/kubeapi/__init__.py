@@ -5,3 +5,10 @@
 as ``dra/``, when nvct grows a DRA driver.
 
 Importing this package imports nothing: grpc loads only with a generated module."""
+
+import os
+
+# grpc's fork handlers only matter to a child that goes on using grpc; nvct's children exec at
+# once (discovery, ldconfig, MPS control). With them on, every fork while a stream is open logs
+# "skipping fork() handlers" on stderr, one line per reload or health probe.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
