@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from nvct.base.oci import State
     from nvct.base.order import DeviceRow, WorkOrder
     from nvct.container.stage import Staged
+    from nvct.hook.pinned import Pinned
     from nvct.plan.model import RootfsLayout
 
 
@@ -66,14 +67,20 @@ def procfs(args: list[str]) -> int:
     return 0
 
 
-def prestart() -> int:
-    """Carry out the container's work order; exit status 0 on success."""
+def prestart(raw_state: bytes | None = None, pinned: Pinned | None = None) -> int:
+    """Carry out the container's work order; exit status 0 on success.
+
+    ``raw_state`` is the OCI state (default: stdin); ``pinned``, the container's process as a
+    shim daemon's worker pinned it for the native hook (default: found from the state's pid).
+    """
     from nvct.base.errors import NvctError
     from nvct.base.log import EventLog
 
     log = EventLog("nvct-hook", "")
+    log.bind(via="daemon" if pinned else "hook")  # who did the work: every event says
     try:
-        return _prestart(log)
+        raw = sys.stdin.buffer.read() if raw_state is None else raw_state
+        return _prestart(log, raw, pinned)
     except NvctError as err:
         log.fail("hook_failed", err.one_line())
         return err.exit_code
@@ -84,11 +91,11 @@ def prestart() -> int:
         log.flush()
 
 
-def _prestart(log: EventLog) -> int:
+def _prestart(log: EventLog, raw: bytes, pinned: Pinned | None) -> int:
     from nvct.base.oci import load_spec, parse_state, rootfs_path
 
     t0 = time.perf_counter()
-    state = parse_state(sys.stdin.buffer.read())
+    state = parse_state(raw)
     log.bind(container_id=state.container_id, bundle=str(state.bundle))
     spec = load_spec(state.bundle)
     root = str(rootfs_path(spec, state.bundle))
@@ -102,7 +109,7 @@ def _prestart(log: EventLog) -> int:
         if isinstance(d, dict)
     }
     missing = [d for d in order["devices"] if (d[0], d[1], d[2]) not in in_spec]
-    stats, created, applied_at = _apply(state, root, order, missing)
+    stats, created, applied_at = _apply(state, root, order, missing, pinned)
     log.info(
         "container_configured",
         devices=[d[0] for d in order["devices"]],
@@ -125,7 +132,7 @@ def _prestart(log: EventLog) -> int:
 
 
 def _apply(
-    state: State, root: str, order: WorkOrder, missing: list[DeviceRow]
+    state: State, root: str, order: WorkOrder, missing: list[DeviceRow], pinned: Pinned | None
 ) -> tuple[Staged, int, tuple[float, float]]:
     from nvct.container.apply import create_device_nodes, enter_mount_namespace
     from nvct.container.cgroup import grant_devices
@@ -134,8 +141,12 @@ def _apply(
     from nvct.container.stage import stage_rootfs
 
     start = time.perf_counter()
-    grant_devices(state.pid, missing)  # host namespace: the cgroup fs as the host sees it
-    enter_mount_namespace(state.pid)
+    if pinned is None:
+        grant_devices(state.pid, missing)  # host namespace: the cgroup fs as the host sees it
+        enter_mount_namespace(state.pid)
+    else:  # what was read of the process while it was pinned, never its pid again
+        grant_devices(state.pid, missing, cgroup_lines=pinned.cgroup_lines)
+        pinned.enter_mount_namespace()
     with Rootfs(root) as rootfs:
         created = create_device_nodes(rootfs, missing)
         staged = stage_rootfs(rootfs, order, bind_mounts=True)

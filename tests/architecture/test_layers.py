@@ -41,6 +41,8 @@ FRONTENDS = {"runtime", "hook", "cli", "doctor", "engines", "deviceplugin", "exp
 # with the library's writer (plan) and names (cdi).
 SERVES = {
     "cli": {"doctor", "engines", "exporter", "deviceplugin"},
+    # The shim daemon's workers run the hook's prestart for the native hook (hook.c).
+    "runtime": {"hook"},
 }
 
 
