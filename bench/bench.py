@@ -86,7 +86,7 @@ def shim_command(python: str, module: str = "nvct.runtime.__main__") -> str:
 def gpu_spec_edits(config: Path, rootfs: Path) -> dict[str, Any]:
     """``runc spec``'s config.json with the edits nvct's create makes for 1 GPU (its device
     nodes, cgroup rules and driver bind mounts), from the shim's own planning pass."""
-    from nvct.runtime.create import plan_entry
+    from nvct.plan.cached import plan_entry
     from nvct.runtime.spec_edits import edit_spec
 
     spec = runc_spec()

@@ -45,8 +45,16 @@ SHIM = str(NVCT_BIN / "nvct-runtime")
 LIBDIR = "usr/lib/x86_64-linux-gnu"
 # Other engines' containers (other dockerds on this machine) come and go while these tests run;
 # their mounts live under these paths and are not ours to count.
-# (/tmp/nvd-*: the harness's private dockerds, which other test sessions start and stop.)
-_FOREIGN_MOUNTS = ("/docker", "/containerd", "/run/netns", "/var/lib/kubelet", "/tmp/nvd-")
+# (/tmp/nvd-*, /tmp/nvc-*: the harness's private dockerds and containerds, which other test
+# sessions start and stop.)
+_FOREIGN_MOUNTS = (
+    "/docker",
+    "/containerd",
+    "/run/netns",
+    "/var/lib/kubelet",
+    "/tmp/nvd-",
+    "/tmp/nvc-",
+)
 # Names of driver files and nodes nvct injects (packages installing nvct itself may come and go).
 _DRIVER_NAMES = ("libcuda", "libnvidia", "nvidia-smi", "nvidia-debugdump", "gsp_", "nvidiactl")
 

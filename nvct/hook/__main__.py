@@ -160,32 +160,22 @@ def _apply(
 
 
 def _plan_here(spec: dict[str, Any], root: str, log: EventLog) -> WorkOrder | None:
-    """The work order when no shim planned this container (``docker --gpus``)."""
-    from nvct.base._site import ensure_site_packages
+    """The work order when no shim planned this container (``docker --gpus``): the cached one
+    of an identical earlier container, else a full planning pass (cached for the next)."""
+    from nvct.base.defaults import config_path
+    from nvct.plan.cached import cached_entry, read_config
 
-    ensure_site_packages()
-    from nvct.config import load_config
-    from nvct.plan.decide import NoGpu, PlannedOrder, Refused, decide
-    from nvct.request.parse import request_from_spec
-
-    config = load_config()
-    log.configure(config.log_file, config.log_level)
-    decision = decide(
-        request_from_spec(spec, config),
-        config,
-        lambda: _layout(root),
-        library_dirs="create",
-        cdi=False,  # a prestart hook cannot add the spec's devices: nvct-runtime does
-    )
-    for line in decision.ignored:
+    path, required = config_path()
+    raw = read_config(path, required)
+    debian = _layout(root).debian
+    entry, cached, _, _ = cached_entry(spec, path, raw, None, debian, hook=True)
+    log.configure(*entry["log"])
+    for line in entry.get("ignored", ()):
         log.info("nvidia_input_ignored", why=line)
-    if isinstance(decision, NoGpu):
-        log.debug("no_gpu_requested", decisions=list(decision.request.decisions))
-        return None
-    if isinstance(decision, Refused):
-        raise decision.error
-    assert isinstance(decision, PlannedOrder)  # noqa: S101 - cdi=False: never a CDI order
-    return decision.planned.order
+    order = entry["order"]
+    if order is None:
+        log.debug("no_gpu_requested", decisions=entry.get("decisions", []), cached=cached)
+    return order
 
 
 def _layout(root: str) -> RootfsLayout:
