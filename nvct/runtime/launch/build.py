@@ -13,6 +13,10 @@ interpreter. The native one (built with the C compiler ``$CC``, default ``cc``, 
 ``$CPPFLAGS $CFLAGS $LDFLAGS``) costs less per call, and it hands a GPU container's create to
 the shim daemon listening on SOCK (default ``/run/nvct/shim.sock``, ``--socket ''``: none),
 which prepares the bundle with warm modules instead of a fresh interpreter.
+
+``--native --hook`` builds the native prestart hook (``hook.c``: ``nvct-hook``,
+``nvidia-container-runtime-hook``) instead, whose Python fallback is CMD (default: this
+interpreter running ``nvct.hook.__main__``); it asks the same daemon.
 """
 
 from __future__ import annotations
