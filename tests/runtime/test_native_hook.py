@@ -195,3 +195,33 @@ def test_pinned_reads_the_process_while_it_is_alive(tmp_path) -> None:
         Pinned(os.getppid(), os.getpid())
     with pytest.raises(NotPinned, match="cannot pin"):
         Pinned(2**22 + 1, os.getpid())  # beyond pid_max: no such process
+
+
+def test_a_prestart_in_a_worker_imports_nothing(h100x4, tmp_path) -> None:
+    """What the daemon preloads is all the hook's prestart needs: a worker planning a known
+    kind of container (the cached work order) imports no module, a first one no nvct module,
+    and the modules of the rest of its work (cgroup, namespace, rootfs) are loaded already."""
+    cfg = gpu_config(h100x4, tmp_path, tools(tmp_path))
+    first, second = gpu_bundle(tmp_path / "a"), gpu_bundle(tmp_path / "b")
+    code = f"""
+import json, os, sys
+os.environ["NVCT_CONFIG"] = {str(cfg)!r}
+from nvct.runtime.launch.daemon import preload
+preload()
+from nvct.base.log import EventLog
+from nvct.hook.__main__ import _plan_here
+for bundle in ({str(first)!r}, {str(second)!r}):
+    before = set(sys.modules)
+    spec = json.load(open(os.path.join(bundle, "config.json")))
+    order = _plan_here(spec, os.path.join(bundle, "rootfs"), EventLog("nvct-hook", ""))
+    assert order is not None and order["devices"], order
+    print(" ".join(sorted(set(sys.modules) - before)))
+work = ("nvct.container.apply", "nvct.container.cgroup", "nvct.container.cgroup_v2",
+        "nvct.container.procfs", "nvct.container.stage", "nvct.hook.pinned")
+print(" ".join(m for m in work if m not in sys.modules))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    miss, hit, missing = done.stdout.split("\n")[:3]
+    assert not [m for m in miss.split() if m.startswith("nvct")], miss
+    assert hit == ""
+    assert missing == ""
