@@ -42,6 +42,7 @@ from integration.harness.skips import (
     need_root,
     require,
 )
+from nvct.runtime.launch.build import build_native, hook_command
 
 
 @pytest.fixture(scope="session")
@@ -106,17 +107,28 @@ def served_hook_path(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]
         shimd.stop()
 
 
+@pytest.fixture(scope="session")
+def python_hook_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The native prestart hook built to ask no daemon: it always runs the Python hook (the
+    installed one may find a daemon of this very code on the default socket, such as the
+    packages test's). Without a C compiler, the installed hook: the Python console script."""
+    if need_cc() is not None:
+        return NVCT_BIN / "nvidia-container-runtime-hook"
+    hook = tmp_path_factory.mktemp("python-hook") / "nvidia-container-runtime-hook"
+    build_native(hook, hook_command(), socket="", hook=True)
+    return hook
+
+
 @pytest.fixture
 def hook_path(request: pytest.FixtureRequest) -> Callable[[str], Path]:
-    """The prestart hook's executable for a path of ``HOOK_PATHS``: ``python``, the installed hook
-    (native, no daemon on its socket: it runs the Python hook), ``daemon``, the native hook
-    served by a private shim daemon (started on first use)."""
+    """The prestart hook's executable for a path of ``HOOK_PATHS``: ``python``, the native hook
+    that asks no daemon (it runs the Python hook), ``daemon``, the native hook served by a
+    private shim daemon (started on first use)."""
 
     def path(how: str) -> Path:
-        if how == "daemon":
-            hook: Path = request.getfixturevalue("served_hook_path")
-            return hook
-        return NVCT_BIN / "nvidia-container-runtime-hook"
+        name = "served_hook_path" if how == "daemon" else "python_hook_path"
+        hook: Path = request.getfixturevalue(name)
+        return hook
 
     return path
 

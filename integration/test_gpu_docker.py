@@ -19,7 +19,7 @@ import pytest
 
 from integration.harness.dockerd import Dockerd, DockerdFactory
 from integration.harness.images import GLIBC_TAG, ImageImporter
-from integration.harness.nvct_config import NVCT_BIN, write_nvct_config
+from integration.harness.nvct_config import write_nvct_config
 from integration.harness.shimd import HOOK_PATHS, ShimDaemon, expected_via
 from integration.harness.skips import need_cc, require
 from nvct.runtime.launch.build import build_native
@@ -170,10 +170,8 @@ def gpus_dockerd(
     (an installed nvct reads /etc/nvct/config.toml).
     """
     how = request.param
-    hook_exe = (
-        request.getfixturevalue("served_hook_path")
-        if how == "daemon"
-        else NVCT_BIN / "nvidia-container-runtime-hook"
+    hook_exe = request.getfixturevalue(
+        "served_hook_path" if how == "daemon" else "python_hook_path"
     )
     tmp = tmp_path_factory.mktemp("gpus")
     config = write_nvct_config(tmp / "config.toml", sim_driver)
