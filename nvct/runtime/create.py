@@ -19,7 +19,7 @@ containers of that image need no ldconfig run.
 
 The first container of a kind is planned in full (config validation, inventory, request,
 requirements, plan); the resulting work order is cached under a key of every input (see
-``nvct.runtime.order_key``) and revalidated against the driver's fingerprint, so later
+``nvct.plan.order_key``) and revalidated against the driver's fingerprint, so later
 identical containers are prepared with the stdlib alone.
 """
 
