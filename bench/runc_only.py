@@ -4,7 +4,7 @@ For machines with runc but no docker (the GPU machine) and for a quick look here
 the repository root, after ``make venv`` (a C compiler builds the native programs)::
 
     .venv/bin/python -m bench.runc_only [--rounds N] [--seed N] [--driver sim|host]
-        [--programs DIR] [--output FILE]
+        [--programs DIR] [--busybox PATH] [--output FILE]
 
 Where there is no C compiler, ``--build-programs DIR`` here (same source tree) builds the four
 native programs into DIR, and ``--programs DIR`` there uses them: their daemon socket is then
@@ -46,7 +46,7 @@ from pathlib import Path
 
 from bench.bench import config_for, quantiles
 from integration.harness.bundles import runc_spec
-from integration.harness.images import glibc_rootfs
+from integration.harness.images import BUSYBOX, glibc_rootfs
 from integration.harness.shimd import ShimDaemon
 from nvct.runtime.launch.build import build_native, default_command, hook_command
 
@@ -127,6 +127,9 @@ def main() -> int:
     parser.add_argument("--driver", choices=("sim", "host"), default="sim")
     parser.add_argument("--output", type=Path, default=Path("bench/results-runc-only.json"))
     parser.add_argument("--programs", type=Path, help="the native programs, built ahead")
+    parser.add_argument(
+        "--busybox", type=Path, default=BUSYBOX, help="the static busybox the image is made of"
+    )
     parser.add_argument("--build-programs", type=Path, help="build them into DIR, and stop")
     args = parser.parse_args()
     if args.build_programs:
@@ -161,7 +164,7 @@ def main() -> int:
         build_programs(programs, str(cfg), sock)
     served, alone = programs / "nvct-runtime", programs / "nvct-runtime-alone"
     hook, hook_alone = programs / "hook", programs / "hook-alone"
-    image = glibc_rootfs(work / "image")
+    image = glibc_rootfs(work / "image", busybox=args.busybox)
     state = work / "runc-state"
     gpu = ["NVIDIA_VISIBLE_DEVICES=0"]
     variants = {
