@@ -37,7 +37,8 @@ static char *read_state(size_t *size)
             fail("out of memory", "free memory");
         if (len == cap) {
             if (cap >= MAX_STATE)
-                fail("the OCI state on stdin is over 1 MiB", "check the runtime that runs nvct-hook");
+                fail("the OCI state on stdin is over 1 MiB",
+                     "check the runtime that runs nvct-hook");
             cap *= 2;
             char *bigger = realloc(buf, cap + 1);
             if (!bigger)
