@@ -14,8 +14,12 @@ $(BIN)/nvct-cli: pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	# nvct-runtime: the native launcher (the shell one where there is no C compiler); neither
 	# starts Python for a passthrough call
+	# nvct-hook and nvidia-container-runtime-hook (docker --gpus): the native hook, which asks
+	# the shim daemon and runs the Python hook when none answers
 	if command -v $${CC:-cc} >/dev/null; then \
 		$(BIN)/python -m nvct.runtime.launch.build --native --output $(BIN)/nvct-runtime; \
+		$(BIN)/python -m nvct.runtime.launch.build --native --hook --output $(BIN)/nvct-hook; \
+		ln -sf nvct-hook $(BIN)/nvidia-container-runtime-hook; \
 	else \
 		$(BIN)/python -m nvct.runtime.launch.build --output $(BIN)/nvct-runtime; \
 	fi

@@ -6,7 +6,9 @@ affects every variant alike:
 
 - ``docker run --rm --network none`` with plain runc;
 - through nvct-runtime asking for no GPU, 1 GPU, and all 8 GPUs of an 8-GPU simulated driver;
-- ``--gpus device=0`` on plain runc (nvct's nvidia-container-runtime-hook);
+- ``--gpus device=0`` on plain runc (nvct's nvidia-container-runtime-hook: the native hook,
+  served by the shim daemon, or with ``--gpus-hook python`` the Python hook; the run records
+  the docker version and, from nvct's log, which path each ``--gpus`` start took);
 - the floor of any Python shim: the launcher starting ``python -I -S`` that only execs runc;
 - plain runc running ``sh -c true`` and ``sh`` creating 40 files: this machine's price of a
   file that a container start creates in the container's writable layer and ``--rm`` removes,
@@ -42,7 +44,7 @@ from integration.harness.dockerd import Dockerd
 from integration.harness.images import GLIBC_TAG, busybox_rootfs, docker_import, glibc_rootfs
 from integration.harness.shimd import ShimDaemon
 from integration.simdriver import cached_driver, preset
-from nvct.runtime.launch.build import build_native, default_command, install
+from nvct.runtime.launch.build import build_native, default_command, hook_command, install
 
 BIN = Path(sys.executable).parent
 CALIBRATION_FILES = 40
@@ -84,7 +86,7 @@ def shim_command(python: str, module: str = "nvct.runtime.__main__") -> str:
 def gpu_spec_edits(config: Path, rootfs: Path) -> dict[str, Any]:
     """``runc spec``'s config.json with the edits nvct's create makes for 1 GPU (its device
     nodes, cgroup rules and driver bind mounts), from the shim's own planning pass."""
-    from nvct.runtime.create import plan_entry
+    from nvct.plan.cached import plan_entry
     from nvct.runtime.spec_edits import edit_spec
 
     spec = runc_spec()
@@ -179,6 +181,13 @@ def main() -> int:
         "POSIX-shell launcher (no daemon: every GPU create starts the Python shim)",
     )
     parser.add_argument(
+        "--gpus-hook",
+        choices=("daemon", "python"),
+        default="daemon",
+        help="how --gpus's hook does its work: handed to the shim daemon (the native hook as "
+        "installed) or in its own process (the Python hook, as with no daemon running)",
+    )
+    parser.add_argument(
         "--proc-driver",
         choices=("hook", "always", "off"),
         default="hook",
@@ -199,18 +208,21 @@ def main() -> int:
     cfg8 = config_for(eight, work / "eight", inject)
     hookdir = work / "hookbin"
     hookdir.mkdir()
-    wrapper = hookdir / "nvidia-container-runtime-hook"
-    # dockerd runs --gpus hooks with an empty environment: pass the test config explicitly.
-    wrapper.write_text(
-        f'#!/bin/sh\nNVCT_CONFIG={cfg1} exec {BIN / "nvidia-container-runtime-hook"} "$@"\n'
+    sock = work / "shim.sock"
+    # docker --gpus's hook, as installed: the native hook, built for the bench's config (it
+    # sets NVCT_CONFIG itself: no shell wrapper) asking the bench's daemon, or no daemon.
+    build_native(
+        hookdir / "nvidia-container-runtime-hook",
+        shim_command(args.python, "nvct.hook.__main__") if args.python else hook_command(),
+        str(cfg1),
+        str(sock) if args.gpus_hook == "daemon" else "",
+        hook=True,
     )
-    wrapper.chmod(0o755)
     # One launcher per config, as an installed nvct-runtime is registered: a path and no
     # runtimeArgs (dockerd would wrap those in one more shell script, run on every call).
     runtime, runtime8 = hookdir / "nvct-runtime", hookdir / "nvct-runtime-8"
     python = args.python or sys.executable
     shim = shim_command(args.python) if args.python else default_command()
-    sock = work / "shim.sock"
     for launcher, cfg in ((runtime, cfg1), (runtime8, cfg8)):
         if args.launcher == "native":
             build_native(launcher, shim, str(cfg), str(sock))
@@ -220,7 +232,7 @@ def main() -> int:
     runtime_alone = hookdir / "nvct-runtime-alone"
     build_native(runtime_alone, shim, str(cfg1), "")
     shimd = ShimDaemon(shim_command(python, "nvct.runtime.launch.daemon"), sock, work / "shimd.log")
-    if args.launcher == "native":
+    if args.launcher == "native" or args.gpus_hook == "daemon":
         shimd.start()
     # The floor of any Python shim: the same launcher, whose Python only execs runc.
     floor_runtime = hookdir / "python-floor"
@@ -245,6 +257,12 @@ def main() -> int:
     finally:
         os.environ["PATH"] = old_path
     try:
+        docker_version = subprocess.run(
+            [dockerd.docker_cli, "-H", dockerd.host, "version", "--format", "{{.Server.Version}}"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
         make_rootfs = glibc_rootfs if args.image == "glibc" else busybox_rootfs
         rootfs = make_rootfs(work / "rootfs")
         docker_import(dockerd, rootfs, GLIBC_TAG)
@@ -360,8 +378,14 @@ def main() -> int:
         phases: dict[str, list[float]] = {}
         # The shim's own work per GPU container (1 GPU), and the hook's for --gpus on runc.
         who = {"container_prepared": "shim create", "container_configured": "--gpus hook"}
+        # How each --gpus start got its GPU: the hook's work in a daemon worker or in the
+        # Python hook (nvct's log), or neither (docker sent --gpus through CDI).
+        gpus_starts = 2 + args.rounds
+        hook_paths = {"daemon": 0, "hook": 0}
         for line in (cfg1.parent / "nvct.log").read_text().splitlines():
             event = json.loads(line)
+            if event.get("event") == "container_configured":
+                hook_paths[event.get("via", "hook")] += 1
             if event.get("event") in who and event.get("cached", True):
                 name = who[event["event"]]
                 for phase, ms in event["phases_ms"].items():
@@ -380,7 +404,9 @@ def main() -> int:
         return statistics.median(a / b for a, b in zip(samples[name], samples[base], strict=True))
 
     targets = {
-        "1 GPU <= 1.11 x runc": paired("nvct, 1 GPU", "runc"),
+        "1 GPU <= 1.05 x runc": paired("nvct, 1 GPU", "runc"),
+        "1 GPU, no daemon <= 1.08 x runc": paired("nvct, 1 GPU, no daemon", "runc"),
+        "--gpus device=0 <= 1.05 x runc": paired("--gpus device=0 on runc", "runc"),
         "no GPU <= 1.025 x runc": paired("nvct, no GPU asked", "runc"),
         "passthrough <= 1.5 x runc": med["nvct-runtime state <missing>"]
         / med["runc state <missing>"],
@@ -395,7 +421,9 @@ def main() -> int:
         "8 GPUs / 1 GPU": med["nvct, 8 GPUs (all)"] / med["nvct, 1 GPU"],
     }
     limits = {
-        "1 GPU <= 1.11 x runc": 1.11,
+        "1 GPU <= 1.05 x runc": 1.05,
+        "1 GPU, no daemon <= 1.08 x runc": 1.08,
+        "--gpus device=0 <= 1.05 x runc": 1.05,
         "no GPU <= 1.025 x runc": 1.025,
         "passthrough <= 1.5 x runc": 1.5,
         "8 GPUs <= 1.1 x 1 GPU": 1.1,
@@ -411,6 +439,11 @@ def main() -> int:
     print(f"(paired) nvct, 1 GPU, with no shim daemon / runc {alone:.3f}")
     runc_ms = med["runc run, 1-GPU spec"] - med["runc run, plain spec"]
     print(f"runc's own work for nvct's 1-GPU spec edits (mounts, nodes): {runc_ms:+.1f} ms")
+    print(
+        f"docker {docker_version}: {gpus_starts} --gpus starts; the hook's work done by a "
+        f"daemon worker {hook_paths['daemon']}, by the Python hook {hook_paths['hook']}, "
+        f"elsewhere (CDI) {gpus_starts - hook_paths['daemon'] - hook_paths['hook']}"
+    )
     per_file = (
         statistics.median(
             a - b
@@ -458,6 +491,10 @@ def main() -> int:
                 "image": args.image,
                 "launcher": args.launcher,
                 "storage_driver": args.storage_driver,
+                "docker_version": docker_version,
+                "gpus_hook": args.gpus_hook,
+                "gpus_starts": gpus_starts,
+                "gpus_hook_paths": hook_paths,
             },
             indent=2,
         )

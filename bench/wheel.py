@@ -8,8 +8,11 @@ config comes through ``NVCT_CONFIG`` in dockerd's environment), then times ``doc
 IMAGE true`` round by round, interleaved in a seeded random order:
 
 - with the wheel's shim daemon (``python -m nvct.runtime.launch.daemon`` from that venv, on the
-  socket compiled into the launcher): runc, no GPU asked, 1 GPU;
-- then without a daemon (every GPU create starts the venv's Python shim): runc, 1 GPU.
+  socket compiled into the launcher): runc, no GPU asked, 1 GPU, and ``--gpus device=0`` on
+  plain runc (the wheel's native ``nvidia-container-runtime-hook``, found on dockerd's PATH,
+  its work done by the daemon);
+- then without a daemon (every GPU create starts the venv's Python shim, every ``--gpus``
+  hook the venv's Python hook): runc, 1 GPU, ``--gpus device=0``.
 
 Targets: no GPU <= 1.025 x runc, 1 GPU <= 1.11 x runc (median of per-round ratios).
 """
@@ -95,12 +98,18 @@ def main() -> int:
     dockerd = Dockerd(
         {"runtimes": {"wheel": {"path": str(launcher)}}}, storage_driver=args.storage_driver
     )
-    dockerd.start()
+    old_path = os.environ["PATH"]
+    os.environ["PATH"] = f"{binary}:{old_path}"  # dockerd finds the wheel's --gpus hook
+    try:
+        dockerd.start()
+    finally:
+        os.environ["PATH"] = old_path
     try:
         docker_import(dockerd, glibc_rootfs(work / "rootfs"), GLIBC_TAG)
         base = [dockerd.docker_cli, "-H", dockerd.host, "run", "--rm", "--network", "none"]
         gpu = ["--runtime", "wheel", "-e", "NVIDIA_VISIBLE_DEVICES=0", GLIBC_TAG, "true"]
         runc = [*base, GLIBC_TAG, "true"]
+        gpus = [*base, "--gpus", "device=0", GLIBC_TAG, "true"]
         env = dockerd.cli_env()
         shimd.start()
         try:
@@ -109,6 +118,7 @@ def main() -> int:
                     "runc": runc,
                     "no GPU asked": [*base, "--runtime", "wheel", GLIBC_TAG, "true"],
                     "1 GPU": [*base, *gpu],
+                    "--gpus device=0": gpus,
                 },
                 env,
                 args.rounds,
@@ -116,16 +126,25 @@ def main() -> int:
             )
         finally:
             shimd.stop()
-        without = run_rounds({"runc": runc, "1 GPU": [*base, *gpu]}, env, args.rounds, args.seed)
+        without = run_rounds(
+            {"runc": runc, "1 GPU": [*base, *gpu], "--gpus device=0": gpus},
+            env,
+            args.rounds,
+            args.seed,
+        )
     finally:
         dockerd.stop()
     events = [json.loads(line) for line in (config.parent / "nvct.log").read_text().splitlines()]
     prepared = [e for e in events if e.get("event") == "container_prepared"]
     assert prepared, "no GPU create reached nvct (NVCT_CONFIG did not reach the runtime)"
+    configured = [e["via"] for e in events if e.get("event") == "container_configured"]
+    hook_paths = {via: configured.count(via) for via in ("daemon", "hook")}
     ratios = {
         "no GPU / runc (<= 1.025)": paired(with_daemon, "no GPU asked"),
         "1 GPU / runc, shim daemon (<= 1.11)": paired(with_daemon, "1 GPU"),
         "1 GPU / runc, no daemon (<= 1.11)": paired(without, "1 GPU"),
+        "--gpus device=0 / runc, shim daemon (<= 1.05)": paired(with_daemon, "--gpus device=0"),
+        "--gpus device=0 / runc, no daemon": paired(without, "--gpus device=0"),
     }
     results = {
         "with daemon": {k: quantiles(v) for k, v in with_daemon.items()},
@@ -133,12 +152,17 @@ def main() -> int:
         "ratios (median of per-round ratios)": {k: round(v, 3) for k, v in ratios.items()},
         "rounds": args.rounds,
         "storage_driver": args.storage_driver,
+        "gpus_hook_paths": hook_paths,  # --gpus starts by path: 2 + rounds each expected
     }
     for phase in ("with daemon", "no daemon"):
         for name, q in results[phase].items():
             print(f"{phase:<12} {name:<14} median {q['median']:8.2f} ms  p10 {q['p10']:8.2f}")
     for name, ratio in ratios.items():
-        print(f"{name:<40} {ratio:.3f}")
+        print(f"{name:<46} {ratio:.3f}")
+    print(
+        f"--gpus hook's work: by a daemon worker {hook_paths['daemon']}, the Python hook "
+        f"{hook_paths['hook']} (of {2 + args.rounds} starts each)"
+    )
     args.output.write_text(json.dumps(results, indent=2) + "\n")
     return 0
 

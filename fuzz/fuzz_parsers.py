@@ -20,7 +20,7 @@ with atheris.instrument_imports():
     from nvct.request.parse import request_from_spec
     from nvct.request.requirements import Facts, evaluate, parse_requirement
     from nvct.runtime.args import parse_runc_args, strip_own_flags
-    from nvct.runtime.order_key import cache_dir_of
+    from nvct.plan.order_key import cache_dir_of
 
 FACTS = Facts("12.4", "550.54.15", "9.0", "Nvidia")
 

@@ -3,7 +3,9 @@
 Session-wide: ``glibc_rootfs_dir`` (built once), ``dockerd_factory`` (private dockerds, all
 stopped at session end), ``plain_dockerd`` (one with an empty daemon.json),
 ``import_glibc_image`` (puts the glibc rootfs into a given dockerd), ``glibc_image`` (its tag in
-``plain_dockerd``). Per test: ``runc_bundle_factory``, ``container_id``.
+``plain_dockerd``), ``served_hook_path`` (the native prestart hook served by a private shim
+daemon). Per test: ``runc_bundle_factory``, ``container_id``, ``hook_path`` (the hook's
+executable for each of ``integration.harness.shimd.HOOK_PATHS``).
 
 Each fixture skips its tests, saying what is missing, when not root or without docker/runc.
 
@@ -18,7 +20,7 @@ from __future__ import annotations
 import itertools
 import shutil
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +33,16 @@ from integration.harness.dockerd import Dockerd, DockerdFactory
 from integration.harness.images import GLIBC_TAG, ImageImporter, docker_import, glibc_rootfs
 from integration.harness.nvct_config import NVCT_BIN, write_nvct_config
 from integration.harness.podman import private_podman
+from integration.harness.shimd import served_hook
 from integration.harness.skips import (
     need_binary,
     need_busybox,
+    need_cc,
     need_docker,
     need_root,
     require,
 )
+from nvct.runtime.launch.build import build_native, hook_command
 
 
 @pytest.fixture(scope="session")
@@ -89,6 +94,43 @@ def import_glibc_image(glibc_rootfs_dir: Path) -> ImageImporter:
 def glibc_image(plain_dockerd: Dockerd, import_glibc_image: ImageImporter) -> str:
     """Tag of the glibc rootfs image in ``plain_dockerd``."""
     return import_glibc_image(plain_dockerd)
+
+
+@pytest.fixture(scope="session")
+def served_hook_path(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The native prestart hook, asking a private shim daemon (stopped at session end)."""
+    require(need_root(), need_cc())
+    shimd, hook = served_hook(tmp_path_factory.mktemp("served-hook"))
+    try:
+        yield hook
+    finally:
+        shimd.stop()
+
+
+@pytest.fixture(scope="session")
+def python_hook_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The native prestart hook built to ask no daemon: it always runs the Python hook (the
+    installed one may find a daemon of this very code on the default socket, such as the
+    packages test's). Without a C compiler, the installed hook: the Python console script."""
+    if need_cc() is not None:
+        return NVCT_BIN / "nvidia-container-runtime-hook"
+    hook = tmp_path_factory.mktemp("python-hook") / "nvidia-container-runtime-hook"
+    build_native(hook, hook_command(), socket="", hook=True)
+    return hook
+
+
+@pytest.fixture
+def hook_path(request: pytest.FixtureRequest) -> Callable[[str], Path]:
+    """The prestart hook's executable for a path of ``HOOK_PATHS``: ``python``, the native hook
+    that asks no daemon (it runs the Python hook), ``daemon``, the native hook served by a
+    private shim daemon (started on first use)."""
+
+    def path(how: str) -> Path:
+        name = "served_hook_path" if how == "daemon" else "python_hook_path"
+        hook: Path = request.getfixturevalue(name)
+        return hook
+
+    return path
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ open) is the evidence.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 from collections.abc import Iterator
@@ -18,8 +19,8 @@ import pytest
 
 from integration.harness.dockerd import Dockerd, DockerdFactory
 from integration.harness.images import GLIBC_TAG, ImageImporter
-from integration.harness.nvct_config import NVCT_BIN, write_nvct_config
-from integration.harness.shimd import ShimDaemon
+from integration.harness.nvct_config import write_nvct_config
+from integration.harness.shimd import HOOK_PATHS, ShimDaemon, expected_via
 from integration.harness.skips import need_cc, require
 from nvct.runtime.launch.build import build_native
 from tests.nvidia_legacy import BINARIES as LEGACY_BINARIES
@@ -154,35 +155,42 @@ def _path_prefix(directory: Path) -> Iterator[None]:
         os.environ["PATH"] = old
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=HOOK_PATHS)
 def gpus_dockerd(
+    request: pytest.FixtureRequest,
     dockerd_factory: DockerdFactory,
     sim_driver: Any,
     import_glibc_image: ImageImporter,
     tmp_path_factory: pytest.TempPathFactory,
-) -> Dockerd:
-    """A dockerd without the nvidia runtime whose PATH finds nvct's nvidia-container-runtime-hook.
+) -> tuple[Dockerd, Path, str]:
+    """A dockerd without the nvidia runtime whose PATH finds nvct's nvidia-container-runtime-hook
+    (the Python hook's path, or the native hook served by a shim daemon); nvct's log; the path.
 
     dockerd runs that hook with an empty environment, so a wrapper passes the test config
     (an installed nvct reads /etc/nvct/config.toml).
     """
+    how = request.param
+    hook_exe = request.getfixturevalue(
+        "served_hook_path" if how == "daemon" else "python_hook_path"
+    )
     tmp = tmp_path_factory.mktemp("gpus")
     config = write_nvct_config(tmp / "config.toml", sim_driver)
     bindir = tmp / "bin"
     bindir.mkdir()
     hook = bindir / "nvidia-container-runtime-hook"
-    hook.write_text(
-        f'#!/bin/sh\nNVCT_CONFIG={config} exec {NVCT_BIN / "nvidia-container-runtime-hook"} "$@"\n'
-    )
+    hook.write_text(f'#!/bin/sh\nNVCT_CONFIG={config} exec {hook_exe} "$@"\n')
     hook.chmod(0o755)
     with _path_prefix(bindir):
         dockerd = dockerd_factory({})
     import_glibc_image(dockerd)
-    return dockerd
+    return dockerd, config.parent / "nvct.log", how
 
 
-def test_docker_gpus_flag_on_plain_runc(gpus_dockerd: Dockerd, sim_driver: Any) -> None:
-    result = gpus_dockerd.docker(
+def test_docker_gpus_flag_on_plain_runc(
+    gpus_dockerd: tuple[Dockerd, Path, str], sim_driver: Any
+) -> None:
+    dockerd, log, how = gpus_dockerd
+    result = dockerd.docker(
         "run",
         "--rm",
         "--network",
@@ -198,6 +206,9 @@ def test_docker_gpus_flag_on_plain_runc(gpus_dockerd: Dockerd, sim_driver: Any) 
     )
     assert gpu_nodes(result.stdout) == ["nvidia1"], result.stderr
     assert smi_uuids(result.stdout) == [sim_driver.spec.gpus[1].uuid]
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    ran = [e["via"] for e in events if e["event"] == "container_configured"]
+    assert ran[-1:] == expected_via(how)
     assert "Operation not permitted" in result.stderr
 
 

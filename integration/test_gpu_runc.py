@@ -9,7 +9,7 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ import pytest
 
 from integration.harness.bundles import BundleFactory, run_runc
 from integration.harness.nvct_config import NVCT_BIN, write_nvct_config
+from integration.harness.shimd import HOOK_PATHS, expected_via, hook_via
 from integration.harness.skips import need_binary, require
 
 pytestmark = [pytest.mark.runc, pytest.mark.root]
@@ -34,10 +35,12 @@ def host_mounts() -> int:
     return len(Path("/proc/self/mountinfo").read_text().splitlines())
 
 
-def gpus_hook(config: Path) -> dict[str, Any]:
+def gpus_hook(
+    config: Path, hook: Path = NVCT_BIN / "nvidia-container-runtime-hook"
+) -> dict[str, Any]:
     """nvct's prestart hook as dockerd writes it for ``--gpus`` (run by plain runc)."""
     return {
-        "path": str(NVCT_BIN / "nvidia-container-runtime-hook"),
+        "path": str(hook),
         "args": ["nvidia-container-runtime-hook", "prestart"],
         "env": [f"NVCT_CONFIG={config}"],
     }
@@ -65,11 +68,18 @@ def test_shim_injects_one_gpu(
     assert host_mounts() == mounts_before  # every mount was made in the container's namespace
 
 
+@pytest.mark.parametrize("how", HOOK_PATHS)
 def test_hook_alone_creates_nodes_and_grants_cgroup(
-    runc_bundle_factory: BundleFactory, container_id: str, nvct_config: Path, sim_driver: Any
+    runc_bundle_factory: BundleFactory,
+    container_id: str,
+    nvct_config: Path,
+    sim_driver: Any,
+    hook_path: Callable[[str], Path],
+    how: str,
 ) -> None:
-    """The --gpus path: plain runc, a prestart hook named nvidia-container-runtime-hook."""
-    hook = gpus_hook(nvct_config)
+    """The --gpus path: plain runc, a prestart hook named nvidia-container-runtime-hook, which
+    does the work itself or hands it to the shim daemon."""
+    hook = gpus_hook(nvct_config, hook_path(how))
     bundle = runc_bundle_factory(
         ["/bin/sh", "-c", "ls /dev; nvidia-smi -L; cat /dev/nvidia0"],
         ["NVIDIA_VISIBLE_DEVICES=0"],
@@ -81,6 +91,7 @@ def test_hook_alone_creates_nodes_and_grants_cgroup(
     log = [json.loads(ln) for ln in (nvct_config.parent / "nvct.log").read_text().splitlines()]
     configured = [e for e in log if e["event"] == "container_configured"]
     assert configured[-1]["ld_cache"] == "merged"  # the image's cache, no ldconfig run
+    assert hook_via(nvct_config.parent / "nvct.log", container_id) == expected_via(how)
 
 
 @pytest.mark.parametrize(
@@ -480,6 +491,7 @@ def unified_runc(tmp_path: Path, runtime: str = "runc") -> Path:
     return wrapper
 
 
+@pytest.mark.parametrize("how", HOOK_PATHS)
 @pytest.mark.parametrize("runtime", ["runc", "crun"])
 def test_hook_alone_on_cgroup_v2_grants_only_the_selected_gpu(
     runc_bundle_factory: BundleFactory,
@@ -487,7 +499,9 @@ def test_hook_alone_on_cgroup_v2_grants_only_the_selected_gpu(
     nvct_config: Path,
     sim_driver: Any,
     tmp_path: Path,
+    hook_path: Callable[[str], Path],
     runtime: str,
+    how: str,
 ) -> None:
     """``docker run --gpus device=1`` on plain runc, cgroup v2: /dev/nvidia1 opens (ENXIO from
     the simulated major, past the cgroup), /dev/nvidia0 is refused by the device program."""
@@ -503,7 +517,7 @@ def test_hook_alone_on_cgroup_v2_grants_only_the_selected_gpu(
         ["/bin/sh", "-c", "cat /proc/self/cgroup; cat /dev/nvidia1; cat /simdev/nvidia0"],
         ["NVIDIA_VISIBLE_DEVICES=1"],
         extra={
-            "hooks": {"prestart": [gpus_hook(nvct_config)]},
+            "hooks": {"prestart": [gpus_hook(nvct_config, hook_path(how))]},
             "mounts": [*runc_spec()["mounts"], sim_dev],
         },
     )
@@ -517,6 +531,9 @@ def test_hook_alone_on_cgroup_v2_grants_only_the_selected_gpu(
     assert any("/dev/nvidia1" in ln and "No such device or address" in ln for ln in lines), lines
     assert any("/simdev/nvidia0" in ln and "Operation not permitted" in ln for ln in lines), lines
     assert not any("/dev/nvidia1" in ln and "not permitted" in ln for ln in lines), lines
+    # The runtime runs in a mount namespace of its own (the wrapper's): the daemon declines a
+    # hook whose paths name other files than its own, and the Python hook does the work.
+    assert hook_via(nvct_config.parent / "nvct.log", container_id) == ["hook"]
 
 
 def test_inputs_nvct_leaves_alone_are_logged_on_every_start(

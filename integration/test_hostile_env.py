@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from integration.harness.bundles import BundleFactory, run_runc
 from integration.harness.dockerd import Dockerd
 from integration.harness.images import docker_import
 from integration.harness.nvct_config import NVCT_BIN
+from integration.harness.shimd import hook_via
 from integration.harness.skips import need_binary, require
 
 PRELOAD_C = r"""
@@ -95,23 +97,27 @@ def markers_left(markers: Path) -> list[str]:
 
 @pytest.mark.runc
 @pytest.mark.root
-@pytest.mark.parametrize("via", ["shim", "hook-alone"])
+@pytest.mark.parametrize("via", ["shim", "hook-alone", "hook-daemon"])
 def test_image_env_never_reaches_host_processes(
     runc_bundle_factory: BundleFactory,
     container_id: str,
     nvct_config: Path,
     sim_driver: Any,
     tmp_path: Path,
+    hook_path: Callable[[str], Path],
     via: str,
 ) -> None:
+    """The hook alone runs in its own process (the Python hook) or in a shim daemon's worker
+    (the native hook): neither may run the image's payloads."""
     markers = tmp_path / "markers"
     markers.mkdir()
     hooks = {}
-    if via == "hook-alone":  # as dockerd writes it for --gpus: no env, runc's is inherited
+    if via != "shim":  # as dockerd writes it for --gpus: no env, runc's is inherited
+        hook = hook_path("daemon" if via == "hook-daemon" else "python")
         hooks = {
             "prestart": [
                 {
-                    "path": str(NVCT_BIN / "nvidia-container-runtime-hook"),
+                    "path": str(hook),
                     "args": ["nvidia-container-runtime-hook", "prestart"],
                 }
             ]
@@ -135,6 +141,8 @@ def test_image_env_never_reaches_host_processes(
     assert result.returncode == 0, result.stderr
     assert sim_driver.spec.gpus[0].uuid in result.stdout
     assert "No such file or directory" in result.stdout  # no /host-etc: NVCT_PLAN was ignored
+    ran = hook_via(nvct_config.parent / "nvct.log", container_id)
+    assert ran == ([] if via == "shim" else ["daemon" if via == "hook-daemon" else "hook"])
 
 
 @pytest.mark.docker

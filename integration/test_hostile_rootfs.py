@@ -28,7 +28,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ import pytest
 
 from integration.harness.bundles import BundleFactory, run_runc
 from integration.harness.nvct_config import NVCT_BIN, write_nvct_config
+from integration.harness.shimd import expected_via, hook_via
 
 pytestmark = [pytest.mark.runc, pytest.mark.root]
 
@@ -44,8 +45,16 @@ SHIM = str(NVCT_BIN / "nvct-runtime")
 LIBDIR = "usr/lib/x86_64-linux-gnu"
 # Other engines' containers (other dockerds on this machine) come and go while these tests run;
 # their mounts live under these paths and are not ours to count.
-# (/tmp/nvd-*: the harness's private dockerds, which other test sessions start and stop.)
-_FOREIGN_MOUNTS = ("/docker", "/containerd", "/run/netns", "/var/lib/kubelet", "/tmp/nvd-")
+# (/tmp/nvd-*, /tmp/nvc-*: the harness's private dockerds and containerds, which other test
+# sessions start and stop.)
+_FOREIGN_MOUNTS = (
+    "/docker",
+    "/containerd",
+    "/run/netns",
+    "/var/lib/kubelet",
+    "/tmp/nvd-",
+    "/tmp/nvc-",
+)
 # Names of driver files and nodes nvct injects (packages installing nvct itself may come and go).
 _DRIVER_NAMES = ("libcuda", "libnvidia", "nvidia-smi", "nvidia-debugdump", "gsp_", "nvidiactl")
 
@@ -155,6 +164,22 @@ def assert_mounts_confined(mountinfo: str, rootfs: Path, canary: Path, host: lis
             assert point == root or point.startswith(root + "/"), f"mount outside rootfs: {point}"
 
 
+def hook_for(hook_path: Callable[[str], Path], via: str) -> Path:
+    """The hook executable for a test's ``via``: ``hook-daemon`` is the native hook served
+    by a shim daemon, any other ``hook-*`` the Python hook."""
+    return hook_path("daemon" if via == "hook-daemon" else "python")
+
+
+def assert_hook_path(config: Path, container_id: str, via: str) -> None:
+    """The hook did its work (or refused) the way ``via`` names: in a daemon's worker for
+    ``hook-daemon``, in its own process for the other hooks, not at all through the shim."""
+    ran = hook_via(config.parent / "nvct.log", container_id)
+    if via == "shim":
+        assert ran == [], ran
+    else:
+        assert ran == expected_via("daemon" if via == "hook-daemon" else "python"), ran
+
+
 def shim_env(config: Path) -> dict[str, str]:
     return {**os.environ, "NVCT_CONFIG": str(config)}
 
@@ -187,18 +212,20 @@ ESCAPES = [
 ]
 
 
-def hook_alone(config: Path, *, walk: bool) -> dict[str, Any]:
+def hook_alone(config: Path, *, walk: bool, hook: Path | None = None) -> dict[str, Any]:
     """The prestart hook as dockerd writes it for --gpus (run by plain runc, no shim);
-    ``walk`` forces the O_NOFOLLOW walk that stands in for openat2 on old kernels."""
+    ``walk`` forces the O_NOFOLLOW walk that stands in for openat2 on old kernels (the Python
+    hook's: the daemon's modules chose at import); ``hook``: the executable (default: the
+    installed one, which runs the Python hook when no daemon answers)."""
     env = [f"NVCT_CONFIG={config}"] + (["NVCT_TEST_NO_OPENAT2=1"] if walk else [])
     return {
-        "path": str(NVCT_BIN / "nvidia-container-runtime-hook"),
+        "path": str(hook or NVCT_BIN / "nvidia-container-runtime-hook"),
         "args": ["nvidia-container-runtime-hook", "prestart"],
         "env": env,
     }
 
 
-@pytest.mark.parametrize("via", ["shim", "hook-openat2"])
+@pytest.mark.parametrize("via", ["shim", "hook-openat2", "hook-daemon"])
 @pytest.mark.parametrize("style", ["absolute", "dotdot", "double-slash"])
 @pytest.mark.parametrize(("rel", "sub"), ESCAPES, ids=[e[0] for e in ESCAPES])
 def test_symlink_out_of_rootfs_stays_inside(
@@ -207,12 +234,14 @@ def test_symlink_out_of_rootfs_stays_inside(
     nvct_config: Path,
     sim_driver: Any,
     tmp_path: Path,
+    hook_path: Callable[[str], Path],
     rel: str,
     sub: str,
     style: str,
     via: str,
 ) -> None:
-    """Through the shim (the O_NOFOLLOW walk) and the hook alone (openat2 RESOLVE_IN_ROOT)."""
+    """Through the shim (the O_NOFOLLOW walk) and the hook alone (openat2 RESOLVE_IN_ROOT), in
+    its own process or in a shim daemon's worker."""
     canary = make_canary(tmp_path / "canary")
     target = {
         "absolute": str(canary / sub),
@@ -223,7 +252,7 @@ def test_symlink_out_of_rootfs_stays_inside(
     script = f"ls /{LIBDIR}/nvidia-driver /usr/bin; nvidia-smi -L; ls /lib/firmware/nvidia/*"
     hooks: dict[str, Any] = {"createRuntime": [observer]}
     if via != "shim":
-        hooks["prestart"] = [hook_alone(nvct_config, walk=False)]
+        hooks["prestart"] = [hook_alone(nvct_config, walk=False, hook=hook_for(hook_path, via))]
     bundle = runc_bundle_factory(
         ["/bin/sh", "-c", script],
         ["NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=all"],
@@ -244,6 +273,7 @@ def test_symlink_out_of_rootfs_stays_inside(
         errors = [ln for ln in result.stderr.splitlines() if "nvct" in ln]
         assert errors and "error" in errors[0], result.stderr
     assert not seen.exists() or "MARKER" not in seen.read_text()
+    assert_hook_path(nvct_config, container_id, via)
 
 
 # (path in the image, canary entry it reaches through procfs): what ldconfig writes or reads.
@@ -255,13 +285,14 @@ PROC_ESCAPES = [
 ]
 
 
-@pytest.mark.parametrize("via", ["shim", "hook-openat2", "hook-walk"])
+@pytest.mark.parametrize("via", ["shim", "hook-openat2", "hook-walk", "hook-daemon"])
 @pytest.mark.parametrize(("rel", "sub"), PROC_ESCAPES, ids=[e[0] for e in PROC_ESCAPES])
 def test_procfs_magic_link_out_of_rootfs(
     runc_bundle_factory: BundleFactory,
     container_id: str,
     nvct_config: Path,
     tmp_path: Path,
+    hook_path: Callable[[str], Path],
     rel: str,
     sub: str,
     via: str,
@@ -274,7 +305,8 @@ def test_procfs_magic_link_out_of_rootfs(
     canary = make_canary(tmp_path / "canary")
     hooks: dict[str, Any] = {}
     if via != "shim":
-        hooks["prestart"] = [hook_alone(nvct_config, walk=via == "hook-walk")]
+        hook = hook_for(hook_path, via)
+        hooks["prestart"] = [hook_alone(nvct_config, walk=via == "hook-walk", hook=hook)]
     bundle = runc_bundle_factory(
         ["/bin/sh", "-c", "nvidia-smi -L"], ["NVIDIA_VISIBLE_DEVICES=0"], extra={"hooks": hooks}
     )
@@ -290,12 +322,13 @@ def test_procfs_magic_link_out_of_rootfs(
         # No way to write the container's ld.so.cache: refused in one line, nothing started.
         errors = [ln for ln in result.stderr.splitlines() if "nvct" in ln]
         assert errors and "error" in errors[0], result.stderr
+    assert_hook_path(nvct_config, container_id, via)
 
 
 RUNC_DEV_LINKS = {f"dev/{n}" for n in ("fd", "ptmx", "stdin", "stdout", "stderr")}
 
 
-@pytest.mark.parametrize("walk", [False, True], ids=["openat2", "walk"])
+@pytest.mark.parametrize("via", ["hook-openat2", "hook-walk", "hook-daemon"])
 @pytest.mark.parametrize("style", ["absolute", "dotdot"])
 def test_dev_symlink_out_of_rootfs_hook_alone(
     runc_bundle_factory: BundleFactory,
@@ -303,13 +336,14 @@ def test_dev_symlink_out_of_rootfs_hook_alone(
     nvct_config: Path,
     sim_driver: Any,
     tmp_path: Path,
+    hook_path: Callable[[str], Path],
     style: str,
-    walk: bool,
+    via: str,
 ) -> None:
     """--gpus path (plain runc, the hook mknods the device nodes): /dev -> the host canary."""
     canary = make_canary(tmp_path / "canary")
     target = str(canary / "dev") if style == "absolute" else dotdot_to(canary / "dev")
-    hook = hook_alone(nvct_config, walk=walk)
+    hook = hook_alone(nvct_config, walk=via == "hook-walk", hook=hook_for(hook_path, via))
     observer, seen = observer_hook(tmp_path)
     bundle = runc_bundle_factory(
         ["/bin/sh", "-c", "ls /dev; nvidia-smi -L"],
@@ -332,6 +366,7 @@ def test_dev_symlink_out_of_rootfs_hook_alone(
         assert_mounts_confined(seen.read_text(), rootfs, canary, host)
     else:
         assert "nvct-hook: error" in result.stderr or "error" in result.stderr
+    assert_hook_path(nvct_config, container_id, via)
 
 
 # --- 2. a symlink swapped while the container starts --------------------------------------

@@ -155,6 +155,11 @@ def test_deb_payload(packages: Packages) -> None:
     assert is_elf_executable(runtime), runtime[:64]
     assert b"/usr/libexec/nvct/nvct-runtime\0" in runtime
     assert bytes(DAEMON_SOCKET) + b"\0" in runtime
+    # nvct-hook too: the native hook, asking the same daemon, the Python hook in libexec after.
+    hook = deb_member(packages.deb, "usr/bin/nvct-hook")
+    assert is_elf_executable(hook), hook[:64]
+    assert b"/usr/libexec/nvct/nvct-hook\0" in hook
+    assert bytes(DAEMON_SOCKET) + b"\0" in hook
     assert DEB_UNIT in paths
     assert f"lib/systemd/system/{PLUGIN_UNIT}" in paths
     # Man pages exist and come from the CLI's help.

@@ -57,10 +57,13 @@ def test_the_wheel_is_a_platform_wheel_whose_nvct_runtime_is_native(wheel_venv: 
         if ln.startswith("Requires-Dist:")
     ]
     assert any(r.startswith("PyYAML") and "extra ==" not in r for r in requires), requires
-    assert "nvct-runtime=" not in entry_points.replace(" ", "")
     assert "nvct-cli=" in entry_points.replace(" ", "")
-    assert (wheel_venv / "nvct-runtime").read_bytes()[:4] == b"\x7fELF"
-    assert os.access(wheel_venv / "nvct-runtime", os.X_OK)
+    # The runtime and docker --gpus's hook are native programs, not console scripts.
+    for name in ("nvct-runtime", "nvct-hook", "nvidia-container-runtime-hook"):
+        assert f"\n{name}=" not in entry_points.replace(" ", ""), name
+        assert (wheel_venv / name).read_bytes()[:4] == b"\x7fELF", name
+        assert os.access(wheel_venv / name, os.X_OK)
+    assert b"nvct.hook\0" in (wheel_venv / "nvct-hook").read_bytes()  # its Python fallback
 
 
 def test_a_passthrough_call_starts_no_python(wheel_venv: Path, tmp_path: Path) -> None:

@@ -22,9 +22,11 @@
 #                                   the package scripts byte-compile for the target's Python)
 #   /usr/lib/nvct/grpc/             grpcio, protobuf, typing_extensions (vendor-grpc.txt) for
 #                                   PYTHON's version and this architecture
-#   /usr/bin/nvct-hook, nvct-cli, nvct-cdi-hook   launchers: PYTHON -IS with only the private
-#                                   tree added (nvct-cdi-hook: the CDI specs' createContainer hook;
-#                                   nvct-cli also appends /usr/lib/nvct/grpc)
+#   /usr/bin/nvct-cli, nvct-cdi-hook, /usr/libexec/nvct/nvct-hook   launchers: PYTHON -IS with
+#                                   only the private tree added (nvct-cdi-hook: the CDI specs'
+#                                   createContainer hook; nvct-cli also appends /usr/lib/nvct/grpc)
+#   /usr/bin/nvct-hook              native prestart hook (nvct/runtime/launch/hook.c, an ELF): the
+#                                   shim daemon does its work, else /usr/libexec/nvct/nvct-hook
 #   /usr/bin/nvct-device-plugin     the Kubernetes device plugin (private tree + grpc), run by
 #   $SYSTEMD_UNITDIR/nvct-device-plugin.service   (packaging/nvct-device-plugin.service)
 #   $SYSTEMD_UNITDIR/nvct-mps-control.service     (packaging/nvct-mps-control.service)
@@ -166,7 +168,8 @@ EOF
     } >"$destdir$1"
     chmod 0755 "$destdir$1"
 }
-launcher /usr/bin/nvct-hook nvct.hook.__main__
+# the Python hook: what the native /usr/bin/nvct-hook (below) runs when no shim daemon answers
+launcher /usr/libexec/nvct/nvct-hook nvct.hook.__main__
 launcher /usr/bin/nvct-cli nvct.cli.main grpc
 launcher /usr/bin/nvct-device-plugin nvct.deviceplugin.__main__ grpc-required
 # the Kubernetes API client's msgspec is compiled per CPython too: it sits in the grpc directory
@@ -188,6 +191,15 @@ from nvct.runtime.launch.build import main
 sys.exit(main(sys.argv[2:]))' "$lib" --native --output "$destdir/usr/bin/nvct-runtime" \
     --python-command /usr/libexec/nvct/nvct-runtime ||
     fail "cannot build the native launcher (needs a C compiler: \$CC, default cc)"
+# nvct-hook (and nvidia-container-runtime-hook, docker --gpus's name): the native prestart hook,
+# which hands the OCI state to the same daemon (no interpreter per container), and runs the
+# Python hook in libexec when none answers.
+"$build_python" -ISB -c 'import sys
+sys.path.insert(0, sys.argv[1])
+from nvct.runtime.launch.build import main
+sys.exit(main(sys.argv[2:]))' "$lib" --native --hook --output "$destdir/usr/bin/nvct-hook" \
+    --python-command /usr/libexec/nvct/nvct-hook ||
+    fail "cannot build the native hook (needs a C compiler: \$CC, default cc)"
 install -D -m 0644 packaging/nvct-runtime-daemon.service \
     "$destdir$unitdir/nvct-runtime-daemon.service"
 # CDI refresh: the spec is regenerated at boot and when the driver changes (see the units).

@@ -46,6 +46,7 @@ GRPC = "usr/lib/nvct/grpc"
 EXPECTED = {
     "etc/nvct/config.toml",
     *(f"usr/bin/{name}" for name in BINARIES),
+    "usr/libexec/nvct/nvct-hook",
     "usr/libexec/nvct/nvct-runtime",
     "usr/libexec/nvct/nvct-runtime-daemon",
     *(f"usr/share/man/man1/{name}.1.gz" for name in BINARIES),
@@ -73,7 +74,7 @@ HOOK_JSONS = {f"usr/share/containers/oci/hooks.d/{p.name}" for p in (ROOT / "hoo
 # Python launchers: run isolated (-I: no PYTHON* variables, user site or cwd; -S: no site).
 PYTHON_LAUNCHERS = (
     "usr/bin/nvct-cli",
-    "usr/bin/nvct-hook",
+    "usr/libexec/nvct/nvct-hook",
     "usr/bin/nvct-cdi-hook",
     "usr/libexec/nvct/nvct-runtime",
     "usr/libexec/nvct/nvct-runtime-daemon",
@@ -84,6 +85,7 @@ PYTHON_LAUNCHERS = (
 HOT_PATH = (
     "usr/bin/nvct-runtime",
     "usr/bin/nvct-hook",
+    "usr/libexec/nvct/nvct-hook",
     "usr/bin/nvct-cdi-hook",
     "usr/libexec/nvct/nvct-runtime",
     "usr/libexec/nvct/nvct-runtime-daemon",

@@ -11,10 +11,16 @@ import shlex
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 from integration.harness import HarnessError, tail
+
+# How a --gpus / hooks.d prestart hook does its work: the Python hook in the hook's process,
+# or the native hook handing it to a shim daemon's worker (conftest's ``hook_path`` fixture
+# gives the executable for each).
+HOOK_PATHS = ("python", "daemon")
 
 
 class ShimDaemon:
@@ -62,3 +68,38 @@ class ShimDaemon:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=15)
+
+
+def served_hook(work: Path, python: str = sys.executable) -> tuple[ShimDaemon, Path]:
+    """A shim daemon on a socket in ``work`` and the native prestart hook built to ask it
+    (its Python fallback: nvct's hook on ``python``); the caller stops the daemon."""
+    from nvct.runtime.launch.build import build_native, hook_command
+
+    shimd = ShimDaemon(
+        [python, "-m", "nvct.runtime.launch.daemon"], work / "shim.sock", work / "shimd.log"
+    ).start()
+    hook = work / "nvidia-container-runtime-hook"
+    try:
+        build_native(hook, hook_command(), socket=str(shimd.socket_path), hook=True)
+    except BaseException:
+        shimd.stop()
+        raise
+    return shimd, hook
+
+
+def hook_via(log: Path, container_id: str) -> list[str]:
+    """How each prestart hook that configured ``container_id``, or failed to, did its work,
+    from nvct's log: ``hook`` (the Python hook) or ``daemon`` (a shim daemon's worker for the
+    native hook)."""
+    import json
+
+    ends = ("container_configured", "hook_failed", "hook_crashed")
+    events = (json.loads(line) for line in log.read_text().splitlines() if line.strip())
+    return [
+        e["via"] for e in events if e.get("event") in ends and e.get("container_id") == container_id
+    ]
+
+
+def expected_via(how: str) -> list[str]:
+    """``hook_via``'s answer for one start on the hook path ``how`` (of HOOK_PATHS)."""
+    return [{"python": "hook", "daemon": "daemon"}[how]]

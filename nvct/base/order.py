@@ -75,7 +75,7 @@ if TYPE_CHECKING:
         order: WorkOrder | None  # None: the container asks for no GPU
 
     class CacheEntry(_CacheEntryRequired, total=False):
-        """What the shim caches per kind of container (``nvct.runtime.order_key``)."""
+        """What the shim caches per kind of container (``nvct.plan.order_key``)."""
 
         decisions: list[str]  # why no GPU (order None)
         ignored: list[str]  # NVIDIA inputs nvct left alone, and why: logged on every start

@@ -44,13 +44,16 @@ def _mounts(proc_root: str) -> list[tuple[str, str, str]]:
     return mounts
 
 
-def unified_cgroup_dir(pid: int, proc_root: str = "/proc") -> str | None:
-    """The cgroup v2 directory of ``pid`` when the host is unified (runc's test), else None."""
+def unified_cgroup_dir(
+    pid: int, proc_root: str = "/proc", lines: list[str] | None = None
+) -> str | None:
+    """The cgroup v2 directory of ``pid`` (whose ``/proc/PID/cgroup`` holds ``lines`` when
+    given) when the host is unified (runc's test), else None."""
     at_root = [m for m in _mounts(proc_root) if m[0] == CGROUP_ROOT]
     if not at_root or at_root[-1][2] != "cgroup2":  # the last mount there is the visible one
         return None
     mount_root = at_root[-1][1]
-    for line in _cgroup_lines(pid, proc_root):
+    for line in _cgroup_lines(pid, proc_root) if lines is None else lines:
         if line.startswith("0::"):
             rel = line[3:]
             if mount_root != "/" and rel.startswith(mount_root):
@@ -59,9 +62,12 @@ def unified_cgroup_dir(pid: int, proc_root: str = "/proc") -> str | None:
     raise ApplyError(f"/proc/{pid}/cgroup has no cgroup v2 entry on a cgroup v2 host")
 
 
-def devices_cgroup_dir(pid: int, proc_root: str = "/proc") -> str | None:
+def devices_cgroup_dir(
+    pid: int, proc_root: str = "/proc", lines: list[str] | None = None
+) -> str | None:
     """The cgroup v1 devices directory of ``pid``, or None when it is on cgroup v2 only."""
-    lines = _cgroup_lines(pid, proc_root)
+    if lines is None:
+        lines = _cgroup_lines(pid, proc_root)
     rel = None
     for line in lines:
         _, controllers, path = line.split(":", 2)
@@ -87,27 +93,35 @@ def _v1_mountpoint(pid: int, proc_root: str) -> str | None:
     return None
 
 
-def _any_cgroup2_dir(pid: int, proc_root: str) -> str | None:
+def _any_cgroup2_dir(pid: int, proc_root: str, lines: list[str]) -> str | None:
     """Where no devices controller is mounted: the process's cgroup on any cgroup2 mount."""
     mounts = [m for m in _mounts(proc_root) if m[2] == "cgroup2"]
-    rel = next((ln[3:] for ln in _cgroup_lines(pid, proc_root) if ln.startswith("0::")), None)
+    rel = next((ln[3:] for ln in lines if ln.startswith("0::")), None)
     if not mounts or rel is None:
         return None
     return os.path.join(mounts[0][0], rel.lstrip("/"))
 
 
-def grant_devices(pid: int, nodes: Sequence[DeviceRow], proc_root: str = "/proc") -> None:
-    """Allow read/write/mknod of ``[path, major, minor, mode]`` nodes in the cgroup of ``pid``.
+def grant_devices(
+    pid: int,
+    nodes: Sequence[DeviceRow],
+    proc_root: str = "/proc",
+    cgroup_lines: list[str] | None = None,
+) -> None:
+    """Allow read/write/mknod of ``[path, major, minor, mode]`` nodes in the cgroup of ``pid``;
+    ``cgroup_lines``: its ``/proc/PID/cgroup``, read while the process was pinned (a pid read
+    again could name another process by now).
 
     Raises:
         ApplyError: no device cgroup to write to, or the grant fails.
     """
     if not nodes:
         return
-    unified = unified_cgroup_dir(pid, proc_root)
-    directory = None if unified is not None else devices_cgroup_dir(pid, proc_root)
+    lines = _cgroup_lines(pid, proc_root) if cgroup_lines is None else cgroup_lines
+    unified = unified_cgroup_dir(pid, proc_root, lines)
+    directory = None if unified is not None else devices_cgroup_dir(pid, proc_root, lines)
     if directory is None:
-        v2 = unified if unified is not None else _any_cgroup2_dir(pid, proc_root)
+        v2 = unified if unified is not None else _any_cgroup2_dir(pid, proc_root, lines)
         if v2 is None:
             raise ApplyError(
                 f"process {pid} is in no device cgroup nvct can find (neither the v1 devices "

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from nvct.base.oci import State
     from nvct.base.order import DeviceRow, WorkOrder
     from nvct.container.stage import Staged
+    from nvct.hook.pinned import Pinned
     from nvct.plan.model import RootfsLayout
 
 
@@ -66,14 +67,20 @@ def procfs(args: list[str]) -> int:
     return 0
 
 
-def prestart() -> int:
-    """Carry out the container's work order; exit status 0 on success."""
+def prestart(raw_state: bytes | None = None, pinned: Pinned | None = None) -> int:
+    """Carry out the container's work order; exit status 0 on success.
+
+    ``raw_state`` is the OCI state (default: stdin); ``pinned``, the container's process as a
+    shim daemon's worker pinned it for the native hook (default: found from the state's pid).
+    """
     from nvct.base.errors import NvctError
     from nvct.base.log import EventLog
 
     log = EventLog("nvct-hook", "")
+    log.bind(via="daemon" if pinned else "hook")  # who did the work: every event says
     try:
-        return _prestart(log)
+        raw = sys.stdin.buffer.read() if raw_state is None else raw_state
+        return _prestart(log, raw, pinned)
     except NvctError as err:
         log.fail("hook_failed", err.one_line())
         return err.exit_code
@@ -84,11 +91,11 @@ def prestart() -> int:
         log.flush()
 
 
-def _prestart(log: EventLog) -> int:
+def _prestart(log: EventLog, raw: bytes, pinned: Pinned | None) -> int:
     from nvct.base.oci import load_spec, parse_state, rootfs_path
 
     t0 = time.perf_counter()
-    state = parse_state(sys.stdin.buffer.read())
+    state = parse_state(raw)
     log.bind(container_id=state.container_id, bundle=str(state.bundle))
     spec = load_spec(state.bundle)
     root = str(rootfs_path(spec, state.bundle))
@@ -102,7 +109,7 @@ def _prestart(log: EventLog) -> int:
         if isinstance(d, dict)
     }
     missing = [d for d in order["devices"] if (d[0], d[1], d[2]) not in in_spec]
-    stats, created, applied_at = _apply(state, root, order, missing)
+    stats, created, applied_at = _apply(state, root, order, missing, pinned)
     log.info(
         "container_configured",
         devices=[d[0] for d in order["devices"]],
@@ -125,7 +132,7 @@ def _prestart(log: EventLog) -> int:
 
 
 def _apply(
-    state: State, root: str, order: WorkOrder, missing: list[DeviceRow]
+    state: State, root: str, order: WorkOrder, missing: list[DeviceRow], pinned: Pinned | None
 ) -> tuple[Staged, int, tuple[float, float]]:
     from nvct.container.apply import create_device_nodes, enter_mount_namespace
     from nvct.container.cgroup import grant_devices
@@ -134,8 +141,12 @@ def _apply(
     from nvct.container.stage import stage_rootfs
 
     start = time.perf_counter()
-    grant_devices(state.pid, missing)  # host namespace: the cgroup fs as the host sees it
-    enter_mount_namespace(state.pid)
+    if pinned is None:
+        grant_devices(state.pid, missing)  # host namespace: the cgroup fs as the host sees it
+        enter_mount_namespace(state.pid)
+    else:  # what was read of the process while it was pinned, never its pid again
+        grant_devices(state.pid, missing, cgroup_lines=pinned.cgroup_lines)
+        pinned.enter_mount_namespace()
     with Rootfs(root) as rootfs:
         created = create_device_nodes(rootfs, missing)
         staged = stage_rootfs(rootfs, order, bind_mounts=True)
@@ -149,32 +160,22 @@ def _apply(
 
 
 def _plan_here(spec: dict[str, Any], root: str, log: EventLog) -> WorkOrder | None:
-    """The work order when no shim planned this container (``docker --gpus``)."""
-    from nvct.base._site import ensure_site_packages
+    """The work order when no shim planned this container (``docker --gpus``): the cached one
+    of an identical earlier container, else a full planning pass (cached for the next)."""
+    from nvct.base.defaults import config_path
+    from nvct.plan.cached import cached_entry, read_config
 
-    ensure_site_packages()
-    from nvct.config import load_config
-    from nvct.plan.decide import NoGpu, PlannedOrder, Refused, decide
-    from nvct.request.parse import request_from_spec
-
-    config = load_config()
-    log.configure(config.log.file, config.log.level)
-    decision = decide(
-        request_from_spec(spec, config),
-        config,
-        lambda: _layout(root),
-        library_dirs="create",
-        cdi=False,  # a prestart hook cannot add the spec's devices: nvct-runtime does
-    )
-    for line in decision.ignored:
+    path, required = config_path()
+    raw = read_config(path, required)
+    debian = _layout(root).debian
+    entry, cached, _, _ = cached_entry(spec, path, raw, None, debian, hook=True)
+    log.configure(*entry["log"])
+    for line in entry.get("ignored", ()):
         log.info("nvidia_input_ignored", why=line)
-    if isinstance(decision, NoGpu):
-        log.debug("no_gpu_requested", decisions=list(decision.request.decisions))
-        return None
-    if isinstance(decision, Refused):
-        raise decision.error
-    assert isinstance(decision, PlannedOrder)  # noqa: S101 - cdi=False: never a CDI order
-    return decision.planned.order
+    order = entry["order"]
+    if order is None:
+        log.debug("no_gpu_requested", decisions=entry.get("decisions", []), cached=cached)
+    return order
 
 
 def _layout(root: str) -> RootfsLayout:

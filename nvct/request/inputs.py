@@ -1,6 +1,6 @@
 """The parts of an OCI spec that a GPU request depends on; stdlib only (hot path).
 
-``nvct.request`` interprets them; ``nvct.runtime.order_key`` hashes them to reuse work orders.
+``nvct.request`` interprets them; ``nvct.plan.order_key`` hashes them to reuse work orders.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ containers of that image need no ldconfig run.
 
 The first container of a kind is planned in full (config validation, inventory, request,
 requirements, plan); the resulting work order is cached under a key of every input (see
-``nvct.runtime.order_key``) and revalidated against the driver's fingerprint, so later
+``nvct.plan.order_key``) and revalidated against the driver's fingerprint, so later
 identical containers are prepared with the stdlib alone.
 """
 
@@ -31,16 +31,14 @@ import time
 
 from nvct.base.defaults import config_path
 from nvct.base.digest import sha256
-from nvct.base.errors import ConfigError
 from nvct.base.ldcache_format import MAX_SIZE
 from nvct.base.log import EventLog
 from nvct.base.oci import HOOK_MARK, load_spec, rootfs_path, write_spec
 from nvct.container.overlay import fresh_overlay_identity
 from nvct.container.rootfs import Rootfs, fd_path
 from nvct.container.stage import stage_rootfs
-from nvct.host.fingerprint import cdi_specs_stamp, inventory_fingerprint
+from nvct.plan.cached import cached_entry, read_config
 from nvct.runtime.args import RuncArgs
-from nvct.runtime.order_key import cache_dir_of, order_key
 from nvct.runtime.spec_edits import add_cdi_edits, edit_spec, remove_gpu_hooks
 from nvct.store import cache
 
@@ -64,11 +62,11 @@ def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tu
     log.bind(container_id=args.container_id, bundle=bundle)
     spec = load_spec(bundle)
     path, required = config_path(config_file)
-    raw = _read(path, required)
+    raw = read_config(path, required)
     # The O_NOFOLLOW walk, not openat2: no ctypes to load for a cached create (see Rootfs).
     with Rootfs(rootfs_path(spec, bundle), openat2=False) as rootfs:
         debian = rootfs.exists("/etc/debian_version")
-        entry, cached, cache_dir, key = _entry(spec, path, raw, config_file, debian)
+        entry, cached, cache_dir, key = cached_entry(spec, path, raw, config_file, debian)
         log.configure(*entry["log"])
         for line in entry.get("ignored", ()):
             log.info("nvidia_input_ignored", why=line)
@@ -111,31 +109,6 @@ def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tu
         total_ms=_ms(done - t0),
     )
     return tuple(entry["runtimes"])
-
-
-def _entry(
-    spec: dict[str, Any], path: str, raw: bytes, config_file: str | None, debian: bool
-) -> tuple[CacheEntry, bool, str | None, str]:
-    """The cache entry for this container, planned on a miss; whether it was cached; the
-    cache directory (None: caching is off) and the entry's key."""
-    cache_dir = cache_dir_of(raw)
-    key = order_key(path, raw, debian, spec) if cache_dir else ""
-    if cache_dir and key:
-        entry = cache.read_order(cache_dir, key)
-        if entry is not None and _still_valid(entry):
-            return entry, True, cache_dir, key
-    entry = plan_entry(spec, config_file, debian)  # a miss, or the driver changed since
-    if cache_dir and key:
-        cache.write_order(cache_dir, key, entry)
-    return entry, False, cache_dir, key
-
-
-def _still_valid(entry: CacheEntry) -> bool:
-    """Whether a cached entry was made from the driver and CDI specs the host has now."""
-    if inventory_fingerprint(*entry["roots"]) != entry["fingerprint"]:
-        return False
-    cdi = entry.get("cdi")
-    return cdi is None or cdi_specs_stamp(cdi[0]) == cdi[1]
 
 
 def _ld_cache_key(rootfs: Rootfs, cache_dir: str | None, key: str, entry: CacheEntry) -> str | None:
@@ -206,63 +179,3 @@ def _create_hooks(order: WorkOrder) -> list[dict[str, Any]]:
 
 def _ms(seconds: float) -> float:
     return round(seconds * 1000, 2)
-
-
-def _read(path: str, required: bool) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except FileNotFoundError:
-        if required:
-            raise ConfigError(
-                f"config file {path} does not exist",
-                hint="create it (see config/config.toml) or unset NVCT_CONFIG / --nvct-config",
-            ) from None
-        return b""
-    except OSError as err:
-        raise ConfigError(f"cannot read config file {path}: {err.strerror}") from err
-
-
-def plan_entry(spec: dict[str, Any], config_file: str | None, debian: bool) -> CacheEntry:
-    """The full planning pass (no cache); returns the cache entry for these inputs.
-
-    Raises:
-        NvctError: the container must not start (``nvct.plan.decide`` refused it).
-    """
-    from nvct.base._site import ensure_site_packages
-
-    ensure_site_packages()
-    from nvct.config import load_config
-    from nvct.plan.decide import CdiOrdered, NoGpu, Refused, decide
-    from nvct.plan.model import RootfsLayout
-    from nvct.request.parse import request_from_spec
-
-    config = load_config(config_file)
-    roots = [str(config.driver_root), str(config.dev_root), str(config.proc_root)]
-    entry: CacheEntry = {
-        "roots": roots,
-        "fingerprint": inventory_fingerprint(*roots),
-        "runtimes": list(config.runtime.low_level),
-        "log": (config.log.file, config.log.level),
-        "order": None,
-    }
-    decision = decide(
-        request_from_spec(spec, config),
-        config,
-        lambda: RootfsLayout(debian=debian),
-        library_dirs="create",
-        fingerprint=entry["fingerprint"],
-    )
-    if isinstance(decision, Refused):
-        raise decision.error
-    if isinstance(decision, NoGpu):
-        return {**entry, "decisions": list(decision.request.decisions), "ignored": decision.ignored}
-    if isinstance(decision, CdiOrdered):
-        cdi = (decision.dirs, decision.stamp)
-        return {**entry, "order": decision.order, "gpus": decision.order["gpus"], "cdi": cdi}
-    return {
-        **entry,
-        "order": decision.planned.order,
-        "gpus": [s.label for s in decision.planned.plan.selected],
-        "ignored": decision.ignored,
-    }

@@ -3,7 +3,7 @@
 - The driver ``Inventory`` (ELF scans + NVML answers, 100+ ms) is kept here by
   ``nvct.host.load`` under the driver's fingerprint (``nvct.host.fingerprint``): any change
   of the driver gives a new key, hence a fresh discovery.
-- The shim's per-container work orders (``nvct.runtime.order_key``), revalidated against the
+- The shim's per-container work orders (``nvct.plan.order_key``), revalidated against the
   same fingerprint, and the ``ld.so.cache`` ldconfig made for a work order over an image's
   layers (``nvct.container.overlay``), so later containers of that image need no ldconfig run.
 - A config.toml whose exact bytes already passed jsonschema validation is remembered by
@@ -36,7 +36,7 @@ ORDER_VERSION = 7
 
 
 def read_order(cache_dir: str | os.PathLike[str], key: str) -> CacheEntry | None:
-    """The shim's cache entry for exactly these inputs (see ``nvct.runtime.order_key``)."""
+    """The shim's cache entry for exactly these inputs (see ``nvct.plan.order_key``)."""
     data = read_json(os.path.join(cache_dir, f"order-{key}.json"))
     # nvct's own file, written whole (atomically) from a CacheEntry: its key is the check.
     ours = isinstance(data, dict) and data.get("key") == key

@@ -1,4 +1,4 @@
-"""nvct's build backend: flit_core's wheel, plus the native ``nvct-runtime`` launcher.
+"""nvct's build backend: flit_core's wheel, plus the native ``nvct-runtime`` and ``nvct-hook``.
 
 Engines call ``nvct-runtime`` on every container operation; flit alone would install it as a
 Python console script, which starts an interpreter for each call (a container asking for no
@@ -6,7 +6,9 @@ GPU then starts ~1.3 x slower than with runc). So ``build_wheel`` compiles
 ``nvct/runtime/launch/launcher.c`` (``$CC``, default ``cc``) and puts it in the wheel as the
 ``nvct-runtime`` script, in place of the console script, and tags the wheel for this platform.
 The launcher runs the Python shim with the interpreter beside it (a venv's ``bin/python3``,
-else ``python3`` on ``PATH``), so one wheel serves any venv.
+else ``python3`` on ``PATH``), so one wheel serves any venv. The prestart hook of ``docker
+--gpus`` likewise: ``nvct/runtime/launch/hook.c`` becomes ``nvct-hook`` and
+``nvidia-container-runtime-hook`` (it asks the shim daemon, else runs the Python hook).
 
 Where no C compiler is found the wheel stays pure, with the console script, and the build says
 so on stderr: nvct works, every runtime call then costs an interpreter start. Everything else
@@ -39,6 +41,14 @@ from flit_core.buildapi import (  # noqa: F401  (the hooks flit already does rig
 SOURCE = Path.cwd()  # the build frontend runs backends in the source tree
 # The launcher execs this for a GPU create no shim daemon serves: the interpreter beside it.
 SHIM_COMMAND = "python3 -I -m nvct.runtime"
+# The native hook execs this when no shim daemon does its work.
+HOOK_COMMAND = "python3 -I -m nvct.hook"
+# The native programs, by script name: (hook.c or not, the Python command they fall back to).
+NATIVE = {
+    "nvct-runtime": (False, SHIM_COMMAND),
+    "nvct-hook": (True, HOOK_COMMAND),
+    "nvidia-container-runtime-hook": (True, HOOK_COMMAND),
+}
 
 
 def build_wheel(
@@ -46,24 +56,25 @@ def build_wheel(
     config_settings: dict[str, object] | None = None,
     metadata_directory: str | None = None,
 ) -> str:
-    """PEP 517 hook: flit's wheel, then the native launcher in place of the console script."""
+    """PEP 517 hook: flit's wheel, then the native programs in place of the console scripts."""
     name = flit.build_wheel(wheel_directory, config_settings, metadata_directory)
     with tempfile.TemporaryDirectory(prefix="nvct-launcher-") as tmp:
-        launcher = Path(tmp) / "nvct-runtime"
-        problem = _compile(launcher)
+        programs = {script: Path(tmp) / script for script in NATIVE}
+        problem = next(filter(None, (_compile(out, *NATIVE[s]) for s, out in programs.items())), "")
         if problem:
             print(
-                f"nvct build: {problem}; nvct-runtime stays a Python console script (every "
-                "runtime call starts an interpreter: install a C compiler and rebuild for the "
-                "native launcher)",
+                f"nvct build: {problem}; nvct-runtime and nvct-hook stay Python console "
+                "scripts (every runtime call and hook starts an interpreter: install a C "
+                "compiler and rebuild for the native programs)",
                 file=sys.stderr,
             )
             return name
-        return _with_launcher(Path(wheel_directory) / name, launcher)
+        return _with_launcher(Path(wheel_directory) / name, programs)
 
 
-def _compile(output: Path) -> str:
-    """Compile the launcher into ``output``; an empty string, or why it could not be done."""
+def _compile(output: Path, hook: bool, command: str) -> str:
+    """Compile the launcher (``hook``: the hook) into ``output``, falling back to ``command``;
+    an empty string, or why it could not be done."""
     cc = os.environ.get("CC", "cc").split()[0]
     if shutil.which(cc) is None:
         return f"no C compiler ({cc}) found"
@@ -71,7 +82,7 @@ def _compile(output: Path) -> str:
     try:
         from nvct.runtime.launch.build import BuildError, build_native
 
-        build_native(output, SHIM_COMMAND)
+        build_native(output, command, hook=hook)
     except BuildError as err:
         return f"the native launcher did not build ({err})"
     finally:
@@ -79,8 +90,8 @@ def _compile(output: Path) -> str:
     return ""
 
 
-def _with_launcher(wheel: Path, launcher: Path) -> str:
-    """Rewrite ``wheel``: the launcher as ``<dist>.data/scripts/nvct-runtime``, no console
+def _with_launcher(wheel: Path, programs: dict[str, Path]) -> str:
+    """Rewrite ``wheel``: each native program as ``<dist>.data/scripts/<name>``, no console
     script of that name, a platform tag; returns the new file name."""
     dist, version, *_ = wheel.name.split("-")
     tag = f"py3-none-{sysconfig.get_platform().replace('-', '_').replace('.', '_')}"
@@ -96,21 +107,23 @@ def _with_launcher(wheel: Path, launcher: Path) -> str:
                 data = b"".join(
                     line
                     for line in data.splitlines(keepends=True)
-                    if line.partition(b"=")[0].strip() != b"nvct-runtime"
+                    if line.partition(b"=")[0].strip().decode() not in programs
                 )
             elif item.filename == f"{info}/WHEEL":
                 data = _wheel_file(data, tag)
             out.writestr(item, data)
             records.append(_record(item.filename, data))
-        script = f"{dist}-{version}.data/scripts/nvct-runtime"
-        entry = zipfile.ZipInfo(script, date_time=src.getinfo(f"{info}/WHEEL").date_time)
-        entry.external_attr = (0o100755 & 0xFFFF) << 16
-        entry.compress_type = zipfile.ZIP_DEFLATED
-        data = launcher.read_bytes()
-        out.writestr(entry, data)
-        records.append(_record(script, data))
+        date_time = src.getinfo(f"{info}/WHEEL").date_time
+        for name, program in programs.items():
+            script = f"{dist}-{version}.data/scripts/{name}"
+            entry = zipfile.ZipInfo(script, date_time=date_time)
+            entry.external_attr = (0o100755 & 0xFFFF) << 16
+            entry.compress_type = zipfile.ZIP_DEFLATED
+            data = program.read_bytes()
+            out.writestr(entry, data)
+            records.append(_record(script, data))
         records.append(f"{info}/RECORD,,")
-        record = zipfile.ZipInfo(f"{info}/RECORD", date_time=entry.date_time)
+        record = zipfile.ZipInfo(f"{info}/RECORD", date_time=date_time)
         out.writestr(record, "\n".join(records) + "\n", zipfile.ZIP_DEFLATED)
     wheel.unlink()
     return target.name

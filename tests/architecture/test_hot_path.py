@@ -34,7 +34,8 @@ HOT_MODULES = {
             "nvct.runtime.args",
             "nvct.runtime.lowlevel",
             "nvct.runtime.create",
-            "nvct.runtime.order_key",
+            "nvct.plan.order_key",
+            "nvct.plan.cached",
             "nvct.runtime.spec_edits",
             "nvct.container.links",
             "nvct.container.rootfs",
@@ -105,7 +106,7 @@ def test_cached_create_calls_stay_lean() -> None:
     code = (
         "import sys\n"
         "from nvct.base import fastjson\n"
-        "from nvct.runtime.order_key import cache_dir_of, order_key\n"
+        "from nvct.plan.order_key import cache_dir_of, order_key\n"
         f"shipped = open({str(SHIPPED_CONFIG)!r}, 'rb').read()\n"
         "assert cache_dir_of(shipped) == '/var/cache/nvct'\n"
         "assert cache_dir_of(b'cache-dir = \"/c\"  # here\\n[log]\\n') == '/c'\n"
@@ -123,11 +124,13 @@ def test_cached_create_calls_stay_lean() -> None:
 # The hot-path rule as a package rule: what a cached create may import of nvct. Besides the
 # three packages, two stdlib-only modules of the stages it skips: the driver's fingerprint (and
 # the IPC paths it stats), which a cached work order is revalidated against on every start,
-# and the spec's request inputs, which the order key hashes.
+# and the spec's request inputs, which the order key hashes; and of the plan stage only the
+# cache's reader and key (shared with the --gpus hook), which import no planning code.
 CACHED_CREATE_PACKAGES = ("nvct.base.", "nvct.container.", "nvct.store.", "nvct.runtime.")
 CACHED_CREATE_MODULES = {
     *("nvct", "nvct._version", "nvct.host", "nvct.request"),
     *("nvct.host.fingerprint", "nvct.host.components", "nvct.request.inputs"),
+    *("nvct.plan", "nvct.plan.cached", "nvct.plan.order_key"),
 }
 
 

@@ -27,7 +27,8 @@ LIBRARY = {
     "host": {"base", "store", "config", "_version"},
     "cdi": {"base", "host"},
     "request": {"base", "config", "cdi"},
-    "plan": {"base", "store", "container", "config", "host", "request", "cdi"},
+    # _version: a cached work order is keyed by the nvct that planned it (plan.order_key)
+    "plan": {"base", "store", "container", "config", "host", "request", "cdi", "_version"},
     # What this node offers the kubelet (resources, IDs, labels, health policy, the plugin's
     # files): one answer for the device plugin, the labeller, the exporter and doctor.
     "node": {"base", "config", "host", "cdi"},
@@ -51,6 +52,8 @@ FRONTENDS = {
 # with the library's writer (plan) and names (cdi).
 SERVES = {
     "cli": {"doctor", "engines", "exporter", "deviceplugin"},
+    # The shim daemon's workers run the hook's prestart for the native hook (hook.c).
+    "runtime": {"hook"},
 }
 
 

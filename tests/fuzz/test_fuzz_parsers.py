@@ -22,10 +22,10 @@ from nvct.base.oci import check_spec_shape, load_spec, parse_state
 from nvct.config import Config, parse_config
 from nvct.config.container import RequestRules
 from nvct.host.ldcache import parse_ldcache
+from nvct.plan.order_key import cache_dir_of
 from nvct.request.parse import request_from_spec
 from nvct.request.requirements import Facts, evaluate, parse_requirement
 from nvct.runtime.args import parse_runc_args, strip_own_flags
-from nvct.runtime.order_key import cache_dir_of
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),

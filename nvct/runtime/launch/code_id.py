@@ -15,9 +15,13 @@ PACKAGE = Path(__file__).resolve().parent.parent.parent
 
 
 def code_id(package: Path = PACKAGE) -> str:
-    """A digest of every Python source of the package and of the native launcher's source."""
+    """A digest of every Python source of the package and of the native programs' sources."""
     digest = hashlib.sha256()
-    files = [*sorted(package.rglob("*.py")), package / "runtime" / "launch" / "launcher.c"]
+    native = package / "runtime" / "launch"
+    files = [
+        *sorted(package.rglob("*.py")),
+        *(native / n for n in ("launcher.c", "hook.c", "client.h")),
+    ]
     for path in files:
         digest.update(str(path.relative_to(package)).encode() + b"\0")
         digest.update(path.read_bytes() + b"\0")

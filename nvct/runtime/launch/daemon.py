@@ -8,6 +8,14 @@ its environment, umask and stderr (passed over the socket). The worker answers w
 runtime to exec (or the exit status) and the launcher execs it itself, so runc runs as the
 launcher's process, with the launcher's argv and file descriptors.
 
+The native prestart hook (``hook.c``: ``docker run --gpus``, podman's hooks.d) asks the same
+way: a worker pins the container's process (``nvct.hook.pinned``: a pidfd, its mount
+namespace and cgroup read while it is alive, a child of the hook's runtime), then runs the
+Python hook's prestart on it (the plan, the cgroup grant, the rootfs inside the container's
+mount namespace; the worker is a single-threaded one-shot process) and answers with the
+hook's exit status. It declines while it has done nothing (the state unreadable, the process
+not pinned beyond doubt); the hook then runs the Python hook itself.
+
 A worker declines (the launcher then runs the shim itself) when the caller is not root or
 not this daemon's user, lives in another mount namespace or root directory (the bundle's
 paths would name other files), or was built from other nvct code (see ``code_id``). It
@@ -33,12 +41,14 @@ import sys
 import traceback
 from typing import Any
 
-from nvct.base.defaults import DEFAULT_SOCKET
+from nvct.base.defaults import DEFAULT_SOCKET, ENV_VAR
 from nvct.runtime.launch.code_id import code_id
 from nvct.runtime.launch.prefork import Pool
 
 MAX_REQUEST = 4 << 20
 REQUEST_TIMEOUT_S = 30
+# What a request asks: the launcher's create, or the native hook's prestart.
+KINDS = (b"create", b"prestart")
 
 
 class Decline(Exception):
@@ -67,6 +77,16 @@ PRELOAD = (
     "nvct.runtime.args",
     "nvct.runtime.create",
     "nvct.runtime.lowlevel",
+    # the native hook's prestart (docker --gpus, podman's hooks.d)
+    "nvct.base.oci",
+    "nvct.container.apply",
+    "nvct.container.cgroup",
+    "nvct.container.cgroup_v2",
+    "nvct.container.procfs",
+    "nvct.container.rootfs",
+    "nvct.container.stage",
+    "nvct.hook.__main__",
+    "nvct.hook.pinned",
 )
 
 
@@ -84,8 +104,9 @@ def _same(a: str, b: str) -> bool:
     return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
 
 
-def check_peer(conn: socket.socket) -> None:
-    """Decline a caller that is not root or our user, or that sees another filesystem."""
+def check_peer(conn: socket.socket) -> int:
+    """Decline a caller that is not root or our user, or that sees another filesystem; the
+    caller's pid."""
     creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     pid, uid, _gid = struct.unpack("3i", creds)
     if uid not in (0, os.geteuid()):
@@ -98,6 +119,7 @@ def check_peer(conn: socket.socket) -> None:
             raise Decline("caller has another root directory")
     except OSError as err:
         raise Decline(f"cannot inspect caller {pid}: {err.strerror}") from err
+    return int(pid)
 
 
 def _recv_exactly(conn: socket.socket, size: int) -> bytes:
@@ -112,7 +134,7 @@ def _recv_exactly(conn: socket.socket, size: int) -> bytes:
 
 
 def read_request(conn: socket.socket, expected_code: str) -> tuple[int, dict[str, Any]]:
-    """The caller's stderr descriptor and its request (see ``send_request`` in launcher.c)."""
+    """The caller's stderr descriptor and its request (see ``send_request`` in client.h)."""
     data, fds, _flags, _addr = socket.recv_fds(conn, 4, 1)
     try:
         if len(data) < 4:
@@ -121,22 +143,26 @@ def read_request(conn: socket.socket, expected_code: str) -> tuple[int, dict[str
         if size > MAX_REQUEST:
             raise Decline(f"request of {size} bytes")
         fields = _recv_exactly(conn, size).split(b"\0")[:-1]
-        if len(fds) != 1 or len(fields) < 5:
+        if len(fds) != 1 or len(fields) < 7:
             raise Decline("malformed request")
-        code, cwd, mask, exe, argc = fields[:5]
+        code, kind, payload, cwd, mask, exe, argc = fields[:7]
         if code != expected_code.encode():
             raise Decline("launcher built from other nvct code")
+        if kind not in KINDS:
+            raise Decline("unknown request")
         n = int(argc)
         env = {}
-        for item in fields[5 + n :]:
+        for item in fields[7 + n :]:
             key, eq, value = item.partition(b"=")
             if eq:
                 env[os.fsdecode(key)] = os.fsdecode(value)
         request = {
+            "kind": kind.decode(),
+            "payload": payload,
             "cwd": os.fsdecode(cwd),
             "umask": int(mask, 8),
             "exe": os.fsdecode(exe),
-            "args": [os.fsdecode(a) for a in fields[5 : 5 + n]],
+            "args": [os.fsdecode(a) for a in fields[7 : 7 + n]],
             "env": env,
         }
     except (Decline, ValueError):
@@ -147,16 +173,24 @@ def read_request(conn: socket.socket, expected_code: str) -> tuple[int, dict[str
 
 
 def serve_one(conn: socket.socket, expected_code: str) -> bytes:
-    """Handle one launcher's create in this (forked) process; the reply line to send."""
-    from nvct.runtime.__main__ import decide
-
+    """Handle one launcher's create, or one native hook's prestart, in this (forked) process;
+    the reply line to send."""
     conn.settimeout(REQUEST_TIMEOUT_S)
     try:
-        check_peer(conn)
+        caller = check_peer(conn)
         stderr_fd, request = read_request(conn, expected_code)
     except (Decline, OSError, ValueError):
         return b"fallback\n"
     conn.settimeout(None)
+    if request["kind"] == "prestart":
+        return serve_prestart(caller, stderr_fd, request)
+    return serve_create(stderr_fd, request)
+
+
+def serve_create(stderr_fd: int, request: dict[str, Any]) -> bytes:
+    """The shim's create for the launcher; the reply line."""
+    from nvct.runtime.__main__ import decide
+
     # From here on the caller is committed: this process becomes the shim for it.
     os.dup2(stderr_fd, 2)
     os.close(stderr_fd)
@@ -175,6 +209,42 @@ def serve_one(conn: socket.socket, expected_code: str) -> bytes:
     if runtime is None:
         return f"exit {rc or 1}\n".encode()
     return b"exec " + os.fsencode(runtime) + b"\n"
+
+
+def serve_prestart(caller: int, stderr_fd: int, request: dict[str, Any]) -> bytes:
+    """The Python hook's prestart for the native hook, on the container's process pinned
+    here; the reply line (``exit STATUS``), or ``fallback`` while nothing is done yet."""
+    from nvct.base.errors import NvctError
+    from nvct.base.oci import parse_state
+    from nvct.hook.__main__ import prestart
+    from nvct.hook.pinned import NotPinned, Pinned
+
+    try:
+        state = parse_state(request["payload"])
+        pinned = Pinned(state.pid, caller)
+    except (NvctError, NotPinned):  # the Python hook judges it afresh, and says why
+        os.close(stderr_fd)
+        return b"fallback\n"
+    # Committed: from here on the hook's outcome is this worker's.
+    os.dup2(stderr_fd, 2)
+    os.close(stderr_fd)
+    try:
+        os.chdir(request["cwd"])
+        os.umask(request["umask"])
+        # The hook's own environment is runc's (or the one its OCI entry names); of it only
+        # nvct's config path matters here: nothing else may steer a root process.
+        config = request["env"].get(ENV_VAR)
+        os.environ.pop(ENV_VAR, None)
+        if config:
+            os.environ[ENV_VAR] = config
+        rc = prestart(request["payload"], pinned)
+    except Exception:  # the hook itself would have died with this traceback
+        traceback.print_exc()
+        rc = 1
+    finally:
+        sys.stderr.flush()
+        pinned.close()
+    return f"exit {rc}\n".encode()
 
 
 def handle(conn: socket.socket, code: str) -> None:

@@ -17,76 +17,16 @@
  *                     other code (an upgrade it missed) declines, and the shim runs here.
  */
 #define _GNU_SOURCE
-#include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/time.h>
-#include <sys/un.h>
-#include <unistd.h>
-
+#define PROGRAM "nvct-runtime"
 #include NVCT_LAUNCHER_CONFIG
 
-#define DAEMON_TIMEOUT_S 120
-#define MAX_FILE (64 << 20)
+#include "client.h"
 
-extern char **environ;
+#define MAX_FILE (64 << 20)
 
 /* NVCT_MARKERS, NVCT_GLOBAL_VALUE_FLAGS, NVCT_BUNDLE_FLAGS, NVCT_SUB_VALUE_FLAGS,
  * NVCT_SEARCH_DIRS and NVCT_RUNTIMES (NULL-terminated) come with the generated header, from the
  * Python shim's own constants (nvct.runtime.launch.tables): they cannot drift from it. */
-
-static void fail(const char *message, const char *fix)
-{
-    fprintf(stderr, "nvct-runtime: error: %s (fix: %s)\n", message, fix);
-    exit(1);
-}
-
-/* A NULL-terminated argv: the `nhead` words of `head`, then the `n` of `args`. */
-static char **argv_of(const char *const *head, int nhead, char **args, int n)
-{
-    char **argv = calloc((size_t)(nhead + n + 1), sizeof *argv);
-    if (!argv)
-        fail("out of memory", "free memory");
-    for (int i = 0; i < nhead; i++)
-        argv[i] = (char *)head[i];
-    for (int i = 0; i < n; i++)
-        argv[nhead + i] = args[i];
-    return argv;
-}
-
-static void exec_python(char **args, int n)
-{
-    int np = 0;
-    while (NVCT_PYTHON[np])
-        np++;
-    char **argv = argv_of(NVCT_PYTHON, np, args, n);
-    if (strchr(argv[0], '/')) {
-        execv(argv[0], argv);
-    } else {
-        /* A wheel's launcher names its interpreter by name: the one beside it (a venv's
-         * bin/, not resolved through its symlink, so Python finds its venv), else on PATH. */
-        char self[PATH_MAX], beside[PATH_MAX];
-        ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-        char *slash = len > 0 ? (self[len] = 0, strrchr(self, '/')) : NULL;
-        if (slash && snprintf(beside, sizeof beside, "%.*s/%s", (int)(slash - self), self,
-                              argv[0]) < (int)sizeof beside) {
-            const char *name = argv[0];
-            argv[0] = beside; /* Python finds its venv from the path it was started as */
-            execv(beside, argv);
-            argv[0] = (char *)name;
-        }
-        execvp(argv[0], argv);
-    }
-    fprintf(stderr, "nvct-runtime: error: cannot run the shim %s: %s (fix: reinstall nvct)\n",
-            argv[0], strerror(errno));
-    exit(127);
-}
 
 /* The whole file, NUL-terminated; NULL when it cannot be read. */
 static char *read_file(const char *path, size_t *size)
@@ -305,165 +245,27 @@ static void exec_low_level(const char *cfg, char **args, int n)
     exec_python(args, n);
 }
 
-/* --- the shim daemon ------------------------------------------------------------------- */
-
-struct buf {
-    char *data;
-    size_t len, cap;
-};
-
-static void put(struct buf *b, const char *s)
+/* Ask the shim daemon to prepare the bundle. Returns only when the shim must run here
+ * instead (no daemon, or one that declined before touching anything); else execs or exits. */
+static void prepare_by_daemon(char **args, int n)
 {
-    size_t n = strlen(s) + 1;
-    if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (b->len + n > cap)
-            cap *= 2;
-        char *bigger = realloc(b->data, cap);
-        if (!bigger)
-            fail("out of memory", "free memory");
-        b->data = bigger;
-        b->cap = cap;
-    }
-    memcpy(b->data + b->len, s, n);
-    b->len += n;
-}
-
-static int send_all(int fd, const char *data, size_t len)
-{
-    while (len) {
-        ssize_t sent = send(fd, data, len, MSG_NOSIGNAL);
-        if (sent < 0 && errno == EINTR)
-            continue;
-        if (sent < 0)
-            return -1;
-        data += sent;
-        len -= (size_t)sent;
-    }
-    return 0;
-}
-
-/* The request: a 4-byte length, then NUL-terminated strings: code id, working directory,
- * umask, this executable, argc, the arguments, the environment. Our stderr travels with it
- * (SCM_RIGHTS), so the shim's messages reach whoever reads ours. */
-static int send_request(int fd, char **args, int n)
-{
-    struct buf b = {0};
-    char num[32], cwd[PATH_MAX], exe[PATH_MAX];
-    if (!getcwd(cwd, sizeof cwd))
-        return -1;
-    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    exe[len > 0 ? len : 0] = '\0';
-    mode_t mask = umask(0);
-    umask(mask);
-    put(&b, NVCT_CODE_ID);
-    put(&b, cwd);
-    snprintf(num, sizeof num, "%o", (unsigned)mask);
-    put(&b, num);
-    put(&b, exe);
-    snprintf(num, sizeof num, "%d", n);
-    put(&b, num);
-    for (int i = 0; i < n; i++)
-        put(&b, args[i]);
-    for (char **e = environ; *e; e++)
-        put(&b, *e);
-    uint32_t total = (uint32_t)b.len;
-
-    char control[CMSG_SPACE(sizeof(int))];
-    memset(control, 0, sizeof control);
-    struct iovec iov = {.iov_base = &total, .iov_len = sizeof total};
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control,
-                         .msg_controllen = sizeof control};
-    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int));
-    int err_fd = STDERR_FILENO;
-    memcpy(CMSG_DATA(cm), &err_fd, sizeof err_fd);
-    ssize_t sent;
-    do
-        sent = sendmsg(fd, &msg, MSG_NOSIGNAL);
-    while (sent < 0 && errno == EINTR);
-    int rc = sent == (ssize_t)sizeof total ? send_all(fd, b.data, b.len) : -1;
-    free(b.data);
-    return rc;
-}
-
-/* Ask the daemon to prepare the bundle. Returns only when the shim must run here instead
- * (no daemon, or one that declined before touching anything); else execs or exits. */
-static void ask_daemon(char **args, int n)
-{
-    struct sockaddr_un addr = {.sun_family = AF_UNIX};
-    if (!NVCT_SOCKET[0] || strlen(NVCT_SOCKET) >= sizeof addr.sun_path)
-        return;
-    strcpy(addr.sun_path, NVCT_SOCKET);
-    /* Non-blocking connect: a missing daemon or a full backlog fails at once, and nothing
-     * has been asked yet, so the shim can still run here. */
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0)
-        return;
-    if (connect(fd, (struct sockaddr *)&addr, sizeof addr) < 0) {
-        close(fd);
-        return;
-    }
-    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-    struct timeval tv = {.tv_sec = DAEMON_TIMEOUT_S};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    if (send_request(fd, args, n) < 0) {
-        /* The daemon reads a request whole before it acts on it: a partial one is dropped. */
-        close(fd);
-        return;
-    }
-    shutdown(fd, SHUT_WR);
     char reply[PATH_MAX + 64];
-    size_t len = 0;
-    int timed_out = 0;
-    while (len < sizeof reply - 1) {
-        ssize_t got = recv(fd, reply + len, sizeof reply - 1 - len, 0);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got < 0 && errno == ECONNRESET && len == 0) {
-            /* Reset with our request unread: nobody read it whole, so nothing was done
-             * (a stopping daemon closing its queue). */
-            close(fd);
-            return;
-        }
-        if (got < 0) {
-            timed_out = errno == EAGAIN || errno == EWOULDBLOCK;
-            break;
-        }
-        if (got == 0)
-            break;
-        len += (size_t)got;
-        if (memchr(reply, '\n', len))
-            break;
+    int timed_out;
+    if (!ask_daemon("create", "", 0, args, n, reply, sizeof reply, &timed_out))
+        return;
+    if (strncmp(reply, "exec ", 5) == 0) {
+        const char *runtime = reply + 5;
+        char **argv = argv_of(&runtime, 1, args, n);
+        execv(argv[0], argv);
+        fprintf(stderr, "nvct-runtime: error: cannot run %s: %s (fix: check [runtime] "
+                        "low-level in nvct's config.toml)\n",
+                argv[0], strerror(errno));
+        exit(1);
     }
-    close(fd);
-    reply[len] = '\0';
-    char *nl = strchr(reply, '\n');
-    if (nl) {
-        *nl = '\0';
-        if (strncmp(reply, "exec ", 5) == 0) {
-            const char *runtime = reply + 5;
-            char **argv = argv_of(&runtime, 1, args, n);
-            execv(argv[0], argv);
-            fprintf(stderr, "nvct-runtime: error: cannot run %s: %s (fix: check [runtime] "
-                            "low-level in nvct's config.toml)\n",
-                    argv[0], strerror(errno));
-            exit(1);
-        }
-        if (strncmp(reply, "exit ", 5) == 0)
-            exit(atoi(reply + 5) ? atoi(reply + 5) : 1);
-        if (strncmp(reply, "fallback", 8) == 0)
-            return;
-    }
+    if (strncmp(reply, "exit ", 5) == 0)
+        exit(atoi(reply + 5) ? atoi(reply + 5) : 1);
     /* The daemon may have begun on the bundle: fail closed rather than prepare it twice. */
-    fprintf(stderr,
-            "nvct-runtime: error: the nvct shim daemon on %s %s (fix: see its log; restart it, "
-            "or stop it and nvct-runtime prepares containers itself)\n",
-            NVCT_SOCKET, timed_out ? "did not answer in time" : "ended without an answer");
-    exit(1);
+    fail_no_answer(timed_out);
 }
 
 /* --- runc's command line ----------------------------------------------------------------- */
@@ -545,7 +347,7 @@ int main(int argc, char **argv)
 
     if (sub && (strcmp(sub, "create") == 0 || strcmp(sub, "run") == 0) &&
         asks_for_gpus(bundle)) {
-        ask_daemon(args, n);
+        prepare_by_daemon(args, n);
         exec_python(args, n);
     }
     exec_low_level(cfg, args, n);

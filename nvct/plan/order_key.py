@@ -1,4 +1,4 @@
-"""The shim's cached ``create``: reuse the work order of an identical earlier container.
+"""The key of a cached work order: reuse the work order of an identical earlier container.
 
 A GPU container's plan is a pure function of: nvct's config file (bytes), the host driver
 (the inventory fingerprint of ``nvct.store.cache``), the image layout (Debian multiarch or not),
@@ -25,12 +25,15 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-def order_key(config_path: str, config_raw: bytes, debian: bool, spec: dict[str, Any]) -> str:
-    """The cache key of a container's work order (the driver is checked by fingerprint)."""
+def order_key(
+    config_path: str, config_raw: bytes, debian: bool, spec: dict[str, Any], *, hook: bool = False
+) -> str:
+    """The cache key of a container's work order (the driver is checked by fingerprint);
+    ``hook``: the prestart hook's, planned without CDI."""
     digest = sha256()
     # Another install (another interpreter, another copy of nvct's code) plans for itself.
     where = (sys.executable, os.path.dirname(os.path.abspath(__file__)))
-    inputs = (config_path, str(debian), request_inputs(spec))
+    inputs = (config_path, str(debian), request_inputs(spec), "hook" if hook else "create")
     for part in (__version__, str(ORDER_VERSION), *where, *inputs):
         digest.update(part.encode() + b"\0")
     digest.update(config_raw)

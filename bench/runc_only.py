@@ -1,0 +1,255 @@
+"""Container start time without docker: ``runc run`` of a fresh overlay, nvct's paths vs runc.
+
+For machines with runc but no docker (the GPU machine) and for a quick look here: as root from
+the repository root, after ``make venv`` (a C compiler builds the native programs)::
+
+    .venv/bin/python -m bench.runc_only [--rounds N] [--seed N] [--driver sim|host]
+        [--programs DIR] [--busybox PATH] [--output FILE]
+
+Where there is no C compiler, ``--build-programs DIR`` here (same source tree) builds the four
+native programs into DIR, and ``--programs DIR`` there uses them: their daemon socket is then
+the fixed ``PROGRAMS_SOCKET``, and the config reaches them through ``NVCT_CONFIG``.
+
+Each round runs every variant once, in a fresh seeded random order, each on a fresh overlay
+of a glibc image (static busybox with the host's glibc and its ``ld.so.cache``), as docker's
+overlay2 gives it, ``/bin/true`` as the process:
+
+- ``runc``: plain runc, no GPU;
+- ``nvct-runtime, 1 GPU``: the native launcher, the shim daemon preparing the bundle;
+- ``nvct-runtime, 1 GPU, no daemon``: the same launcher starting the Python shim;
+- ``prestart hook, daemon``: plain runc with nvct's prestart hook (``docker --gpus`` and
+  podman's hooks.d: the native hook, its work done by a shim daemon worker);
+- ``prestart hook, Python``: the same hook with no daemon to ask (the Python hook runs);
+- ``nvct-runtime, no GPU``: the launcher passing a container that asks for nothing to runc.
+
+``--driver sim`` (default) uses a simulated 4-GPU driver; ``--driver host`` the host's own
+driver (``nvidia-smi -L``'s first GPU is recorded). Per variant: the median, and the median
+of per-round differences and ratios against runc. No targets: a bare ``runc run`` of
+``/bin/true`` is a fraction of a ``docker run``, so these ratios are not the README's (they
+show the milliseconds each path adds). Everything goes to ``--output`` (default
+``bench/results-runc-only.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.bench import config_for, quantiles
+from integration.harness.bundles import runc_spec
+from integration.harness.images import BUSYBOX, glibc_rootfs
+from integration.harness.shimd import ShimDaemon
+from nvct.runtime.launch.build import build_native, default_command, hook_command
+
+# The four native programs, by file name: (a hook, daemon to ask or not).
+PROGRAMS = {
+    "nvct-runtime": (False, True),
+    "nvct-runtime-alone": (False, False),
+    "hook": (True, True),
+    "hook-alone": (True, False),
+}
+# The socket of programs built ahead (--build-programs) for a machine without a compiler.
+PROGRAMS_SOCKET = Path("/tmp/nvct-bench-runc-only.sock")
+
+
+def build_programs(directory: Path, config: str, sock: Path) -> None:
+    """The launcher and the hook, each asking the daemon on ``sock`` or no daemon."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, (hook, served) in PROGRAMS.items():
+        command = hook_command() if hook else default_command()
+        build_native(directory / name, command, config, str(sock) if served else "", hook=hook)
+
+
+def host_config(directory: Path) -> Path:
+    """nvct's config for the host's own driver (default roots), cache and log in ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "config.toml"
+    path.write_text(
+        f'cache-dir = "{directory / "cache"}"\n[log]\nfile = "{directory / "nvct.log"}"\n'
+    )
+    return path
+
+
+def bundle(where: Path, env: list[str], hook: Path | None, config: Path) -> str:
+    """A bundle's config.json text: runc's spec running ``/bin/true`` on ``where/merged``,
+    with ``env`` and, given ``hook``, nvct's prestart hook as docker --gpus writes it."""
+    spec = runc_spec()
+    spec["process"].update(args=["/bin/true"], terminal=False)
+    spec["process"]["env"] += env
+    spec["root"] = {"path": str(where / "merged"), "readonly": False}
+    if hook is not None:
+        spec["hooks"] = {
+            "prestart": [
+                {
+                    "path": str(hook),
+                    "args": ["nvidia-container-runtime-hook", "prestart"],
+                    "env": [f"NVCT_CONFIG={config}"],
+                }
+            ]
+        }
+    return json.dumps(spec)
+
+
+def start(image: Path, where: Path, spec: str, argv: list[str]) -> float:
+    """Mount a fresh overlay of ``image``, write the bundle, time ``argv``, clean up."""
+    for sub in ("upper", "work", "merged"):
+        (where / sub).mkdir(parents=True, exist_ok=True)
+    (where / "config.json").write_text(spec)
+    options = f"lowerdir={image},upperdir={where / 'upper'},workdir={where / 'work'}"
+    mount = ["mount", "-t", "overlay", "overlay", "-o", options, str(where / "merged")]
+    subprocess.run(mount, check=True)
+    try:
+        began = time.perf_counter()
+        done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
+        took = (time.perf_counter() - began) * 1000
+        if done.returncode != 0:  # a start that failed fast must not pass for a fast start
+            raise SystemExit(f"bench.runc_only: {' '.join(argv)} failed:\n{done.stderr.decode()}")
+        return took
+    finally:
+        subprocess.run(["umount", str(where / "merged")], check=True)
+        for sub in ("upper", "work"):
+            shutil.rmtree(where / sub)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.runc_only")
+    parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--seed", type=int, default=6, help="seed of the per-round order")
+    parser.add_argument("--driver", choices=("sim", "host"), default="sim")
+    parser.add_argument("--output", type=Path, default=Path("bench/results-runc-only.json"))
+    parser.add_argument("--programs", type=Path, help="the native programs, built ahead")
+    parser.add_argument(
+        "--busybox", type=Path, default=BUSYBOX, help="the static busybox the image is made of"
+    )
+    parser.add_argument("--build-programs", type=Path, help="build them into DIR, and stop")
+    args = parser.parse_args()
+    if args.build_programs:
+        build_programs(args.build_programs, "/etc/nvct/config.toml", PROGRAMS_SOCKET)
+        return 0
+    if os.geteuid() != 0:
+        print("bench.runc_only: needs root (runc, overlay mounts)", file=sys.stderr)
+        return 1
+    tools = ["runc"] if args.programs else ["runc", os.environ.get("CC", "cc")]
+    for tool in tools:
+        if shutil.which(tool) is None:
+            print(f"bench.runc_only: needs {tool} on PATH", file=sys.stderr)
+            return 1
+    began = time.monotonic()
+    work = Path(tempfile.mkdtemp(prefix="nvct-bench-runc-"))
+    card = "simulated h100x4-550"
+    if args.driver == "sim":
+        from integration.simdriver import cached_driver, preset
+
+        cfg = config_for(
+            cached_driver(preset("h100x4-550"), Path("/tmp/nvct-test-simdrivers")), work / "nvct"
+        )
+    else:
+        cfg = host_config(work / "nvct")
+        smi = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False)
+        card = (smi.stdout.splitlines() or ["nvidia-smi -L: nothing"])[0]
+    os.environ["NVCT_CONFIG"] = str(cfg)  # the launchers' (the hooks': their OCI entry's env)
+    if args.programs:
+        programs, sock = args.programs, PROGRAMS_SOCKET
+    else:
+        programs, sock = work / "bin", work / "shim.sock"
+        build_programs(programs, str(cfg), sock)
+    served, alone = programs / "nvct-runtime", programs / "nvct-runtime-alone"
+    hook, hook_alone = programs / "hook", programs / "hook-alone"
+    image = glibc_rootfs(work / "image", busybox=args.busybox)
+    state = work / "runc-state"
+    gpu = ["NVIDIA_VISIBLE_DEVICES=0"]
+    variants = {
+        "runc": ("runc", [], None),
+        "nvct-runtime, 1 GPU": (str(served), gpu, None),
+        "nvct-runtime, 1 GPU, no daemon": (str(alone), gpu, None),
+        "prestart hook, daemon": ("runc", gpu, hook),
+        "prestart hook, Python": ("runc", gpu, hook_alone),
+        "nvct-runtime, no GPU": (str(served), [], None),
+    }
+    shimd = ShimDaemon(
+        [sys.executable, "-m", "nvct.runtime.launch.daemon"], sock, work / "shimd.log"
+    ).start()
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    try:
+        specs = {n: bundle(work / "b", env, h, cfg) for n, (_, env, h) in variants.items()}
+
+        def argv(name: str, n: int) -> list[str]:
+            runtime = variants[name][0]
+            return [runtime, "--root", str(state), "run", "--bundle", str(work / "b"), f"b{n}"]
+
+        for name in variants:  # warm: the inventory, the work orders, the page cache
+            for n in range(2):
+                start(image, work / "b", specs[name], argv(name, n))
+        order = random.Random(args.seed)  # noqa: S311 - an order, not a secret
+        for r in range(args.rounds):
+            for name in order.sample(list(variants), len(variants)):
+                samples[name].append(start(image, work / "b", specs[name], argv(name, r)))
+    finally:
+        shimd.stop()
+
+    results = {name: quantiles(s) for name, s in samples.items()}
+    runc = samples["runc"]
+    ratios = {
+        name: round(statistics.median(a / b for a, b in zip(s, runc, strict=True)), 4)
+        for name, s in samples.items()
+        if name != "runc"
+    }
+    extra_ms = {
+        name: round(statistics.median(a - b for a, b in zip(s, runc, strict=True)), 2)
+        for name, s in samples.items()
+        if name != "runc"
+    }
+    paths = {"daemon": 0, "hook": 0}
+    for line in (cfg.parent / "nvct.log").read_text().splitlines():
+        event = json.loads(line)
+        if event.get("event") == "container_configured":
+            paths[event.get("via", "hook")] += 1
+    runc_version = subprocess.run(
+        ["runc", "--version"], capture_output=True, text=True, check=False
+    ).stdout
+    print(f"{'measurement':<34} {'median':>8} {'p10':>8} {'p90':>8} {'n':>4}  (ms)  paired: ms, x")
+    for name, r in results.items():
+        ratio = f"{extra_ms[name]:+7.2f} {ratios[name]:.3f}" if name in ratios else ""
+        print(
+            f"{name:<34} {r['median']:>8.2f} {r['p10']:>8.2f} {r['p90']:>8.2f} {r['n']:>4}  {ratio}"
+        )
+    print(f"prestart hooks' work: daemon worker {paths['daemon']}, Python hook {paths['hook']}")
+    elapsed = time.monotonic() - began
+    print(f"driver: {card}; {elapsed:.0f} s")
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(
+        json.dumps(
+            {
+                "results": results,
+                "paired_ratios": ratios,
+                "paired_extra_ms": extra_ms,
+                "hook_paths": paths,
+                "rounds": args.rounds,
+                "seed": args.seed,
+                "driver": card,
+                "runc": runc_version.splitlines()[0] if runc_version else "",
+                "date": time.strftime("%Y-%m-%d"),
+                "machine": {"cpus": os.cpu_count(), "kernel": os.uname().release},
+                "python": sys.executable,
+                "seconds": round(elapsed),
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    print(f"written: {args.output}")
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

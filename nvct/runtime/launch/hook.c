@@ -1,0 +1,105 @@
+/* nvct-hook (also nvidia-container-runtime-hook), native: the OCI prestart hook of
+ * `docker run --gpus` and of podman's hooks.d, without an interpreter start per container.
+ *
+ * `prestart` reads the OCI state on stdin and hands it to the shim daemon, whose pre-forked
+ * worker pins the container's process (a pidfd, checked to be the child of our own parent,
+ * the runtime) and does the Python hook's work with warm modules and caches: the plan, the
+ * device cgroup grant, then the rootfs inside the container's mount namespace. The worker's
+ * answer is our exit status: a failure of the work fails the hook (the container does not
+ * start), never silently gives a container without its GPUs.
+ *
+ * When no daemon answers, or it declines before touching anything (not root, another
+ * namespace, other nvct code, any doubt about the process), the Python hook runs here with
+ * the same state on its stdin. Every other stage (poststart, poststop, procfs) and anything
+ * unexpected goes to the Python hook as well.
+ *
+ * Built by `python -m nvct.runtime.launch.build --native --hook`; the generated header gives
+ * NVCT_PYTHON (the Python hook), NVCT_DEFAULT_CONFIG, NVCT_SOCKET and NVCT_CODE_ID.
+ */
+#define _GNU_SOURCE
+#define PROGRAM "nvct-hook"
+#include NVCT_LAUNCHER_CONFIG
+
+#include "client.h"
+
+#include <sys/mman.h>
+
+/* runc's state holds an id, a pid, a bundle path and annotations: far below this. */
+#define MAX_STATE (1 << 20)
+
+/* stdin, whole; exits with an error line when it cannot be read. */
+static char *read_state(size_t *size)
+{
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap + 1);
+    for (;;) {
+        if (!buf)
+            fail("out of memory", "free memory");
+        if (len == cap) {
+            if (cap >= MAX_STATE)
+                fail("the OCI state on stdin is over 1 MiB",
+                     "check the runtime that runs nvct-hook");
+            cap *= 2;
+            char *bigger = realloc(buf, cap + 1);
+            if (!bigger)
+                free(buf);
+            buf = bigger;
+            continue;
+        }
+        ssize_t got = read(STDIN_FILENO, buf + len, cap - len);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            fail("cannot read the OCI state on stdin", "run nvct-hook as an OCI hook");
+        if (got == 0)
+            break;
+        len += (size_t)got;
+    }
+    buf[len] = '\0';
+    *size = len;
+    return buf;
+}
+
+/* Give the Python hook the state we read: a memory file as its stdin. */
+static void state_to_stdin(const char *state, size_t size)
+{
+    int fd = memfd_create("nvct-oci-state", MFD_CLOEXEC);
+    if (fd < 0 || write_all(fd, state, size, 0) < 0 || lseek(fd, 0, SEEK_SET) != 0 ||
+        dup2(fd, STDIN_FILENO) < 0)
+        fail("cannot hand the OCI state to the Python hook", "free memory");
+    close(fd);
+}
+
+int main(int argc, char **argv)
+{
+    const char *env_cfg = getenv("NVCT_CONFIG");
+    if (!(env_cfg && env_cfg[0]) && strcmp(NVCT_DEFAULT_CONFIG, "/etc/nvct/config.toml") != 0)
+        setenv("NVCT_CONFIG", NVCT_DEFAULT_CONFIG, 1); /* a hook made for another config */
+    const char *stage = "";
+    for (int i = 1; i < argc; i++)
+        if (argv[i][0] != '-') {
+            stage = argv[i];
+            break;
+        }
+    if (strcmp(stage, "prestart") != 0)
+        exec_python(argv + 1, argc - 1);
+
+    size_t size = 0;
+    char *state = read_state(&size);
+    /* A NUL would end the payload early: only the Python hook may judge such input. */
+    if (!memchr(state, '\0', size)) {
+        char reply[256];
+        int timed_out;
+        if (ask_daemon("prestart", state, size, argv + 1, argc - 1, reply, sizeof reply,
+                       &timed_out)) {
+            char *end = NULL;
+            long rc = strncmp(reply, "exit ", 5) == 0 ? strtol(reply + 5, &end, 10) : -1;
+            if (end && end > reply + 5 && !*end && rc >= 0 && rc < 256)
+                return (int)rc;
+            fail_no_answer(timed_out); /* it may have begun: never run the work twice */
+        }
+    }
+    state_to_stdin(state, size);
+    exec_python(argv + 1, argc - 1);
+    return 127;
+}

@@ -1,0 +1,227 @@
+"""The native prestart hook (hook.c) and the shim daemon's prestart: the work done in a worker,
+its failures failing the hook, and every doubt sending the hook to the Python hook with the
+OCI state it read. The real containers (mounts, cgroups, hostile rootfs and environment) are
+in integration/ (HOOK_PATHS)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from integration.harness.skips import need_cc, require
+from nvct.hook.pinned import NotPinned, Pinned
+from nvct.runtime.launch.build import build_native, hook_command
+from tests.runtime.test_shim_daemon import daemon, gpu_bundle, gpu_config, tools  # noqa: F401
+
+# A runtime as runc is one for its hooks: the parent of the container's process (here a
+# `sleep` in a mount namespace of its own) and of the hook, which it runs with the OCI state
+# on stdin. It prints what the hook did. argv: hook, bundle, whose pid the state names
+# (child | not-child | gone).
+RUNTIME = """
+import json, os, subprocess, sys
+hook, bundle, whose = sys.argv[1:4]
+child = subprocess.Popen(["unshare", "-m", "sleep", "60"])
+gone = subprocess.Popen(["true"])
+gone.wait()
+pid = {"child": child.pid, "not-child": os.getppid(), "gone": gone.pid}[whose]
+state = {"ociVersion": "1.0.2", "id": "c1", "status": "created", "pid": pid, "bundle": bundle}
+done = subprocess.run([hook, "prestart"], input=json.dumps(state).encode(), capture_output=True)
+child.kill()
+child.wait()
+print(json.dumps({"rc": done.returncode, "out": done.stdout.decode(), "err": done.stderr.decode()}))
+"""
+
+
+def fake_python(tmp_path: Path) -> Path:
+    """The hook's Python fallback, standing in: its argv, then the stdin it was given."""
+    fake = tmp_path / "fakepy-hook"
+    fake.write_text('#!/bin/sh\necho "FAKEPY $*"\ncat\n')
+    fake.chmod(0o755)
+    return fake
+
+
+def native_hook(tmp_path: Path, python: str, sock: Path | str) -> Path:
+    require(need_cc())
+    out = tmp_path / "nvidia-container-runtime-hook"
+    build_native(out, python, socket=str(sock), hook=True)
+    return out
+
+
+def start(hook: Path, bundle: Path, config: Path, whose: str = "child") -> dict[str, object]:
+    """Run ``hook`` as a runtime runs a prestart hook; its exit status, stdout and stderr."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1): the container's mount namespace")
+    env = {"PATH": "/usr/bin:/bin", "NVCT_CONFIG": str(config)}
+    done = subprocess.run(
+        [sys.executable, "-c", RUNTIME, str(hook), str(bundle), whose],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    result: dict[str, object] = json.loads(done.stdout)
+    return result
+
+
+def plain_bundle(tmp_path: Path) -> Path:
+    """A container that asks for no GPU: the hook's work ends after the plan."""
+    b = gpu_bundle(tmp_path)
+    spec = json.loads((b / "config.json").read_text())
+    spec["process"]["env"] = ["PATH=/bin"]
+    (b / "config.json").write_text(json.dumps(spec))
+    return b
+
+
+def test_daemon_does_the_hooks_work(daemon, h100x4, tmp_path) -> None:  # noqa: F811
+    cfg = gpu_config(h100x4, tmp_path, tools(tmp_path))
+    hook = native_hook(tmp_path, str(fake_python(tmp_path)), daemon.socket_path)
+    done = start(hook, plain_bundle(tmp_path), cfg)
+    assert done == {"rc": 0, "out": "", "err": ""}  # the fallback never ran
+
+
+def test_a_failure_in_the_worker_fails_the_hook_as_the_python_hook_would(
+    daemon,  # noqa: F811
+    h100x4,
+    tmp_path,
+) -> None:
+    cfg = gpu_config(h100x4, tmp_path, tools(tmp_path))
+    served = native_hook(tmp_path, str(fake_python(tmp_path)), daemon.socket_path)
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    python = native_hook(alone, hook_command(), "")  # the real Python hook, no daemon
+    results = [
+        start(hook, gpu_bundle(tmp_path / hook.parent.name, "7"), cfg) for hook in (served, python)
+    ]
+    assert results[0] == results[1]  # 4 GPUs: no GPU 7, the same refusal either way
+    assert results[0]["rc"] != 0 and results[0]["out"] == ""
+    err = str(results[0]["err"])
+    assert err.startswith("nvct-hook: error: ") and "7" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("whose", ["not-child", "gone"])
+def test_daemon_declines_a_process_it_cannot_pin(daemon, h100x4, tmp_path, whose) -> None:  # noqa: F811
+    """A state naming a process that is not the runtime's child, or no process: the Python
+    hook runs with the same state on its stdin (and judges it)."""
+    cfg = gpu_config(h100x4, tmp_path, tools(tmp_path))
+    hook = native_hook(tmp_path, str(fake_python(tmp_path)), daemon.socket_path)
+    b = plain_bundle(tmp_path)
+    done = start(hook, b, cfg, whose)
+    assert done["rc"] == 0, done
+    out = str(done["out"])
+    assert out.startswith("FAKEPY prestart\n")
+    assert json.loads(out.split("\n", 1)[1])["bundle"] == str(b)
+
+
+def test_no_daemon_runs_the_python_hook_with_the_state(tmp_path) -> None:
+    hook = native_hook(tmp_path, str(fake_python(tmp_path)), tmp_path / "absent.sock")
+    state = b'{"pid": 5, "bundle": "/b"}'
+    done = subprocess.run([str(hook), "prestart"], input=state, capture_output=True, check=False)
+    assert done.stdout == b"FAKEPY prestart\n" + state
+    other = subprocess.run([str(hook), "poststop"], input=b"", capture_output=True, check=False)
+    assert other.stdout == b"FAKEPY poststop\n"  # every other stage: the Python hook
+
+
+@pytest.mark.parametrize(
+    "reply", [b"", b"exit x\n", b"exec /bin/true\n"], ids=["none", "garbage", "exec"]
+)
+def test_hook_fails_closed_on_anything_but_an_exit_status(tmp_path, reply) -> None:
+    sock = tmp_path / "mute.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(sock))
+    server.listen()
+
+    def answer() -> None:  # a worker that read the whole request, then died or babbled
+        conn, _ = server.accept()
+        while conn.recv(1 << 16):
+            pass
+        conn.sendall(reply)
+        conn.close()
+
+    thread = threading.Thread(target=answer)
+    thread.start()
+    hook = native_hook(tmp_path, str(fake_python(tmp_path)), sock)
+    done = subprocess.run(
+        [str(hook), "prestart"], input='{"pid": 5}', capture_output=True, text=True, check=False
+    )
+    thread.join()
+    server.close()
+    assert done.returncode == 1 and done.stdout == ""  # the Python hook did not run
+    assert done.stderr.startswith(f"nvct-hook: error: the nvct shim daemon on {sock} ")
+    assert done.stderr.count("\n") == 1 and "(fix: " in done.stderr
+
+
+SIBLING = """
+import os, subprocess, sys
+child = subprocess.Popen([*sys.argv[2:], "sleep", "60"])
+hook = subprocess.Popen([sys.executable, "-c", sys.argv[1], str(child.pid)])
+rc = hook.wait()
+child.kill()
+sys.exit(rc)
+"""
+
+
+def test_pinned_reads_the_process_while_it_is_alive(tmp_path) -> None:
+    """The child of our parent (a sibling, as the container is the hook's) in a mount
+    namespace of its own is pinned: its cgroup lines and mount namespace. The hook itself, a
+    process in the host's mount namespace, or none at all, is refused."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) for a private mount namespace")
+    check = (
+        "import os, sys\n"
+        "from nvct.hook.pinned import Pinned\n"
+        "p = Pinned(int(sys.argv[1]), os.getpid())\n"
+        "assert p.cgroup_lines == open(f'/proc/{sys.argv[1]}/cgroup').read().splitlines()\n"
+        "assert os.fstat(p.mnt_fd).st_ino == os.stat(f'/proc/{sys.argv[1]}/ns/mnt').st_ino\n"
+        "p.close()\n"
+    )
+    subprocess.run([sys.executable, "-c", SIBLING, check, "unshare", "-m"], check=True, timeout=30)
+    refused = check.replace("p = Pinned", "from nvct.hook.pinned import NotPinned\ntry: Pinned")
+    refused = refused.split("\nassert")[0] + "\nexcept NotPinned as e: print(e)\n"
+    done = subprocess.run(
+        [sys.executable, "-c", SIBLING, refused], capture_output=True, text=True, check=True
+    )
+    assert "shares the host's mount namespace" in done.stdout, done.stderr
+    with pytest.raises(NotPinned, match="the hook itself"):
+        Pinned(os.getpid(), os.getpid())
+    with pytest.raises(NotPinned, match="not a child"):
+        Pinned(os.getppid(), os.getpid())
+    with pytest.raises(NotPinned, match="cannot pin"):
+        Pinned(2**22 + 1, os.getpid())  # beyond pid_max: no such process
+
+
+def test_a_prestart_in_a_worker_imports_nothing(h100x4, tmp_path) -> None:
+    """What the daemon preloads is all the hook's prestart needs: a worker planning a known
+    kind of container (the cached work order) imports no module, a first one no nvct module,
+    and the modules of the rest of its work (cgroup, namespace, rootfs) are loaded already."""
+    cfg = gpu_config(h100x4, tmp_path, tools(tmp_path))
+    first, second = gpu_bundle(tmp_path / "a"), gpu_bundle(tmp_path / "b")
+    code = f"""
+import json, os, sys
+os.environ["NVCT_CONFIG"] = {str(cfg)!r}
+from nvct.runtime.launch.daemon import preload
+preload()
+from nvct.base.log import EventLog
+from nvct.hook.__main__ import _plan_here
+for bundle in ({str(first)!r}, {str(second)!r}):
+    before = set(sys.modules)
+    spec = json.load(open(os.path.join(bundle, "config.json")))
+    order = _plan_here(spec, os.path.join(bundle, "rootfs"), EventLog("nvct-hook", ""))
+    assert order is not None and order["devices"], order
+    print(" ".join(sorted(set(sys.modules) - before)))
+work = ("nvct.container.apply", "nvct.container.cgroup", "nvct.container.cgroup_v2",
+        "nvct.container.procfs", "nvct.container.stage", "nvct.hook.pinned")
+print(" ".join(m for m in work if m not in sys.modules))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    miss, hit, missing = done.stdout.split("\n")[:3]
+    assert not [m for m in miss.split() if m.startswith("nvct")], miss
+    assert hit == ""
+    assert missing == ""
