@@ -137,3 +137,9 @@ class Exporter(Table):
     hostname: str = key(
         "", {"type": "string"}, flag="The Hostname label ('': $NODE_NAME, else the host name)."
     )
+    xid_count_window: float = key(
+        300.0,
+        {"type": "number", "minimum": 1},
+        flag="Seconds of XIDs DCGM_EXP_XID_ERRORS_COUNT counts (dcgm-exporter's "
+        "--xid-count-window-size, in s).",
+    )

@@ -10,14 +10,14 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from nvct.base.errors import NvctError
 from nvct.config import Config
 from nvct.exporter.collector import SampleCollector
-from nvct.exporter.sample import GpuIdentity
+from nvct.exporter.sample import GpuIdentity, MigIdentity
 from nvct.exporter.sampler import Policy, Sampler
 from nvct.kubeapi.podresources.client import PodResourcesClient
 from nvct.kubeapi.podresources.ids import DeviceMap, GpuIds
@@ -56,7 +56,14 @@ def discover(config: Config) -> Discovered:
 
     inventory = load_inventory(config, use_cache=False)
     gpus = [
-        GpuIdentity(g.index, g.uuid, g.pci_bus_id, f"nvidia{g.minor}", g.name)
+        GpuIdentity(
+            g.index,
+            g.uuid,
+            g.pci_bus_id,
+            f"nvidia{g.minor}",
+            g.name,
+            tuple(MigIdentity(m.uuid, m.gpu_instance, m.profile) for m in g.migs),
+        )
         for g in inventory.gpus
     ]
     ids = [
@@ -81,10 +88,17 @@ def hostname(config: Config) -> str:
     return config.exporter.hostname or os.environ.get("NODE_NAME", "") or socket.gethostname()
 
 
+def driver_version(nvml: Any) -> str:
+    """The DCGM_FI_DRIVER_VERSION label ("" where NVML does not say)."""
+    try:
+        version = nvml.nvmlSystemGetDriverVersion()
+    except nvml.NVMLError:
+        return ""
+    return version.decode() if isinstance(version, bytes) else str(version)
+
+
 def run(config: Config) -> int:
     """Serve until SIGTERM/SIGINT; 0 then, 1 when the GPUs or NVML cannot be read at start."""
-    from prometheus_client import CollectorRegistry, start_http_server
-
     from nvct.host.arch import host_arch
     from nvct.host.discover.libraries import driver_nvml_library
     from nvct.host.discover.nvml import open_nvml
@@ -108,6 +122,7 @@ def run(config: Config) -> int:
         config.device_plugin.quiet_period,
         config.device_plugin.ignored_xids,
         (*config.exporter.extra_resources, *found.offered),
+        config.exporter.xid_count_window,
     )
     try:
         sampler = Sampler(nvml, found.gpus, found.devices, client, policy)
@@ -116,14 +131,17 @@ def run(config: Config) -> int:
         return 1
     if not sampler.xids.supported:
         log.warning("xid_events_unsupported", detail="XID metrics stay 0")
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(
-        SampleCollector(sampler.latest, hostname(config), kubernetes=config.exporter.kubernetes)
+    from nvct.exporter.exposition import serve
+
+    collector = SampleCollector(
+        sampler.latest,
+        hostname(config),
+        kubernetes=config.exporter.kubernetes,
+        driver_version=driver_version(nvml),
+        xid_window_s=config.exporter.xid_count_window,
     )
     try:
-        server, _ = start_http_server(
-            config.exporter.port, addr=config.exporter.address, registry=registry
-        )
+        server = serve(config.exporter.address, config.exporter.port, collector.collect)
     except OSError as err:
         report_error(
             f"cannot listen on {config.exporter.address}:{config.exporter.port}: {err.strerror}"
@@ -141,6 +159,7 @@ def run(config: Config) -> int:
     stop.wait()
     server.shutdown()
     sampler.stop()
+    sampler.close()
     if client is not None:
         client.close()
     log.info("stopped")
