@@ -60,13 +60,16 @@ class SampleCollector(Collector):
             return
         families = {c.name: Metric(c.name, c.help, c.kind) for c in COUNTERS}
         for gpu in sample.gpus:
+            # one labels dict per label set, shared by its samples (the writer caches its text)
             for values in self._label_sets(gpu):
+                labels = self._named(values)
                 for name, value in gpu.reading.values.items():
-                    _add(families[name], self._named(values), value)
+                    _add(families[name], labels, value)
             for mig in gpu.reading.migs:
                 for values in self._label_sets(gpu, mig.mig.uuid, mig.mig.profile, mig.mig.gi):
+                    labels = self._named(values)
                     for name, value in mig.values.items():
-                        _add(families[name], self._named(values), value)
+                        _add(families[name], labels, value)
         yield from (f for f in families.values() if f.samples)
         yield from self._gpu_families(sample)
 

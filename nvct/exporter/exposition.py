@@ -22,13 +22,19 @@ def _escape(value: str) -> str:
 def render(metrics: Iterable[Metric]) -> bytes:
     """The families as text format 0.0.4, names and types unchanged."""
     out = []
+    # a GPU's labels dict is shared by all its series: write its text once (keyed by identity,
+    # the dict kept alongside so an id is never reused within one render)
+    written: dict[int, tuple[dict[str, str], str]] = {}
     for m in metrics:
         doc = m.documentation.replace("\\", r"\\").replace("\n", r"\n")
         out.append(f"# HELP {m.name} {doc}\n# TYPE {m.name} {m.type}\n")
         for s in m.samples:
-            labels = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(s.labels.items()))
-            out.append(f"{s.name}{{{labels}}} " if labels else f"{s.name} ")
-            out.append(f"{floatToGoString(s.value)}\n")  # type: ignore[no-untyped-call]
+            cached = written.get(id(s.labels))
+            if cached is None or cached[0] is not s.labels:
+                text = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(s.labels.items()))
+                cached = written[id(s.labels)] = (s.labels, "{" + text + "}" if text else "")
+            value = floatToGoString(s.value)  # type: ignore[no-untyped-call]
+            out.append(f"{s.name}{cached[1]} {value}\n")
     return "".join(out).encode()
 
 
