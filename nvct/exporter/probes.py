@@ -13,6 +13,7 @@ from typing import Any
 
 import structlog
 
+from nvct.exporter.fields import BY_NAME
 from nvct.exporter.gpm import PCIE, GpmStream, supported
 from nvct.exporter.sample import GpuIdentity, MigReading, Reading
 
@@ -193,7 +194,8 @@ class DeviceReader:
                 continue
             stream = self.mig_gpm.get(mig.gi)
             try:
-                values.update(stream.read() if stream is not None else {})
+                read = stream.read() if stream is not None else {}
+                values.update({k: v for k, v in read.items() if BY_NAME[k].per_mig})
             except self.nvml.NVMLError as err:
                 if getattr(err, "value", None) in NEVER:
                     del self.mig_gpm[mig.gi]
