@@ -211,6 +211,34 @@ def set_condition(
     _update(target, gpu, "set_condition", given)
 
 
+def gpu_process(
+    target: Target, gpu: int, pid: int, *, used_mib: int, sm_util: int = 0, mem_util: int = 0
+) -> None:
+    """Process ``pid`` (this process's PID namespace: the host's, in tests) runs on GPU ``gpu``:
+    NVML lists it (running compute processes, utilization samples) to a caller in this
+    namespace under ``pid``, to one in the process's own namespace under its pid there, and to
+    no other caller, as the driver does.
+
+    Raises:
+        ValueError: no such process.
+    """
+    try:
+        status = Path(f"/proc/{int(pid)}/status").read_text()
+        inner_ns = os.stat(f"/proc/{int(pid)}/ns/pid").st_ino
+    except OSError as err:
+        raise ValueError(f"gpu_process: no process {pid}: {err.strerror}") from err
+    nspid = next(line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:"))
+    outer_ns = os.stat("/proc/self/ns/pid").st_ino
+    line = f"{outer_ns} {int(pid)} {inner_ns} {nspid[-1]} {used_mib} {sm_util} {mem_util}\n"
+    path = _ctl(target) / "processes" / str(int(gpu))
+    _replace(path, (path.read_text() if path.exists() else "") + line)
+
+
+def clear_processes(target: Target, gpu: int) -> None:
+    """No process runs on GPU ``gpu`` any more."""
+    (_ctl(target) / "processes" / str(int(gpu))).unlink(missing_ok=True)
+
+
 def set_mig_metrics(target: Target, gpu: int, gi: int, **values: int) -> None:
     """Set what NVML reports for the MIG device with GPU instance `gi` on GPU `gpu`: keys of
     ``MIG_KEYS`` (memory used; GPM through nvmlGpmMigSampleGet)."""
@@ -249,7 +277,7 @@ def reset(target: Target) -> None:
     ctl = _ctl(target)
     for name in ("events", "slow_ms"):
         (ctl / name).unlink(missing_ok=True)
-    for sub in ("metrics", "flaky"):
+    for sub in ("metrics", "flaky", "processes"):
         if (ctl / sub).is_dir():
             for f in (ctl / sub).iterdir():
                 f.unlink()

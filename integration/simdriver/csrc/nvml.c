@@ -538,4 +538,5 @@ nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t d, nvmlGpuFabricInfo_t *inf
 #include "nvml_events.c"
 #include "nvml_health.c"
 #include "nvml_metrics.c"
+#include "nvml_processes.c"
 #include "nvml_topology.c"

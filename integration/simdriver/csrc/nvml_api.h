@@ -110,6 +110,19 @@ typedef struct { /* nvmlDeviceGetGpuFabricInfo (v1) */
 
 #define NVML_GPU_FABRIC_STATE_COMPLETED 3
 
+typedef struct { /* nvmlProcessInfo_v2_t, also v3 */
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlProcessInfo_t;
+
+typedef struct {
+    unsigned int pid;
+    unsigned long long timeStamp; /* CPU timestamp, microseconds */
+    unsigned int smUtil, memUtil, encUtil, decUtil;
+} nvmlProcessUtilizationSample_t;
+
 typedef struct sim_gpm_sample *nvmlGpmSample_t;
 
 typedef struct {
