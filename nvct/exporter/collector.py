@@ -15,6 +15,7 @@ from prometheus_client.registry import Collector
 
 from nvct.exporter.fields import COUNTERS, XID_WINDOW_S
 from nvct.exporter.sample import GpuSample, Sample
+from nvct.exporter.usage import Usage
 from nvct.kubeapi.podresources.ids import Owner
 
 # dcgm-exporter's released label set; GPU_I_* only on a MIG device's series.
@@ -63,7 +64,7 @@ class SampleCollector(Collector):
             # one labels dict per label set, shared by its samples (the writer caches its text)
             for values in self._label_sets(gpu):
                 labels = self._named(values)
-                for name, value in gpu.reading.values.items():
+                for name, value in self._values(gpu, labels).items():
                     _add(families[name], labels, value)
             for mig in gpu.reading.migs:
                 for values in self._label_sets(gpu, mig.mig.uuid, mig.mig.profile, mig.mig.gi):
@@ -126,6 +127,20 @@ class SampleCollector(Collector):
                     _add(why, labels | {"reason": gpu.reason}, 1)
                 _add(replicas, labels, gpu.replicas)
         yield from (last_xid, xid_count, xid_total, healthy, why, replicas)
+
+    def _values(self, gpu: GpuSample, labels: dict[str, str]) -> dict[str, float]:
+        """The GPU's values; on a shared GPU whose use per container was measured, the
+        container's own SM % and memory in place of the GPU's (a sum over pods adds up)."""
+        if gpu.usage is None or not labels.get("pod"):
+            return gpu.reading.values
+        own = gpu.usage.get(Owner(labels["pod"], labels["namespace"], labels["container"]))
+        own = own or Usage()
+        values = dict(gpu.reading.values)
+        if "DCGM_FI_DEV_GPU_UTIL" in values:
+            values["DCGM_FI_DEV_GPU_UTIL"] = own.sm_percent
+        if "DCGM_FI_DEV_FB_USED" in values:
+            values["DCGM_FI_DEV_FB_USED"] = own.memory_mib
+        return values
 
     def _named(self, values: list[str]) -> dict[str, str]:
         """Labels by name; a whole GPU's series carries no MIG labels (dcgm-exporter's)."""

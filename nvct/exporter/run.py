@@ -19,6 +19,7 @@ from nvct.config import Config
 from nvct.exporter.collector import SampleCollector
 from nvct.exporter.sample import GpuIdentity, MigIdentity
 from nvct.exporter.sampler import Policy, Sampler
+from nvct.kubeapi.cri.client import CriClient
 from nvct.kubeapi.podresources.client import PodResourcesClient
 from nvct.kubeapi.podresources.ids import DeviceMap, GpuIds
 from nvct.node.devices import DeviceConfigError
@@ -124,8 +125,13 @@ def run(config: Config) -> int:
         (*config.exporter.extra_resources, *found.offered),
         config.exporter.xid_count_window,
     )
+    cri = (
+        CriClient(config.exporter.cri_socket)
+        if config.exporter.kubernetes and config.exporter.per_pod_usage
+        else None
+    )
     try:
-        sampler = Sampler(nvml, found.gpus, found.devices, client, policy)
+        sampler = Sampler(nvml, found.gpus, found.devices, client, policy, cri)
     except nvml.NVMLError as err:  # a GPU the inventory listed no longer answers for its UUID
         report_error(f"NVML cannot open the GPUs it listed: {err}")
         return 1
@@ -160,7 +166,8 @@ def run(config: Config) -> int:
     server.shutdown()
     sampler.stop()
     sampler.close()
-    if client is not None:
-        client.close()
+    for closing in (client, cri):
+        if closing is not None:
+            closing.close()
     log.info("stopped")
     return 0

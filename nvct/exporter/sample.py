@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from nvct.exporter.usage import Usage
 from nvct.kubeapi.podresources.ids import Owner
 
 
@@ -76,6 +77,8 @@ class GpuSample:
     replicas: int
     owners: tuple[Owner, ...]  # empty: no container holds it
     mig_owners: dict[str, tuple[Owner, ...]] = field(default_factory=dict)  # MIG UUID -> holders
+    # a shared GPU's per-container use (its processes'); None: not measured (whole GPU, off)
+    usage: dict[Owner, Usage] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,9 @@ from nvct.exporter.fields import XID_WINDOW_S
 from nvct.exporter.health import plugin_view, verdict
 from nvct.exporter.nvml_reader import XidWatch
 from nvct.exporter.probes import DeviceReader
-from nvct.exporter.sample import GpuIdentity, GpuSample, Sample, XidSeen
+from nvct.exporter.sample import GpuIdentity, GpuSample, Reading, Sample, XidSeen
+from nvct.exporter.usage import ProcessReader, Usage, per_owner
+from nvct.kubeapi.cri.client import CriClient, CriError
 from nvct.kubeapi.podresources.client import PodResourcesClient, PodResourcesError
 from nvct.kubeapi.podresources.ids import (
     DeviceMap,
@@ -57,6 +59,7 @@ class Sampler:
         devices: DeviceMap,
         pod_resources: PodResourcesClient | None,
         policy: Policy,
+        cri: CriClient | None = None,
     ) -> None:
         self.nvml = nvml
         self.gpus = gpus
@@ -65,6 +68,10 @@ class Sampler:
         self.policy = policy
         self.handles = {g.uuid: nvml.nvmlDeviceGetHandleByUUID(g.uuid) for g in gpus}
         self.readers = {g.uuid: DeviceReader(nvml, self.handles[g.uuid], g) for g in gpus}
+        self.cri = cri
+        self.processes = {g.uuid: ProcessReader(nvml, self.handles[g.uuid]) for g in gpus}
+        self._cri_problem: str | None = None
+        self._invisible: set[str] = set()  # GPUs whose processes NVML did not show (logged)
         self.xids = XidWatch(nvml, self.handles, policy.xid_window_s)
         self._latest: Sample | None = None
         self._lock = threading.Lock()
@@ -122,6 +129,8 @@ class Sampler:
             if not reading.error  # a lost GPU answers nothing
         }
         owners, mig_owners, replicas, up = self._kubelet()
+        shared = [g.uuid for g in self.gpus if replicas.get(g.uuid, 1) > 1 and owners.get(g.uuid)]
+        usage = self._usage(shared, readings) if shared else {}
         plugin = plugin_view(self.policy.plugin_dir, self.devices)
         quiet_s = self.policy.quiet_s if plugin.quiet_s is None else plugin.quiet_s
         ignored = self.policy.ignored_xids if plugin.ignored_xids is None else plugin.ignored_xids
@@ -151,9 +160,42 @@ class Sampler:
                     replicas.get(gpu.uuid, 1),
                     tuple(owners.get(gpu.uuid, ())),
                     {m.uuid: mig_owners[m.uuid] for m in gpu.migs if m.uuid in mig_owners},
+                    usage.get(gpu.uuid),
                 )
             )
         return Sample(tuple(out), now, now - started, up)
+
+    def _usage(
+        self, shared: list[str], readings: dict[str, Reading]
+    ) -> dict[str, dict[Owner, Usage]]:
+        """Each shared GPU's use per container; {} where the runtime cannot be asked."""
+        if self.cri is None:
+            return {}
+        try:
+            containers = self.cri.owners()
+        except CriError as err:
+            if self._cri_problem is None:
+                detail = "shared GPUs show the GPU's values on every pod"
+                log.warning("cri_unavailable", error=err.one_line(), detail=detail)
+            self._cri_problem = err.one_line()
+            return {}
+        if self._cri_problem is not None:
+            log.info("cri_available", socket=self.cri.socket)
+            self._cri_problem = None
+        out = {}
+        for uuid in shared:
+            try:
+                processes = self.processes[uuid].read()
+            except self.nvml.NVMLError:
+                continue
+            used = readings[uuid].values.get("DCGM_FI_DEV_FB_USED", 0)
+            if not processes and used > 0 and uuid not in self._invisible:
+                # memory in use but no process: they live in another PID namespace
+                self._invisible.add(uuid)
+                fix = "run the exporter in the host PID namespace (hostPID: true)"
+                log.warning("gpu_processes_invisible", gpu=uuid, fb_used_mib=used, fix=fix)
+            out[uuid] = per_owner(processes, containers)
+        return out
 
     def _kubelet(
         self,
