@@ -56,7 +56,7 @@ COUNTERS = (
             "nvmlDeviceGetMemoryInfo_v2", per_mig=True),
     Counter("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", GAUGE,
             "Total number of NVLink bandwidth counters for all lanes.", "MiB/s",
-            "nvmlDeviceGetFieldValues(NVLINK_THROUGHPUT_RAW_TX/RX), rate between samples"),
+            "nvmlDeviceGetFieldValues(NVLINK_THROUGHPUT_RAW_TX/RX per link), rate between samples"),
     Counter("DCGM_FI_DEV_VGPU_LICENSE_STATUS", GAUGE, "vGPU License status", "1 licensed",
             "nvmlDeviceGetGridLicensableFeatures_v4"),
     Counter("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", COUNTER,

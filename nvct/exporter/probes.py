@@ -149,6 +149,7 @@ class DeviceReader:
         self.dropped: dict[str, str] = {}  # field -> why (NVML's answer)
         self._memory_v2 = True
         self._nvlink_last: tuple[float, float] | None = None  # (monotonic s, KiB)
+        self._nvlinks: list[int] | None = None
         self.gpm: GpmStream | None = None
         self.mig_gpm: dict[int, GpmStream] = {}
         self.mig_handles: dict[int, Any] = {}
@@ -222,9 +223,19 @@ class DeviceReader:
         nvml = self.nvml
 
         def total() -> dict[str, float]:
-            tx = _field(nvml, self.handle, nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX)
-            rx = _field(nvml, self.handle, nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX)
-            return {NVLINK: tx + rx}
+            # the counters are per link (scopeId): every active link's TX and RX in one call
+            fields = [
+                (f, link)
+                for link in self._links()
+                for f in (nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX,
+                          nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX)
+            ]  # fmt: skip
+            if not fields:
+                raise nvml.NVMLError(nvml.NVML_ERROR_NOT_SUPPORTED)
+            values = nvml.nvmlDeviceGetFieldValues(self.handle, fields)
+            if any(v.nvmlReturn != nvml.NVML_SUCCESS for v in values):
+                raise nvml.NVMLError(next(v.nvmlReturn for v in values if v.nvmlReturn))
+            return {NVLINK: float(sum(v.value.ullVal for v in values))}
 
         got = self._ask("nvlink", (NVLINK,), total)
         if not got:
@@ -234,6 +245,21 @@ class DeviceReader:
         if last is None or kib < last[1] or now <= last[0]:
             return {}  # the first round, or the counter was reset
         return {NVLINK: (kib - last[1]) / KIB / (now - last[0])}
+
+    def _links(self) -> list[int]:
+        """The GPU's active NVLinks (asked once): state answers until the first error."""
+        if self._nvlinks is None:
+            nvml, self._nvlinks = self.nvml, []
+            for link in range(nvml.NVML_NVLINK_MAX_LINKS):
+                try:
+                    if (
+                        nvml.nvmlDeviceGetNvLinkState(self.handle, link)
+                        == nvml.NVML_FEATURE_ENABLED
+                    ):
+                        self._nvlinks.append(link)
+                except nvml.NVMLError:
+                    break
+        return self._nvlinks
 
     def _ask(
         self, name: str, fields: tuple[str, ...], read: Callable[[], dict[str, float]]

@@ -46,7 +46,8 @@ def fake_nvml(temperature_error: list[int]) -> tuple[Any, dict[str, int]]:
         NVML_CLOCK_MEM=2, NVML_TEMPERATURE_GPU=0, nvmlMemory_v2=0x02000028,
         NVML_FI_DEV_MEMORY_TEMP=82, NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX=140,
         NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX=141, NVML_PCIE_UTIL_TX_BYTES=0,
-        NVML_PCIE_UTIL_RX_BYTES=1,
+        NVML_PCIE_UTIL_RX_BYTES=1, NVML_NVLINK_MAX_LINKS=18, NVML_FEATURE_ENABLED=1,
+        nvmlDeviceGetNvLinkState=counted("nvlink", -3),
         nvmlGpmQueryDeviceSupport=counted("gpm", types.SimpleNamespace(isSupportedDevice=0)),
         nvmlDeviceGetMemoryInfo=counted("memory", memory),
         nvmlDeviceGetUtilizationRates=counted("util", types.SimpleNamespace(gpu=5, memory=6)),
@@ -78,6 +79,7 @@ def test_unsupported_is_dropped_once_and_a_failing_round_only_misses_that_round(
     assert served >= {"DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_ENC_UTIL", "DCGM_FI_PROF_PCIE_TX_BYTES"}
     assert rounds[2].values["DCGM_FI_PROF_PCIE_TX_BYTES"] == 10 * 1024  # KB/s without GPM
     assert calls["power"] == 1 and calls["rows"] == 1 and calls["vgpu"] == 1  # never again
+    assert calls["nvlink"] == 1  # no NVLink: asked once
     dropped = [f for e in logs if e["event"] == "series_dropped" for f in e["fields"]]
     assert len(dropped) == len(set(dropped))  # one line each, not one per round
     assert set(dropped) == {

@@ -38,7 +38,7 @@ nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t d, int *isPendi
 }
 
 /* One field of nvmlDeviceGetFieldValues: the GPU recovery action (drivers 570+), the memory
- * temperature (HBM parts), NVLink throughput counters (KiB, all links: GPUs with NVLink). */
+ * temperature (HBM parts), NVLink throughput counters (KiB, per link: GPUs with NVLink). */
 static nvmlReturn_t field_value(nvmlDevice_t d, nvmlFieldValue_t *v)
 {
     unsigned minor = gpu_of(d)->minor;
@@ -61,20 +61,23 @@ static nvmlReturn_t field_value(nvmlDevice_t d, nvmlFieldValue_t *v)
     case NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX:
     case NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX:
     case NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX:
-    case NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX:
+    case NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX: {
+        /* one link's counter (scopeId: the link); the GPU's total, spread evenly over its
+         * links, grows at nvlink_kibps each way (traffic flowing now) */
+        struct timespec ts;
+        double total;
+
         if (gpu_of(d)->link_count == 0)
             return NVML_ERROR_NOT_SUPPORTED;
+        if (v->scopeId >= (unsigned)gpu_of(d)->link_count)
+            return NVML_ERROR_INVALID_ARGUMENT;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        total = (double)sim_metric(minor, v->fieldId % 2 == 0 ? "nvlink_tx_kib" : "nvlink_rx_kib", 0)
+                + (double)sim_metric(minor, "nvlink_kibps", 0) * ((double)ts.tv_sec + ts.tv_nsec / 1e9);
         v->valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
-        v->value.ullVal = sim_metric(minor, v->fieldId % 2 == 0 ? "nvlink_tx_kib" : "nvlink_rx_kib", 0);
-        /* traffic flowing now: the counters grow at nvlink_kibps (each direction) */
-        {
-            struct timespec ts;
-
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            v->value.ullVal += (unsigned long long)((double)sim_metric(minor, "nvlink_kibps", 0)
-                                                    * ((double)ts.tv_sec + ts.tv_nsec / 1e9));
-        }
+        v->value.ullVal = (unsigned long long)(total / gpu_of(d)->link_count);
         return NVML_SUCCESS;
+    }
     default:
         return NVML_ERROR_NOT_SUPPORTED;
     }
