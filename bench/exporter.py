@@ -130,6 +130,7 @@ def main() -> int:
             "cpu_window_s": round(wall, 1),
             "round_duration_ms": round(duration * 1000, 2),
             "rss_mib": rss_mib(proc.pid),
+            "load_average_1m": round(os.getloadavg()[0], 2),  # other jobs on this machine
             "python": sys.version.split()[0],
             "cpu_count": os.cpu_count(),
         }
