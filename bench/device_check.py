@@ -396,6 +396,10 @@ def exporter(report: Report, cli: list[str], work: Path) -> None:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
                     body = r.read().decode()
                 if "DCGM_FI_DEV_GPU_TEMP" in body:
+                    # rates (GPM, NVLink) need two rounds: scrape again after two more
+                    time.sleep(2.5)
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                        body = r.read().decode()
                     break
             except OSError:
                 continue
@@ -405,10 +409,35 @@ def exporter(report: Report, cli: list[str], work: Path) -> None:
             if ln.startswith(("DCGM_", "nvct_")):
                 report.say("  " + ln)
         report.record("exporter_series", len(lines))
+        served_dropped(report, body, log)
     finally:
         proc.terminate()
         proc.wait(10)
         report.say(f"exporter log tail:\n{log.read_text(errors='replace')[-2000:]}")
+
+
+def served_dropped(report: Report, body: str, log: Path) -> None:
+    """Which of dcgm-exporter's default counters this GPU served, and which it dropped (the
+    exporter's series_dropped lines, with NVML's reason)."""
+    import json
+
+    from nvct.exporter.fields import COUNTERS
+
+    served = sorted({c.name for c in COUNTERS if f"\n{c.name}{{" in f"\n{body}"})
+    dropped: dict[str, str] = {}
+    for line in log.read_text(errors="replace").splitlines():
+        if line.startswith("{") and '"series_dropped"' in line:
+            event = json.loads(line)
+            for field in event.get("fields", []):
+                dropped.setdefault(field, event.get("reason", ""))
+    missing = sorted({c.name for c in COUNTERS} - set(served) - set(dropped))
+    report.say(f"default counters served ({len(served)}/{len(COUNTERS)}): {' '.join(served)}")
+    for field, why in sorted(dropped.items()):
+        report.say(f"  dropped {field}: {why}")
+    if missing:
+        report.say(f"  neither served nor dropped (an error this round?): {' '.join(missing)}")
+    report.record("exporter_counters_served", len(served))
+    report.record("exporter_counters_dropped", sorted(dropped))
 
 
 def container(report: Report, venv_bin: Path, busybox: Path, work: Path) -> None:

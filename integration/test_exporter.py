@@ -76,7 +76,8 @@ class Exporter:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=30) as r:
             text = r.read().decode()
         return [
-            Series(s.name, dict(s.labels), s.value)
+            # the client's parser appends _total to a counter's samples; the text has none
+            Series(family.name if family.type == "counter" else s.name, dict(s.labels), s.value)
             for family in text_string_to_metric_families(text)
             for s in family.samples
         ]
@@ -176,7 +177,7 @@ def test_each_gpu_series_carries_its_pods_labels_and_the_injected_values(
 
     gpu0 = {s.name: s for s in found if s.labels.get("UUID") == uuids[0] and "xid" not in s.labels}
     assert pod_labels(gpu0["DCGM_FI_DEV_GPU_UTIL"]) == ("train-0", "team-a", "trainer")
-    assert {n: s.value for n, s in gpu0.items()} == {
+    injected = {
         "DCGM_FI_DEV_GPU_UTIL": 87,
         "DCGM_FI_DEV_MEM_COPY_UTIL": 41,
         "DCGM_FI_DEV_FB_USED": 20480,
@@ -187,7 +188,9 @@ def test_each_gpu_series_carries_its_pods_labels_and_the_injected_values(
         "DCGM_FI_DEV_XID_ERRORS": 0,
         "nvct_gpu_healthy": 1,
         "nvct_gpu_replicas": 1,
+        "DCGM_EXP_XID_ERRORS_COUNT": 0,  # none in the window: one 0 without an xid label
     }
+    assert {n: gpu0[n].value for n in injected} == injected
     labels = gpu0["DCGM_FI_DEV_GPU_UTIL"].labels
     assert labels["gpu"] == "0" and labels["device"] == "nvidia0"
     assert labels["pci_bus_id"] == sim_driver.spec.gpus[0].pci_bus_id
@@ -216,14 +219,18 @@ def test_each_gpu_series_carries_its_pods_labels_and_the_injected_values(
 
     def xid_seen() -> bool:
         counts = of_gpu(exporter.scrape(), "DCGM_EXP_XID_ERRORS_COUNT", uuids[2])
-        return [(s.labels["xid"], s.value) for s in counts] == [("48", 2)]
+        return [(s.labels.get("xid"), s.value) for s in counts] == [("48", 2)]
 
     wait_for(xid_seen, 10)
     found = exporter.scrape()
     assert [s.value for s in of_gpu(found, "DCGM_FI_DEV_XID_ERRORS", uuids[2])] == [48]
     assert [s.value for s in of_gpu(found, "nvct_gpu_healthy", uuids[2])] == [0]
     assert [s.value for s in of_gpu(found, "DCGM_FI_DEV_XID_ERRORS", uuids[3])] == [0]
-    assert of_gpu(found, "DCGM_EXP_XID_ERRORS_COUNT", uuids[3]) == []
+    (none,) = of_gpu(found, "DCGM_EXP_XID_ERRORS_COUNT", uuids[3])
+    assert "xid" not in none.labels and none.value == 0
+    assert none.labels["window_size_in_ms"] == "300000"  # dcgm-exporter's default window
+    total = of_gpu(found, "DCGM_EXP_XID_ERRORS_TOTAL", uuids[2])
+    assert [(s.labels["xid"], s.value) for s in total] == [("48", 2)]
     assert pod_resources.calls["List"] >= 2  # asked every round, not once
     assert exporter.stop() == 0
 
@@ -396,12 +403,21 @@ def test_mig_devices_are_attributed_to_their_parent_gpu(
             ),
             10,
         )
-        found = exporter.scrape()
-        owner = {s.labels["UUID"]: pod_labels(s) for s in found if s.name == "DCGM_FI_DEV_FB_FREE"}
+        found = [s for s in exporter.scrape() if s.name == "DCGM_FI_DEV_FB_FREE"]
+        # the GPU's own series: every container holding one of its MIG devices
+        owner = {s.labels["UUID"]: pod_labels(s) for s in found if "GPU_I_ID" not in s.labels}
         assert owner[gpus[0].uuid] == ("mig-a", "team-a", "main")
         assert owner[gpus[1].uuid] == ("mig-b", "team-b", "main")
         assert {owner[g.uuid] for g in gpus[2:]} == {("", "", "")}
-        assert len(owner) == len(gpus)  # one series per GPU: MIG devices are not GPUs here
+        assert len(owner) == len(gpus)
+        # each MIG device's series: only the container holding that device
+        mig = {(s.labels["UUID"], s.labels["GPU_I_ID"]): pod_labels(s)
+               for s in found if "GPU_I_ID" in s.labels}  # fmt: skip
+        assert mig == {
+            **{(g.uuid, str(m.gi)): ("", "", "") for g in gpus[:2] for m in g.migs},
+            (gpus[0].uuid, str(gpus[0].migs[0].gi)): ("mig-a", "team-a", "main"),
+            (gpus[1].uuid, str(gpus[1].migs[0].gi)): ("mig-b", "team-b", "main"),
+        }
     finally:
         exporter.stop()
 
@@ -423,7 +439,7 @@ def test_xids_count_for_their_gpu_on_mig_and_non_ecc_nodes(
     def xid_counts(exporter: Exporter) -> dict[str, dict[str, float]]:
         out: dict[str, dict[str, float]] = {}
         for s in exporter.scrape():
-            if s.name == "DCGM_EXP_XID_ERRORS_COUNT":
+            if s.name == "DCGM_EXP_XID_ERRORS_COUNT" and "xid" in s.labels:
                 out.setdefault(s.labels["UUID"], {})[s.labels["xid"]] = s.value
         return out
 

@@ -125,6 +125,8 @@ def simdata_header(spec: SimDriverSpec, dev_root: Path, control: Path) -> str:
                     str(int(g.fabric is not None)),
                     _c_bytes(uuid.UUID(g.fabric[0]).bytes if g.fabric else bytes(16)),
                     f"{g.fabric[1] if g.fabric else 0}u",
+                    str(int(g.memory_temperature)),
+                    str(int(g.gpm)),
                 ]
             )
             + "},"

@@ -114,6 +114,29 @@ def flaky(target: Target, gpu: int, fraction: float) -> None:
 
 
 METRIC_KEYS = ("util_gpu", "util_memory", "temp", "power_mw", "sm_clock_mhz", "memory_used_mib")
+# The other dcgm-exporter default counters' sources (README "Control directory"), set with
+# set_metrics(**more): name -> default before any call.
+MORE_METRICS = {
+    "mem_clock_mhz": 1593,
+    "memory_temp": 40,  # HBM GPUs only
+    "energy_mj": 0,
+    "pcie_replay": 0,
+    "util_encoder": 0,
+    "util_decoder": 0,
+    "memory_reserved_mib": 0,
+    "pcie_tx_kbps": 0,
+    "pcie_rx_kbps": 0,
+    "nvlink_tx_kib": 0,  # GPUs with NVLink only
+    "nvlink_rx_kib": 0,
+    "nvlink_kibps": 0,  # traffic: both NVLink counters grow this fast (KiB/s)
+    "gpm_graphics": 0,  # % (GPM: Hopper and newer)
+    "gpm_tensor": 0,
+    "gpm_dram": 0,
+    "gpm_pcie_tx_mibs": 0,
+    "gpm_pcie_rx_mibs": 0,
+}
+# What a MIG device reports of its own (set_mig_metrics), stored as <key>_gi<gi>.
+MIG_KEYS = ("memory_used_mib", "gpm_graphics", "gpm_tensor", "gpm_dram")
 
 
 def set_metrics(
@@ -126,12 +149,18 @@ def set_metrics(
     power_mw: int | None = None,
     sm_clock_mhz: int | None = None,
     memory_used_mib: int | None = None,
+    **more: int,
 ) -> None:
     """Set what NVML reports for GPU `gpu`; arguments left out keep their current value.
 
-    Defaults before any call: utilization 0 %, 30 C, 50000 mW, SM clock 1410 MHz, 0 MiB used.
+    Defaults before any call: utilization 0 %, 30 C, 50000 mW, SM clock 1410 MHz, 0 MiB used;
+    ``more``: keys of ``MORE_METRICS`` (their defaults there).
     """
-    given = {
+    unknown = sorted(set(more) - set(MORE_METRICS))
+    if unknown:
+        raise ValueError(f"set_metrics: unknown metric {unknown}; known: {sorted(MORE_METRICS)}")
+    given: dict[str, int | bool | None] = {
+        **more,
         "util_gpu": util,
         "util_memory": util_memory,
         "temp": temp,
@@ -182,22 +211,65 @@ def set_condition(
     _update(target, gpu, "set_condition", given)
 
 
+def gpu_process(
+    target: Target, gpu: int, pid: int, *, used_mib: int, sm_util: int = 0, mem_util: int = 0
+) -> None:
+    """Process ``pid`` (this process's PID namespace: the host's, in tests) runs on GPU ``gpu``:
+    NVML lists it (running compute processes, utilization samples) to a caller in this
+    namespace under ``pid``, to one in the process's own namespace under its pid there, and to
+    no other caller, as the driver does.
+
+    Raises:
+        ValueError: no such process.
+    """
+    try:
+        status = Path(f"/proc/{int(pid)}/status").read_text()
+        inner_ns = os.stat(f"/proc/{int(pid)}/ns/pid").st_ino
+    except OSError as err:
+        raise ValueError(f"gpu_process: no process {pid}: {err.strerror}") from err
+    nspid = next(line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:"))
+    outer_ns = os.stat("/proc/self/ns/pid").st_ino
+    line = f"{outer_ns} {int(pid)} {inner_ns} {nspid[-1]} {used_mib} {sm_util} {mem_util}\n"
+    path = _ctl(target) / "processes" / str(int(gpu))
+    _replace(path, (path.read_text() if path.exists() else "") + line)
+
+
+def clear_processes(target: Target, gpu: int) -> None:
+    """No process runs on GPU ``gpu`` any more."""
+    (_ctl(target) / "processes" / str(int(gpu))).unlink(missing_ok=True)
+
+
+def set_mig_metrics(target: Target, gpu: int, gi: int, **values: int) -> None:
+    """Set what NVML reports for the MIG device with GPU instance `gi` on GPU `gpu`: keys of
+    ``MIG_KEYS`` (memory used; GPM through nvmlGpmMigSampleGet)."""
+    unknown = sorted(set(values) - set(MIG_KEYS))
+    if unknown:
+        raise ValueError(f"set_mig_metrics: unknown metric {unknown}; known: {list(MIG_KEYS)}")
+    _update(target, gpu, "set_mig_metrics", {f"{k}_gi{int(gi)}": v for k, v in values.items()})
+
+
+def _known(key: str) -> bool:
+    base, _, gi = key.rpartition("_gi")
+    return (key in METRIC_KEYS or key in CONDITION_KEYS or key in MORE_METRICS) or (
+        base in MIG_KEYS and gi.isdigit()
+    )
+
+
 def _update(target: Target, gpu: int, caller: str, given: dict[str, int | bool | None]) -> None:
     """Merge `given` (None: keep) into GPU `gpu`'s `metrics/<gpu>` file."""
-    known = METRIC_KEYS + CONDITION_KEYS
     path = _ctl(target) / "metrics" / str(int(gpu))
     current: dict[str, int] = {}
     if path.exists():
         for line in path.read_text().splitlines():
             key, _, value = line.partition(" ")
-            if key in known and value.strip().isdigit():
+            if _known(key) and value.strip().isdigit():
                 current[key] = int(value)
     for key, value in given.items():
         if value is not None:
             if value < 0:
                 raise ValueError(f"{caller}: {key}={value} must be >= 0")
             current[key] = int(value)
-    _replace(path, "".join(f"{k} {current[k]}\n" for k in known if k in current))
+    _replace(path, "".join(f"{k} {v}\n" for k, v in sorted(current.items())))
 
 
 def reset(target: Target) -> None:
@@ -205,7 +277,7 @@ def reset(target: Target) -> None:
     ctl = _ctl(target)
     for name in ("events", "slow_ms"):
         (ctl / name).unlink(missing_ok=True)
-    for sub in ("metrics", "flaky"):
+    for sub in ("metrics", "flaky", "processes"):
         if (ctl / sub).is_dir():
             for f in (ctl / sub).iterdir():
                 f.unlink()

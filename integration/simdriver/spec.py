@@ -172,6 +172,17 @@ class SimGpu:
         return self.mig_capable and bool(self.supported_events & EVENT_DOUBLE_BIT_ECC)
 
     @property
+    def memory_temperature(self) -> bool:
+        """HBM parts report their memory's temperature (NVML_FI_DEV_MEMORY_TEMP); GDDR parts
+        answer NOT_SUPPORTED."""
+        return self.row_remapping
+
+    @property
+    def gpm(self) -> bool:
+        """GPU performance monitoring (nvmlGpm*, the DCGM_FI_PROF_* source): Hopper and newer."""
+        return self.compute_capability[0] >= 9
+
+    @property
     def page_retirement(self) -> bool:
         """ECC GPUs without row remapping retire pages instead (T4, V100)."""
         return bool(self.supported_events & EVENT_DOUBLE_BIT_ECC) and not self.row_remapping

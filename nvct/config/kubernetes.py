@@ -150,3 +150,23 @@ class Exporter(Table):
     hostname: str = key(
         "", {"type": "string"}, flag="The Hostname label ('': $NODE_NAME, else the host name)."
     )
+    # off by default, as dcgm-exporter's --kubernetes-virtual-gpus: it needs the host PID
+    # namespace and the runtime's socket (README, Metrics)
+    per_pod_usage: bool = key(
+        False,
+        _BOOLEAN,
+        flag="On a shared GPU, each pod's own SM % and memory (its processes, through NVML and "
+        "the runtime's CRI; needs the host PID namespace) in place of the GPU's.",
+    )
+    cri_socket: str = key(
+        "/run/containerd/containerd.sock",
+        _ABSPATH,
+        flag="The container runtime's CRI socket (which pod a GPU process belongs to).",
+        path="file",
+    )
+    xid_count_window: float = key(
+        300.0,
+        {"type": "number", "minimum": 1},
+        flag="Seconds of XIDs DCGM_EXP_XID_ERRORS_COUNT counts (dcgm-exporter's "
+        "--xid-count-window-size, in s).",
+    )

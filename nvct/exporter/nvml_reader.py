@@ -1,7 +1,7 @@
-"""NVML as the exporter reads it: per-GPU metrics on demand, and XID events in a thread of
-their own (``XidWatch``), so neither a slow call nor a blocking event wait ever reaches the
-HTTP handler. Each GPU is registered for what it supports (``nvct.node.health.nvml_events``,
-as the device plugin does): one GPU without XID events leaves the others' XIDs counted, and a
+"""XID events as the exporter reads them, in a thread of their own (``XidWatch``), so a
+blocking event wait never reaches the HTTP handler (the counters: ``nvct.exporter.probes``).
+Each GPU is registered for what it supports (``nvct.node.health.nvml_events``, as the device
+plugin does): one GPU without XID events leaves the others' XIDs counted, and a
 MIG device's XID counts for its GPU.
 
 NVML is loaded by absolute path from the driver root (as discovery and the device plugin do),
@@ -14,51 +14,22 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
-from nvct.exporter.sample import Reading, XidSeen
+from nvct.exporter.fields import XID_WINDOW_S
+from nvct.exporter.sample import XidSeen
 from nvct.node.health.nvml_events import matching, register, routes
 
 EVENT_WAIT_MS = 1000
-MIB = 1024 * 1024
-
-
-def read_gpu(nvml: Any, handle: Any) -> Reading:
-    """Every metric of one GPU; a query the GPU does not support is left out, a GPU that does
-    not answer at all (lost) says why in ``error``."""
-    try:
-        memory = nvml.nvmlDeviceGetMemoryInfo(handle)
-    except nvml.NVMLError as err:
-        return Reading(error=str(err))
-    util = _maybe(nvml, lambda: nvml.nvmlDeviceGetUtilizationRates(handle))
-    power_mw = _maybe(nvml, lambda: nvml.nvmlDeviceGetPowerUsage(handle))
-    temp = _maybe(nvml, lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU))
-    clock = _maybe(nvml, lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM))
-    return Reading(
-        util=None if util is None else float(util.gpu),
-        mem_copy_util=None if util is None else float(util.memory),
-        fb_used_mib=memory.used / MIB,
-        fb_free_mib=memory.free / MIB,
-        temp_c=None if temp is None else float(temp),
-        power_w=None if power_mw is None else power_mw / 1000,
-        sm_clock_mhz=None if clock is None else float(clock),
-    )
-
-
-def _maybe(nvml: Any, query: Callable[[], Any]) -> Any:
-    try:
-        return query()
-    except nvml.NVMLError:
-        return None
 
 
 class XidWatch:
     """XID events of the given GPUs, counted per GPU, from an NVML event set waited on in a
     daemon thread. ``seen()`` is safe from any thread."""
 
-    def __init__(self, nvml: Any, handles: dict[str, Any]) -> None:
+    def __init__(self, nvml: Any, handles: dict[str, Any], window_s: float = XID_WINDOW_S) -> None:
         self.nvml = nvml
+        self.window_s = window_s
         self.handles = handles
         self._lock = threading.Lock()
         self._seen: dict[str, XidSeen] = {}
@@ -107,7 +78,11 @@ class XidWatch:
                 old = self._seen.get(uuid, XidSeen())
                 counts = dict(old.counts)
                 counts[code] = counts.get(code, 0) + 1
-                self._seen[uuid] = XidSeen(code, counts, {**old.seen_at, code: at})
+                # keep only what the window can still count: memory stays bounded
+                recent = tuple(e for e in old.recent if at - e[0] <= self.window_s)
+                self._seen[uuid] = XidSeen(
+                    code, counts, {**old.seen_at, code: at}, (*recent, (at, code))
+                )
 
     def stop(self) -> None:
         """Stop waiting (within one wait) and free the event set."""

@@ -10,15 +10,16 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from nvct.base.errors import NvctError
 from nvct.config import Config
 from nvct.exporter.collector import SampleCollector
-from nvct.exporter.sample import GpuIdentity
+from nvct.exporter.sample import GpuIdentity, MigIdentity
 from nvct.exporter.sampler import Policy, Sampler
+from nvct.kubeapi.cri.client import CriClient
 from nvct.kubeapi.podresources.client import PodResourcesClient
 from nvct.kubeapi.podresources.ids import DeviceMap, GpuIds
 from nvct.node.devices import DeviceConfigError
@@ -56,7 +57,14 @@ def discover(config: Config) -> Discovered:
 
     inventory = load_inventory(config, use_cache=False)
     gpus = [
-        GpuIdentity(g.index, g.uuid, g.pci_bus_id, f"nvidia{g.minor}", g.name)
+        GpuIdentity(
+            g.index,
+            g.uuid,
+            g.pci_bus_id,
+            f"nvidia{g.minor}",
+            g.name,
+            tuple(MigIdentity(m.uuid, m.gpu_instance, m.profile) for m in g.migs),
+        )
         for g in inventory.gpus
     ]
     ids = [
@@ -81,10 +89,17 @@ def hostname(config: Config) -> str:
     return config.exporter.hostname or os.environ.get("NODE_NAME", "") or socket.gethostname()
 
 
+def driver_version(nvml: Any) -> str:
+    """The DCGM_FI_DRIVER_VERSION label ("" where NVML does not say)."""
+    try:
+        version = nvml.nvmlSystemGetDriverVersion()
+    except nvml.NVMLError:
+        return ""
+    return version.decode() if isinstance(version, bytes) else str(version)
+
+
 def run(config: Config) -> int:
     """Serve until SIGTERM/SIGINT; 0 then, 1 when the GPUs or NVML cannot be read at start."""
-    from prometheus_client import CollectorRegistry, start_http_server
-
     from nvct.host.arch import host_arch
     from nvct.host.discover.libraries import driver_nvml_library
     from nvct.host.discover.nvml import open_nvml
@@ -108,22 +123,31 @@ def run(config: Config) -> int:
         config.device_plugin.quiet_period,
         config.device_plugin.ignored_xids,
         (*config.exporter.extra_resources, *found.offered),
+        config.exporter.xid_count_window,
+    )
+    cri = (
+        CriClient(config.exporter.cri_socket)
+        if config.exporter.kubernetes and config.exporter.per_pod_usage
+        else None
     )
     try:
-        sampler = Sampler(nvml, found.gpus, found.devices, client, policy)
+        sampler = Sampler(nvml, found.gpus, found.devices, client, policy, cri)
     except nvml.NVMLError as err:  # a GPU the inventory listed no longer answers for its UUID
         report_error(f"NVML cannot open the GPUs it listed: {err}")
         return 1
     if not sampler.xids.supported:
         log.warning("xid_events_unsupported", detail="XID metrics stay 0")
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(
-        SampleCollector(sampler.latest, hostname(config), kubernetes=config.exporter.kubernetes)
+    from nvct.exporter.exposition import serve
+
+    collector = SampleCollector(
+        sampler.latest,
+        hostname(config),
+        kubernetes=config.exporter.kubernetes,
+        driver_version=driver_version(nvml),
+        xid_window_s=config.exporter.xid_count_window,
     )
     try:
-        server, _ = start_http_server(
-            config.exporter.port, addr=config.exporter.address, registry=registry
-        )
+        server = serve(config.exporter.address, config.exporter.port, collector.collect)
     except OSError as err:
         report_error(
             f"cannot listen on {config.exporter.address}:{config.exporter.port}: {err.strerror}"
@@ -141,7 +165,9 @@ def run(config: Config) -> int:
     stop.wait()
     server.shutdown()
     sampler.stop()
-    if client is not None:
-        client.close()
+    sampler.close()
+    for closing in (client, cri):
+        if closing is not None:
+            closing.close()
     log.info("stopped")
     return 0

@@ -16,11 +16,21 @@ from typing import Any
 
 import structlog
 
+from nvct.exporter.fields import XID_WINDOW_S
 from nvct.exporter.health import plugin_view, verdict
-from nvct.exporter.nvml_reader import XidWatch, read_gpu
-from nvct.exporter.sample import GpuIdentity, GpuSample, Sample, XidSeen
+from nvct.exporter.nvml_reader import XidWatch
+from nvct.exporter.probes import DeviceReader
+from nvct.exporter.sample import GpuIdentity, GpuSample, Reading, Sample, XidSeen
+from nvct.exporter.usage import ProcessReader, Usage, per_owner
+from nvct.kubeapi.cri.client import CriClient, CriError
 from nvct.kubeapi.podresources.client import PodResourcesClient, PodResourcesError
-from nvct.kubeapi.podresources.ids import DeviceMap, Owner, owners_by_gpu, replicas_by_gpu
+from nvct.kubeapi.podresources.ids import (
+    DeviceMap,
+    Owner,
+    owners_by_gpu,
+    owners_by_mig,
+    replicas_by_gpu,
+)
 from nvct.node.health.nvml_condition import read_condition
 from nvct.node.health.policy import GpuCondition
 from nvct.node.status import advertised
@@ -36,6 +46,7 @@ class Policy:
     quiet_s: float
     ignored_xids: tuple[int, ...]
     extra_resources: tuple[str, ...] = ()
+    xid_window_s: float = XID_WINDOW_S
 
 
 class Sampler:
@@ -48,6 +59,7 @@ class Sampler:
         devices: DeviceMap,
         pod_resources: PodResourcesClient | None,
         policy: Policy,
+        cri: CriClient | None = None,
     ) -> None:
         self.nvml = nvml
         self.gpus = gpus
@@ -55,10 +67,16 @@ class Sampler:
         self.pod_resources = pod_resources
         self.policy = policy
         self.handles = {g.uuid: nvml.nvmlDeviceGetHandleByUUID(g.uuid) for g in gpus}
-        self.xids = XidWatch(nvml, self.handles)
+        self.readers = {g.uuid: DeviceReader(nvml, self.handles[g.uuid], g) for g in gpus}
+        self.cri = cri
+        self.processes = {g.uuid: ProcessReader(nvml, self.handles[g.uuid]) for g in gpus}
+        self._cri_problem: str | None = None
+        self._invisible: set[str] = set()  # GPUs whose processes NVML did not show (logged)
+        self.xids = XidWatch(nvml, self.handles, policy.xid_window_s)
         self._latest: Sample | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
         self._kubelet_problem: str | None = None  # logged once per outage, not every round
 
     def latest(self) -> Sample | None:
@@ -71,12 +89,22 @@ class Sampler:
         self.xids.start()
         thread = threading.Thread(target=self._loop, args=(interval,), name="sampler", daemon=True)
         thread.start()
+        self._thread = thread
         return thread
 
     def stop(self) -> None:
         """Stop after the current round; stop waiting for XIDs."""
         self._stop.set()
         self.xids.stop()
+
+    def close(self) -> None:
+        """Free what NVML handed out, once the last round ended (after ``stop``)."""
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            if self._thread.is_alive():
+                return  # stuck in the driver: the process exits without freeing
+        for reader in self.readers.values():
+            reader.close()
 
     def _loop(self, interval: float) -> None:
         while not self._stop.is_set():
@@ -94,13 +122,15 @@ class Sampler:
     def sample_once(self) -> Sample:
         """One round, synchronously."""
         started = time.monotonic()
-        readings = {g.uuid: read_gpu(self.nvml, self.handles[g.uuid]) for g in self.gpus}
+        readings = {g.uuid: self.readers[g.uuid].read() for g in self.gpus}
         conditions = {
             uuid: read_condition(self.nvml, self.handles[uuid])
             for uuid, reading in readings.items()
             if not reading.error  # a lost GPU answers nothing
         }
-        owners, replicas, up = self._kubelet()
+        owners, mig_owners, replicas, up = self._kubelet()
+        shared = [g.uuid for g in self.gpus if replicas.get(g.uuid, 1) > 1 and owners.get(g.uuid)]
+        usage = self._usage(shared, readings) if shared else {}
         plugin = plugin_view(self.policy.plugin_dir, self.devices)
         quiet_s = self.policy.quiet_s if plugin.quiet_s is None else plugin.quiet_s
         ignored = self.policy.ignored_xids if plugin.ignored_xids is None else plugin.ignored_xids
@@ -129,13 +159,49 @@ class Sampler:
                     reason,
                     replicas.get(gpu.uuid, 1),
                     tuple(owners.get(gpu.uuid, ())),
+                    {m.uuid: mig_owners[m.uuid] for m in gpu.migs if m.uuid in mig_owners},
+                    usage.get(gpu.uuid),
                 )
             )
         return Sample(tuple(out), now, now - started, up)
 
-    def _kubelet(self) -> tuple[dict[str, list[Owner]], dict[str, int], bool | None]:
+    def _usage(
+        self, shared: list[str], readings: dict[str, Reading]
+    ) -> dict[str, dict[Owner, Usage]]:
+        """Each shared GPU's use per container; {} where the runtime cannot be asked."""
+        if self.cri is None:
+            return {}
+        try:
+            containers = self.cri.owners()
+        except CriError as err:
+            if self._cri_problem is None:
+                detail = "shared GPUs show the GPU's values on every pod"
+                log.warning("cri_unavailable", error=err.one_line(), detail=detail)
+            self._cri_problem = err.one_line()
+            return {}
+        if self._cri_problem is not None:
+            log.info("cri_available", socket=self.cri.socket)
+            self._cri_problem = None
+        out = {}
+        for uuid in shared:
+            try:
+                processes = self.processes[uuid].read()
+            except self.nvml.NVMLError:
+                continue
+            used = readings[uuid].values.get("DCGM_FI_DEV_FB_USED", 0)
+            if not processes and used > 0 and uuid not in self._invisible:
+                # memory in use but no process: they live in another PID namespace
+                self._invisible.add(uuid)
+                fix = "run the exporter in the host PID namespace (hostPID: true)"
+                log.warning("gpu_processes_invisible", gpu=uuid, fb_used_mib=used, fix=fix)
+            out[uuid] = per_owner(processes, containers)
+        return out
+
+    def _kubelet(
+        self,
+    ) -> tuple[dict[str, list[Owner]], dict[str, tuple[Owner, ...]], dict[str, int], bool | None]:
         if self.pod_resources is None:
-            return {}, {}, None
+            return {}, {}, {}, None
         # what the plugin advertises is a GPU resource whatever a sharing rule named it
         extra = (*self.policy.extra_resources, *advertised(self.policy.plugin_dir))
         try:
@@ -145,8 +211,13 @@ class Sampler:
             if self._kubelet_problem is None:
                 log.warning("pod_resources_unavailable", error=err.one_line())
             self._kubelet_problem = err.one_line()
-            return {}, {}, False
+            return {}, {}, {}, False
         if self._kubelet_problem is not None:
             log.info("pod_resources_available", socket=self.pod_resources.socket)
             self._kubelet_problem = None
-        return owners_by_gpu(held, self.devices), replicas_by_gpu(allocatable, self.devices), True
+        return (
+            owners_by_gpu(held, self.devices),
+            owners_by_mig(held, self.devices),
+            replicas_by_gpu(allocatable, self.devices),
+            True,
+        )

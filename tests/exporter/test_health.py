@@ -16,13 +16,14 @@ from nvct.node.status import status_bytes
 
 DEVICES = DeviceMap([GpuIds("GPU-a", 0), GpuIds("GPU-b", 1, (("MIG-b1", 0),))])
 IGNORED = (13, 31, 43, 45, 68, 109)
+BUSY = Reading({"DCGM_FI_DEV_GPU_UTIL": 1})
 
 
 def test_verdict_order_and_quiet_period() -> None:
     def judge(reading: Reading, xids: XidSeen, plugin: str = "", now: float = 100.0) -> tuple:
         return verdict(reading, xids, plugin, now=now, quiet_s=30, ignored_xids=IGNORED)
 
-    ok = Reading(util=1)
+    ok = BUSY
     assert judge(ok, XidSeen()) == (True, "")
     assert judge(Reading(error="GPU is lost"), XidSeen()) == (False, "NVML: GPU is lost")
     recent = XidSeen(94, {94: 1}, {94: 90.0})
@@ -39,7 +40,7 @@ def test_an_xid_that_needs_a_reset_holds_as_in_the_plugin() -> None:
 
     def judge(condition: GpuCondition, plugin_holds: bool = False) -> tuple[bool, str]:
         return verdict(
-            Reading(util=1), dbe, "", now=1000.0, quiet_s=30, ignored_xids=IGNORED,
+            BUSY, dbe, "", now=1000.0, quiet_s=30, ignored_xids=IGNORED,
             condition=condition, plugin_holds=plugin_holds,
         )  # fmt: skip
 
@@ -52,7 +53,7 @@ def test_an_xid_that_needs_a_reset_holds_as_in_the_plugin() -> None:
     failed = GpuCondition(recovery_action=0, remap_failure=True)
     assert judge(failed) == (False, "row remapping failed: the GPU needs service")
     accepted = verdict(
-        Reading(util=1), XidSeen(), "", now=0, quiet_s=30, ignored_xids=IGNORED,
+        BUSY, XidSeen(), "", now=0, quiet_s=30, ignored_xids=IGNORED,
         condition=failed, accepted=True,
     )  # fmt: skip
     assert accepted == (True, "")

@@ -21,7 +21,13 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(
-    "package", ["nvct.kubeapi.deviceplugin", "nvct.kubeapi.podresources", "integration.cri"]
+    "package",
+    [
+        "nvct.kubeapi.deviceplugin",
+        "nvct.kubeapi.podresources",
+        "nvct.kubeapi.cri",
+        "integration.cri",
+    ],
 )
 def test_generated_modules_are_current(package: str) -> None:
     pytest.importorskip("grpc_tools")

@@ -391,22 +391,31 @@ static unsigned long long total_bytes(nvmlDevice_t d)
     return (mig_of(d) ? mig_of(d)->memory_mib : gpu_of(d)->memory_mib) * 1024ULL * 1024ULL;
 }
 
-/* Whole GPUs only: a MIG device reports nothing used. */
+/* A MIG device's use: memory_used_mib_gi<gi> of its GPU (the GPU's own key is the GPU's). */
 static unsigned long long used_bytes(nvmlDevice_t d)
 {
     unsigned long long used, total = total_bytes(d);
 
-    if (mig_of(d))
-        return 0;
+    if (mig_of(d)) {
+        char key[48];
+
+        snprintf(key, sizeof(key), "memory_used_mib_gi%u", mig_of(d)->gi);
+        used = sim_metric(gpu_of(d)->minor, key, 0) * 1024ULL * 1024ULL;
+        return used > total ? total : used;
+    }
     used = sim_metric(gpu_of(d)->minor, "memory_used_mib", 0) * 1024ULL * 1024ULL;
     return used > total ? total : used;
 }
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *m)
 {
+    unsigned long long reserved;
+
     CHECK(d, m);
     m->total = total_bytes(d);
-    m->used = used_bytes(d);
+    /* v1 counts what the driver reserves as used */
+    reserved = mig_of(d) ? 0 : sim_metric(gpu_of(d)->minor, "memory_reserved_mib", 0) << 20;
+    m->used = used_bytes(d) + reserved > m->total ? m->total : used_bytes(d) + reserved;
     m->free = m->total - m->used;
     return NVML_SUCCESS;
 }
@@ -417,9 +426,10 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *m)
     if ((m->version >> 24) != NVML_MEMORY_V2_VERSION_MAJOR)
         return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     m->total = total_bytes(d);
-    m->reserved = 0;
+    /* what the driver keeps for itself: v2 reports it apart, v1 counts it as used */
+    m->reserved = mig_of(d) ? 0 : sim_metric(gpu_of(d)->minor, "memory_reserved_mib", 0) * 1024ULL * 1024ULL;
     m->used = used_bytes(d);
-    m->free = m->total - m->used;
+    m->free = m->total - m->used - (m->reserved > m->total - m->used ? m->total - m->used : m->reserved);
     return NVML_SUCCESS;
 }
 
@@ -527,4 +537,6 @@ nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t d, nvmlGpuFabricInfo_t *inf
 
 #include "nvml_events.c"
 #include "nvml_health.c"
+#include "nvml_metrics.c"
+#include "nvml_processes.c"
 #include "nvml_topology.c"

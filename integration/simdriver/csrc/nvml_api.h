@@ -110,7 +110,61 @@ typedef struct { /* nvmlDeviceGetGpuFabricInfo (v1) */
 
 #define NVML_GPU_FABRIC_STATE_COMPLETED 3
 
+typedef struct { /* nvmlProcessInfo_v2_t, also v3 */
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlProcessInfo_t;
+
+typedef struct {
+    unsigned int pid;
+    unsigned long long timeStamp; /* CPU timestamp, microseconds */
+    unsigned int smUtil, memUtil, encUtil, decUtil;
+} nvmlProcessUtilizationSample_t;
+
+typedef struct sim_gpm_sample *nvmlGpmSample_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned int isSupportedDevice;
+} nvmlGpmSupport_t;
+
+typedef struct {
+    const char *shortName, *longName, *unit;
+} nvmlGpmMetricInfo_t;
+
+typedef struct {
+    unsigned int metricId;
+    nvmlReturn_t nvmlReturn;
+    double value;
+    nvmlGpmMetricInfo_t metricInfo;
+} nvmlGpmMetric_t;
+
+#define NVML_GPM_METRIC_MAX 98 /* nvml.h's array size; callers say numMetrics */
+
+typedef struct {
+    unsigned int version;
+    unsigned int numMetrics;
+    nvmlGpmSample_t sample1, sample2;
+    nvmlGpmMetric_t metrics[NVML_GPM_METRIC_MAX];
+} nvmlGpmMetricsGet_t;
+
+#define NVML_GPM_SUPPORT_VERSION 1
+#define NVML_GPM_METRICS_GET_VERSION 1
+#define NVML_GPM_METRIC_GRAPHICS_UTIL 1
+#define NVML_GPM_METRIC_ANY_TENSOR_UTIL 5
+#define NVML_GPM_METRIC_DRAM_BW_UTIL 10
+#define NVML_GPM_METRIC_PCIE_TX_PER_SEC 20
+#define NVML_GPM_METRIC_PCIE_RX_PER_SEC 21
+
 #define NVML_VALUE_TYPE_UNSIGNED_INT 1
+#define NVML_VALUE_TYPE_UNSIGNED_LONG_LONG 3
+#define NVML_FI_DEV_MEMORY_TEMP 82
+#define NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX 138
+#define NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX 139
+#define NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX 140
+#define NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX 141
 #define NVML_FI_DEV_GET_GPU_RECOVERY_ACTION 230
 #define NVML_FEATURE_DISABLED 0
 #define NVML_FEATURE_ENABLED 1

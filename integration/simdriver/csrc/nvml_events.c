@@ -182,7 +182,7 @@ nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t d, unsigned int type, unsigned 
         *mhz = (unsigned)sim_metric(gpu_of(d)->minor, "sm_clock_mhz", 1410);
         return NVML_SUCCESS;
     case NVML_CLOCK_MEM:
-        *mhz = 1593;
+        *mhz = (unsigned)sim_metric(gpu_of(d)->minor, "mem_clock_mhz", 1593);
         return NVML_SUCCESS;
     case NVML_CLOCK_VIDEO:
         *mhz = 1275;

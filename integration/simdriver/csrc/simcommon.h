@@ -43,6 +43,8 @@ typedef struct {
     int fabric;                 /* on an NVLink fabric: nvmlDeviceGetGpuFabricInfo answers */
     unsigned char cluster_uuid[16];
     unsigned clique_id;
+    int memory_temp; /* NVML_FI_DEV_MEMORY_TEMP answers (HBM parts) */
+    int gpm;         /* GPU performance monitoring (nvmlGpm*): Hopper and newer */
 } sim_gpu_t;
 
 typedef struct {

@@ -3,19 +3,15 @@ a dead or wedged kubelet never hangs the caller."""
 
 from __future__ import annotations
 
-import os
-import stat
 from collections.abc import Iterable
 from typing import Any
 
 from nvct.base.errors import NvctError
 from nvct.kubeapi.podresources.ids import Held, Owner, is_gpu_resource
+from nvct.kubeapi.unix import is_socket, open_channel
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 TIMEOUT_S = 5.0
-# The kubelet sends pod-resources answers up to 16 MiB (dcgm-exporter reads as much); gRPC's
-# default 4 MiB would refuse a dense node's List.
-MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 
 
 class PodResourcesError(NvctError):
@@ -28,24 +24,12 @@ class PodResourcesClient:
     def __init__(self, socket: str = DEFAULT_SOCKET, timeout: float = TIMEOUT_S) -> None:
         self.socket = socket
         self.timeout = timeout
-        self._channel: Any = None
         self._stub: Any = None
-        try:
-            import grpc
-
-            from nvct.kubeapi.podresources import v1_pb2_grpc
-        except ImportError as err:
-            # Not installed (a source install without them), or the packages' grpcio is built
-            # for another Python than this one: no kubelet to ask, which callers handle.
-            from nvct.kubeapi.grpc_deps import grpc_unimportable
-
-            self._missing = grpc_unimportable(err)
+        self._grpc, self._channel, self._missing = open_channel(socket)
+        if self._missing:
             return
-        self._missing = ""
-        self._grpc: Any = grpc
-        self._channel = grpc.insecure_channel(
-            f"unix://{socket}", options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
-        )
+        from nvct.kubeapi.podresources import v1_pb2_grpc
+
         self._stub = v1_pb2_grpc.PodResourcesListerStub(self._channel)  # type: ignore[no-untyped-call]
 
     def gpus_held(self, extra_resources: Iterable[str] = ()) -> list[Held]:
@@ -88,7 +72,7 @@ class PodResourcesClient:
                 f"cannot ask the kubelet's pod-resources API: {self._missing}",
                 hint="meanwhile --no-kubernetes turns pod labels off",
             )
-        if not _is_socket(self.socket):
+        if not is_socket(self.socket):
             raise PodResourcesError(
                 f"no kubelet pod-resources socket at {self.socket}",
                 hint="mount /var/lib/kubelet/pod-resources (read-only) or set the socket path",
@@ -107,10 +91,3 @@ class PodResourcesClient:
         """Close the channel."""
         if self._channel is not None:
             self._channel.close()
-
-
-def _is_socket(path: str) -> bool:
-    try:
-        return stat.S_ISSOCK(os.stat(path).st_mode)
-    except OSError:
-        return False

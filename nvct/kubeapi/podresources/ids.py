@@ -61,13 +61,13 @@ class DeviceMap:
 
     def __init__(self, gpus: Iterable[GpuIds]) -> None:
         self._gpu: dict[str, str] = {}
-        self._mig: set[str] = set()
+        self._mig: dict[str, str] = {}  # MIG device ID (either form) -> its UUID
         for gpu in gpus:
             self._gpu[gpu.uuid] = self._gpu[str(gpu.index)] = gpu.uuid
             for mig_uuid, mig_index in gpu.migs:
                 for name in (mig_uuid, f"{gpu.index}:{mig_index}"):
                     self._gpu[name] = gpu.uuid
-                    self._mig.add(name)
+                    self._mig[name] = mig_uuid
 
     def gpu_of(self, device_id: str) -> str | None:
         """The parent GPU's UUID; None for an ID naming no GPU of this node."""
@@ -76,6 +76,10 @@ class DeviceMap:
     def is_mig(self, device_id: str) -> bool:
         """Whether the ID names a MIG device (rather than a whole GPU or its replica)."""
         return base_id(device_id) in self._mig
+
+    def mig_of(self, device_id: str) -> str | None:
+        """The MIG device's UUID; None for a whole GPU, its replica or an unknown ID."""
+        return self._mig.get(base_id(device_id))
 
 
 def owners_by_gpu(held: Iterable[Held], devices: DeviceMap) -> dict[str, list[Owner]]:
@@ -87,6 +91,16 @@ def owners_by_gpu(held: Iterable[Held], devices: DeviceMap) -> dict[str, list[Ow
         if gpu is not None and item.owner not in out.setdefault(gpu, []):
             out[gpu].append(item.owner)
     return out
+
+
+def owners_by_mig(held: Iterable[Held], devices: DeviceMap) -> dict[str, tuple[Owner, ...]]:
+    """Each MIG device's containers (its own series' pod labels), each once."""
+    out: dict[str, list[Owner]] = {}
+    for item in held:
+        mig = devices.mig_of(item.device_id)
+        if mig is not None and item.owner not in out.setdefault(mig, []):
+            out[mig].append(item.owner)
+    return {mig: tuple(owners) for mig, owners in out.items()}
 
 
 def replicas_by_gpu(allocatable: Iterable[str], devices: DeviceMap) -> dict[str, int]:

@@ -12,6 +12,7 @@ from nvct.kubeapi.podresources.ids import (
     base_id,
     is_gpu_resource,
     owners_by_gpu,
+    owners_by_mig,
     replicas_by_gpu,
 )
 
@@ -75,6 +76,12 @@ def test_owners_one_per_container_in_kubelet_order() -> None:
         Held(Owner("other", "c", "y"), "nvidia.com/gpu", "GPU-of-another-node"),
     ]
     assert owners_by_gpu(held, DEVICES) == {A: [infer, side], B: [Owner("mig", "c", "x")]}
+    # a MIG device's own series: its holders only, by UUID or by <gpu>:<mig> index
+    index = Held(Owner("mig2", "c", "z"), "nvidia.com/mig-1g.10gb", "1:0")
+    assert owners_by_mig([*held, index], DEVICES) == {
+        MIG: (Owner("mig", "c", "x"), Owner("mig2", "c", "z"))
+    }
+    assert DEVICES.mig_of(f"{A}::0") is None and DEVICES.mig_of("1:0") == MIG
 
 
 def test_replicas_count_distinct_whole_gpu_ids() -> None:
