@@ -19,7 +19,7 @@ import grpc
 import pytest
 
 from integration.harness.bundles import BundleFactory, run_runc
-from integration.harness.deviceplugin import MpsControlProcess, apply, uuids
+from integration.harness.deviceplugin import MpsControlProcess, PluginProcess, apply, uuids
 from integration.harness.nvct_config import NVCT_BIN, write_nvct_config
 from integration.harness.processes import until
 from integration.kubelet.standin import Kubelet, sockets
@@ -427,14 +427,24 @@ def test_mps_on_a_mig_strategy_mixed_node_is_a_one_line_error(
 
 
 def test_a_socket_path_too_long_for_unix_sockets_is_a_one_line_error(
-    kubelet, plugin_factory
+    tmp_path: Path, sim_driver: Any
 ) -> None:
+    # a plugin-dir deeper than the kubelet's default (pytest's, ~75 bytes): with this name's
+    # socket it passes the 107 bytes a Unix socket path may have; kubelet.sock still fits
+    standin = Kubelet(tmp_path / "device-plugins").start()
     name = "nvidia.com/gpu.shared-by-the-team-that-needs-a-long-name"
-    plugin = plugin_factory(**sharing(f'{{devices = ["0"], replicas = 2, resource = "{name}"}}'))
-    assert plugin.proc is not None and plugin.proc.wait(timeout=60) == 2
-    errors = [ln for ln in plugin.output().splitlines() if ln.startswith("nvct-device-plugin:")]
-    assert len(errors) == 1 and name in errors[0] and "shorter plugin-dir" in errors[0]
-    assert "Traceback" not in plugin.output()
+    toml = sharing(f'{{devices = ["0"], replicas = 2, resource = "{name}"}}')
+    plugin = PluginProcess(tmp_path, sim_driver, standin.plugin_dir, **toml).start()
+    try:
+        assert plugin.proc is not None and plugin.proc.wait(timeout=60) == 2
+        out = plugin.output()
+        errors = [ln for ln in out.splitlines() if ln.startswith("nvct-device-plugin:")]
+        assert len(errors) == 1 and name in errors[0] and "shorter plugin-dir" in errors[0]
+        assert "Traceback" not in out
+    finally:
+        if plugin.proc is not None and plugin.proc.poll() is None:
+            plugin.stop()
+        standin.stop()
 
 
 # --- two containers sharing one GPU, at once, through nvct-runtime ------------------------
