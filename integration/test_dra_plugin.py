@@ -25,6 +25,7 @@ from integration.harness.dra import (
     claim_specs,
     put_claim,
 )
+from integration.harness.podman import CDI_DIR, podman_run
 from integration.harness.processes import until
 from integration.kubelet.dra import DraKubelet
 
@@ -128,3 +129,48 @@ def test_prepare_and_unprepare_survive_retries_and_restarts(
     finally:
         assert plugin.stop() == 0, plugin.output()
     assert not (kubelet.registry_dir / f"{DRIVER}-reg.sock").exists()
+
+
+@pytest.mark.podman
+def test_a_prepared_claim_runs_a_container_that_sees_exactly_its_gpus(
+    tmp_path: Path,
+    sim_driver: Any,
+    apiserver: APIServer,  # noqa: F811 - the fixture's name
+    podman: list[str],
+) -> None:
+    """The kubelet hands DRA's CDI ids to the engine in the CRI's CDI field only (1.31+): an
+    engine with CDI runs the pod. Podman here, resolving the claim's spec from /var/run/cdi
+    (podman 4.3 reads no other directory); claim UIDs make the files unique to this test."""
+    short = Path(tempfile.mkdtemp(prefix="dra-"))
+    kubelet = DraKubelet(short / "plugins_registry").start()
+    apiserver.add_kind(CLAIMS)
+    plugin = DraPluginProcess(
+        tmp_path / "plugin", sim_driver, apiserver, registry_dir=kubelet.registry_dir,
+        plugins_dir=short / "plugins", cdi_root=CDI_DIR,
+    ).start()  # fmt: skip
+    claim = put_claim(apiserver, allocated_claim("pair", {"gpus": ["gpu-1", "gpu-3"]}))
+    spec = CDI_DIR / f"nvct-dra-claim-{claim[1]}.json"
+    try:
+        _registered(kubelet, plugin, 1)
+        answer = kubelet.prepare(DRIVER, [claim])[claim[1]]
+        assert answer.error == ""
+        ids = [i for d in answer.devices for i in d.cdi_device_ids]
+        result = podman_run(podman, ids, "nvidia-smi -L; echo ===; ls /dev")
+        assert result.returncode == 0, result.stderr
+        smi, devs = result.stdout.split("===")
+        uuids = [
+            line.split("UUID: ")[1].rstrip(")") for line in smi.splitlines() if "UUID:" in line
+        ]
+        assert sorted(uuids) == sorted(sim_driver.spec.gpus[i].uuid for i in (1, 3))
+        gpus = sorted(d for d in devs.split() if d.startswith("nvidia") and d[6:].isdigit())
+        assert gpus == ["nvidia1", "nvidia3"]
+
+        assert kubelet.unprepare(DRIVER, [claim])[claim[1]].error == ""
+        assert not spec.exists()
+        after = podman_run(podman, ids, "true")
+        assert after.returncode != 0  # the ids name nothing any more
+    finally:
+        assert plugin.stop() == 0, plugin.output()
+        kubelet.stop()
+        spec.unlink(missing_ok=True)
+        shutil.rmtree(short, ignore_errors=True)

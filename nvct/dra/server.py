@@ -112,31 +112,38 @@ class Sockets:
         for api, rpc in ((dra_v1_pb2, dra_v1_pb2_grpc), (dra_v1beta1_pb2, dra_v1beta1_pb2_grpc)):
             rpc.add_DRAPluginServicer_to_server(_servicer(api, rpc, self.driver), server)
         reg_rpc.add_RegistrationServicer_to_server(self.registration, server)  # type: ignore[no-untyped-call]
-        # The DRA socket first: the kubelet dials it as soon as the registration one appears.
-        for path in (self.dra_path, self.reg_path):
-            if len(os.fsencode(path)) > SUN_PATH_MAX:
-                server.stop(grace=None)
-                raise OSError(
-                    f"cannot serve on {path}: longer than a Unix socket path may be "
-                    f"({SUN_PATH_MAX} bytes); use shorter --registry-dir/--plugins-dir"
-                )
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-            try:
-                bound = server.add_insecure_port(f"unix://{path}")
-            except RuntimeError as err:  # grpcio raises where older versions returned 0
-                server.stop(grace=None)
-                raise OSError(f"cannot serve on {path}: {err}") from err
-            if not bound:
-                server.stop(grace=None)
-                raise OSError(f"cannot serve on {path}: grpc could not bind it")
+        # The registration socket is bound under a hidden name and renamed into place once
+        # served with its mode: the kubelet's watcher dials it the moment it appears.
+        staged = self.reg_path.with_name(f".{self.reg_path.name}.new")
+        for path in (self.dra_path, staged):
+            self._bind(server, path)
         server.start()
-        for path in (self.dra_path, self.reg_path):
+        for path in (self.dra_path, staged):
             os.chmod(path, SOCKET_MODE)  # only root (the kubelet) may prepare claims
+        os.replace(staged, self.reg_path)
         self.server = server
         self.inodes = (os.stat(self.dra_path).st_ino, os.stat(self.reg_path).st_ino)
         log.info("serving", registration=str(self.reg_path), endpoint=str(self.dra_path))
+
+    @staticmethod
+    def _bind(server: grpc.Server, path: Path) -> None:
+        if len(os.fsencode(path)) > SUN_PATH_MAX:
+            server.stop(grace=None)
+            raise OSError(
+                f"cannot serve on {path}: longer than a Unix socket path may be "
+                f"({SUN_PATH_MAX} bytes); use shorter --registry-dir/--plugins-dir"
+            )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        try:
+            bound = server.add_insecure_port(f"unix://{path}")
+        except RuntimeError as err:  # grpcio raises where older versions returned 0
+            server.stop(grace=None)
+            raise OSError(f"cannot serve on {path}: {err}") from err
+        if not bound:
+            server.stop(grace=None)
+            raise OSError(f"cannot serve on {path}: grpc could not bind it")
 
     def gone(self) -> bool:
         """Whether either socket was deleted or replaced."""
@@ -160,9 +167,10 @@ class Sockets:
         """Stop serving and remove the sockets that are still ours."""
         if self.server is None:
             return
+        ours = not self.gone()  # before grpc's shutdown, which may unlink what it bound
         self.server.stop(grace=0.5).wait()
         self.server = None
-        if not self.gone():
+        if ours:
             for path in (self.reg_path, self.dra_path):
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
