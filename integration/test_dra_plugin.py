@@ -174,3 +174,30 @@ def test_a_prepared_claim_runs_a_container_that_sees_exactly_its_gpus(
         kubelet.stop()
         spec.unlink(missing_ok=True)
         shutil.rmtree(short, ignore_errors=True)
+
+
+def test_nvlink_pairs_read_through_nvml_make_one_domain_per_pair(
+    sim_driver: Any, tmp_path: Path
+) -> None:
+    """On 8 H100 PCIe bridged in pairs (0-1, 2-3, ...), what the plugin reads from the
+    simulated NVML gives each pair a domain of its own: a claim's matchAttribute on
+    nvlinkDomain gets a bridged pair."""
+    from integration.harness.nvct_config import write_nvct_config
+    from integration.simdriver import cached_driver, preset
+    from nvct.config import load_config
+    from nvct.dra.devices import dra_devices
+    from nvct.dra.setup import nvlinks
+    from nvct.host.load import load_inventory
+
+    # sim_driver: root and gcc checked; the same cache, another preset
+    sim = cached_driver(preset("h100pcie-x8-nvlink-pairs"), Path("/tmp/nvct-test-simdrivers"))
+    config = load_config(str(write_nvct_config(tmp_path / "config.toml", sim)), use_cache=False)
+    inventory = load_inventory(config, use_cache=False)
+    devices = dra_devices(inventory, sysfs_root=sim.sys_root, nvlinks=nvlinks(config, inventory))
+    domains = [d.attributes["nvlinkDomain"]["string"] for d in devices]
+    assert len(domains) == 8
+    assert [domains[i] == domains[i ^ 1] for i in range(8)] == [True] * 8
+    assert len(set(domains)) == 4
+    roots = {d.attributes["resource.kubernetes.io/pcieRoot"]["string"] for d in devices}
+    assert roots == {"pci0000:00", "pci0000:01"}  # two host bridges, four GPUs each
+    assert [d.attributes["numaNode"]["int"] for d in devices] == [0, 0, 0, 0, 1, 1, 1, 1]

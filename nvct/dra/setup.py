@@ -49,7 +49,7 @@ def start(config: Config, settings: Settings) -> Sockets:
 
     inventory = load_inventory(config, use_cache=False)
     devices = dra_devices(
-        inventory, sysfs_root=settings.sysfs_root, nvlinks=_nvlinks(config, inventory)
+        inventory, sysfs_root=settings.sysfs_root, nvlinks=nvlinks(config, inventory)
     )
     options = SpecOptions(strategy="uuid", vendor=DRA_VENDOR, cls=DRA_CLASS)
     spec = build_spec(inventory, config, host_arch(), options=options, hook=hook_program())
@@ -71,7 +71,7 @@ def start(config: Config, settings: Settings) -> Sockets:
     return sockets
 
 
-def _nvlinks(config: Config, inventory: Inventory) -> dict[Pair, int]:
+def nvlinks(config: Config, inventory: Inventory) -> dict[Pair, int]:
     """NVLink links between the GPUs, through NVML (none where NVML does not answer: the
     devices then have no NVLink domain, which only narrows what claims can match)."""
     from nvct.base.errors import NvctError
@@ -87,7 +87,10 @@ def _nvlinks(config: Config, inventory: Inventory) -> dict[Pair, int]:
     ]
     try:
         nvml = open_nvml(driver_nvml_library(Path(config.driver_root), host_arch()))
-        return dict(read_topology(nvml, gpus).nvlinks)
     except (NvctError, OSError) as err:
         log.warning("no_topology", error=str(err))
         return {}
+    try:
+        return dict(read_topology(nvml, gpus).nvlinks)
+    finally:
+        nvml.nvmlShutdown()
