@@ -126,6 +126,14 @@ def test_prepare_and_unprepare_survive_retries_and_restarts(
         assert claim_specs(cdi) == []
         checkpoint = json.loads((plugins / DRIVER / "checkpoint.json").read_text())
         assert checkpoint["claims"] == {}
+
+        # Its sockets wiped (a cleaned directory): served and registered again, by itself.
+        (kubelet.registry_dir / f"{DRIVER}-reg.sock").unlink()
+        (plugins / DRIVER / "dra.sock").unlink()
+        _registered(kubelet, plugin, 3)
+        three = put_claim(server, allocated_claim("after-wipe", {"gpu": ["gpu-0"]}))
+        assert kubelet.prepare(DRIVER, [three])[three[1]].error == ""
+        assert kubelet.unprepare(DRIVER, [three])[three[1]].error == ""
     finally:
         assert plugin.stop() == 0, plugin.output()
     assert not (kubelet.registry_dir / f"{DRIVER}-reg.sock").exists()
