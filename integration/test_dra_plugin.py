@@ -209,3 +209,32 @@ def test_nvlink_pairs_read_through_nvml_make_one_domain_per_pair(
     roots = {d.attributes["resource.kubernetes.io/pcieRoot"]["string"] for d in devices}
     assert roots == {"pci0000:00", "pci0000:01"}  # two host bridges, four GPUs each
     assert [d.attributes["numaNode"]["int"] for d in devices] == [0, 0, 0, 0, 1, 1, 1, 1]
+
+
+def test_a_driver_container_node_gets_specs_with_the_hosts_paths(
+    tmp_path: Path,
+    sim_driver: Any,
+    apiserver: APIServer,  # noqa: F811 - the fixture's name
+    node: tuple[DraKubelet, Path, Path],
+) -> None:
+    """``[device-plugin] host-driver-root``: the plugin sees the driver under its own mount,
+    the engine under the host's path (NVIDIA's nvidiaDriverRoot); the claim's spec names the
+    host's, as the device plugin's spec does."""
+    kubelet, plugins, cdi = node
+    apiserver.add_kind(CLAIMS)
+    host = "/run/nvidia/driver"
+    plugin = DraPluginProcess(
+        tmp_path / "plugin", sim_driver, apiserver, registry_dir=kubelet.registry_dir,
+        plugins_dir=plugins, cdi_root=cdi, **{"device-plugin.host-driver-root": f'"{host}"'},
+    ).start()  # fmt: skip
+    try:
+        _registered(kubelet, plugin, 1)
+        claim = put_claim(apiserver, allocated_claim("host-paths", {"gpu": ["gpu-0"]}))
+        assert kubelet.prepare(DRIVER, [claim])[claim[1]].error == ""
+        spec = json.loads((cdi / f"nvct-dra-claim-{claim[1]}.json").read_text())
+        sources = [m["hostPath"] for m in spec["containerEdits"]["mounts"]]
+        assert sources and all(s.startswith(f"{host}/") for s in sources), sources
+        assert not [s for s in sources if s.startswith(str(sim_driver.driver_root))]
+        assert kubelet.unprepare(DRIVER, [claim])[claim[1]].error == ""
+    finally:
+        assert plugin.stop() == 0, plugin.output()
