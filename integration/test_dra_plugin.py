@@ -238,3 +238,33 @@ def test_a_driver_container_node_gets_specs_with_the_hosts_paths(
         assert kubelet.unprepare(DRIVER, [claim])[claim[1]].error == ""
     finally:
         assert plugin.stop() == 0, plugin.output()
+
+
+def test_claims_are_read_in_the_version_the_api_server_serves(
+    tmp_path: Path,
+    apiserver: APIServer,  # noqa: F811 - the fixture's name
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A 1.32 control plane serves resource.k8s.io/v1beta1 only: the claim is read there (the
+    fields a driver reads are the same); a claim that exists in no version is one 404 line."""
+    from integration.apiserver import cluster_env, service_account
+    from integration.apiserver.store import Kind
+    from integration.harness.dra import CLAIM_READER
+    from nvct.kubeapi.client.access import ClusterAccess
+    from nvct.kubeapi.client.claims import claim_reader
+    from nvct.kubeapi.client.errors import KubeApiError
+
+    beta = Kind("resource.k8s.io", "v1beta1", "resourceclaims", "ResourceClaim", namespaced=True)
+    apiserver.add_kind(beta)
+    apiserver.auth.add("reader", "system:serviceaccount:nvct:nvct-dra-plugin", CLAIM_READER)
+    account = service_account(tmp_path / "sa", apiserver.certs, "reader", "nvct")
+    for key, value in cluster_env(apiserver.url).items():
+        monkeypatch.setenv(key, value)
+    stored = apiserver.store.create(beta, "default", allocated_claim("old", {"gpu": ["gpu-0"]}))
+    read = claim_reader(ClusterAccess("", str(account)))
+    claim = read("default", "old")
+    assert claim["metadata"]["uid"] == stored["metadata"]["uid"]
+    assert claim["status"]["allocation"]["devices"]["results"][0]["device"] == "gpu-0"
+    assert read("default", "old")["metadata"]["name"] == "old"  # again, v1beta1 first now
+    with pytest.raises(KubeApiError, match=r"ResourceClaim default/gone does not exist \(404"):
+        read("default", "gone")
