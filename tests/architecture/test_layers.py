@@ -45,6 +45,7 @@ FRONTENDS = {
     "deviceplugin",
     "exporter",
     "configmanager",
+    "dra",
 }
 # Frontends another one may call: the CLI is the command line of the doctor, the engine
 # configuration, the exporter and mps-control (the device plugin's package). Doctor reads the
