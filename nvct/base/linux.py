@@ -1,7 +1,7 @@
 """Bindings for the Linux calls Python's os module lacks (3.10/3.11).
 
-openat2(2) for in-root path resolution, mount(2), umount2(2), setns(2), unshare(2). Errors
-raise OSError with errno.
+openat2(2) for in-root path resolution, mount(2), umount2(2), setns(2), unshare(2),
+madvise(2). Errors raise OSError with errno.
 
 They are built on ``_ctypes``, the C core of ctypes, rather than on ``ctypes``: the shim
 calls them on every GPU container start, and ``import ctypes`` (its ~80 type classes,
@@ -52,6 +52,7 @@ _mount = _function("mount", _CharP, _CharP, _CharP, _ULong, _CharP)
 _umount2 = _function("umount2", _CharP, _Int)
 _setns = _function("setns", _Int, _Int)
 _unshare = _function("unshare", _Int)
+_madvise = _function("madvise", _ULong, _ULong, _Int)
 
 SYS_OPENAT2 = 437  # same number on x86_64, aarch64 and ppc64le (post-4.20 syscall table)
 
@@ -74,6 +75,8 @@ MNT_DETACH = 0x2
 UMOUNT_NOFOLLOW = 0x8
 
 CLONE_NEWNS = 0x00020000
+
+MADV_POPULATE_WRITE = 23  # Linux 5.14+
 
 _openat2_missing = False
 
@@ -126,3 +129,8 @@ def setns(fd: int, nstype: int) -> None:
 def unshare(flags: int) -> None:
     """unshare(2): leave the caller's namespaces of the ``flags`` kinds for new copies."""
     _check(_unshare(flags), "unshare")
+
+
+def madvise(start: int, length: int, advice: int) -> None:
+    """madvise(2) on ``length`` bytes at address ``start``."""
+    _check(_madvise(start, length, advice), "madvise")

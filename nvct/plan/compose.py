@@ -18,6 +18,7 @@ from nvct.host.fingerprint import inventory_fingerprint
 from nvct.host.inventory import Inventory
 from nvct.host.load import load_inventory
 from nvct.plan.build import build_plan
+from nvct.plan.firmware_dir import with_firmware_dir
 from nvct.plan.libdirs import with_library_dirs
 from nvct.plan.model import Plan, RootfsLayout
 from nvct.plan.workorder import from_plan
@@ -76,6 +77,8 @@ def plan_container(
     )
     if library_dirs != "none":
         plan = with_library_dirs(plan, config, fingerprint, create=library_dirs == "create")
+        if config.inject.library_mounts == "directory":
+            plan = with_firmware_dir(plan)
     return Planned(plan, from_plan(plan, config), fingerprint)
 
 

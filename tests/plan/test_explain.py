@@ -16,6 +16,7 @@ from nvct.host.arch import host_arch
 from nvct.host.fingerprint import inventory_fingerprint
 from nvct.plan.build import build_plan
 from nvct.plan.explain import docker_inspect, explain, input_from_bundle, input_from_inspect
+from nvct.plan.firmware_dir import with_firmware_dir
 from nvct.plan.libdirs import with_library_dirs
 from nvct.plan.model import RootfsLayout
 from nvct.request.parse import request_from_spec
@@ -195,6 +196,7 @@ def test_explain_plan_is_the_hooks_plan(recorded_h100x4, tmp_path) -> None:
     )
     fingerprint = inventory_fingerprint(config.driver_root, config.dev_root, config.proc_root)
     hook = with_library_dirs(hook, config, fingerprint, create=True)  # as the hook does
+    hook = with_firmware_dir(hook)
     assert hook.library_dirs and all(Path(d.host_dir).is_dir() for d in hook.library_dirs)
     assert shown.ok and shown.plan == hook
 

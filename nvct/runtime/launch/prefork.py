@@ -6,6 +6,10 @@ that process was forked before the connection arrived: a fork of the daemon cost
 the container's start otherwise. ``spares`` workers wait; the one that accepts tells the
 parent (a pid on a pipe), which forks its replacement while the request is being served.
 
+A worker that has waited ``settle_s`` without a connection runs ``idle`` once (the daemon's:
+take its copy-on-write faults ahead, ``prefault``): not at once, so that a replacement forked
+during a container's start does not compete with it for the CPU.
+
 Workers ignore SIGTERM and SIGINT, so a create in flight always finishes; idle workers leave
 when the parent closes the stop pipe (also when the parent dies: the kernel closes it).
 """
@@ -29,11 +33,18 @@ class Pool:
     """Serve ``listener`` with one forked process per connection, ``spares`` forked ahead."""
 
     def __init__(
-        self, listener: socket.socket, handle: Callable[[socket.socket], None], spares: int = 2
+        self,
+        listener: socket.socket,
+        handle: Callable[[socket.socket], None],
+        spares: int = 2,
+        idle: Callable[[], object] | None = None,
+        settle_s: float = 0.25,
     ) -> None:
         self.listener = listener
         self.handle = handle
         self.spares = spares
+        self.idle_work = idle
+        self.settle_s = settle_s
         self.idle: set[int] = set()
         self.busy: set[int] = set()
         self._accepted_r, self._accepted_w = os.pipe()
@@ -99,8 +110,17 @@ class Pool:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         os.close(self._stop_w)
         os.close(self._accepted_r)
+        waiting = [self.listener.fileno(), self._stop_r]
+        idle_work = self.idle_work
         while True:
-            ready, _, _ = select.select([self.listener.fileno(), self._stop_r], [], [])
+            if idle_work is None:
+                ready, _, _ = select.select(waiting, [], [])
+            else:
+                ready, _, _ = select.select(waiting, [], [], self.settle_s)
+                if not ready:
+                    idle_work()
+                    idle_work = None
+                    continue
             try:
                 conn, _ = self.listener.accept()
             except (BlockingIOError, InterruptedError):
