@@ -37,7 +37,7 @@ static char *read_state(size_t *size)
             fail("out of memory", "free memory");
         if (len == cap) {
             if (cap >= MAX_STATE)
-                fail("the OCI state on stdin is over 1 MiB",
+                fail("OCI state on stdin is larger than 1048576 bytes",
                      "check the runtime that runs nvct-hook");
             cap *= 2;
             char *bigger = realloc(buf, cap + 1);
