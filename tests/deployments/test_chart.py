@@ -6,6 +6,7 @@ fresh GPU node that carries no node-feature-discovery label."""
 
 from __future__ import annotations
 
+import copy
 import sys
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,7 @@ MATRIX: dict[str, dict[str, Any]] = {
         }
     },
     "exporter-off": {"exporter": {"enabled": False}},
+    "per-pod-usage-crio": {"exporter": {"perPodUsage": True}, "installer": {"engine": "crio"}},
     "installer-off": {"installer": {"enabled": False}},
     "all-optional-off": {
         "exporter": {"enabled": False},
@@ -207,10 +209,10 @@ def test_nvidias_values_reach_the_plugin_under_nvidias_names() -> None:
     assert set(default_env) == {"NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "MPS_ROOT"}
 
 
-def _config_toml(docs: list[dict[str, Any]]) -> Any:
+def _config_toml(docs: list[dict[str, Any]], name: str = "nvct-device-plugin") -> Any:
     from nvct.config import parse_config
 
-    text = find(docs, "ConfigMap", "nvct-device-plugin")["data"]["config.toml"]
+    text = find(docs, "ConfigMap", name)["data"]["config.toml"]
     return parse_config(text.encode(), source="the chart's config.toml")
 
 
@@ -490,6 +492,7 @@ def test_the_namespace_is_the_releases() -> None:
         ({"nvidiaDriverRoot": "run/nvidia/driver"}, "/nvidiaDriverRoot"),
         ({"installer": {"engine": "docker"}}, "/installer/engine"),
         ({"exporter": {"port": 0}}, "/exporter/port"),
+        ({"exporter": {"criSocket": "run/containerd/containerd.sock"}}, "/exporter/criSocket"),
         ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
         ({"config": {"fallbackStrategies": ["first"]}}, "/config/fallbackStrategies/0"),
         ({"gfd": {"sleepInterval": "1h"}}, "/gfd/sleepInterval"),
@@ -626,3 +629,57 @@ def test_install_says_mps_in_per_node_configs_gets_no_daemons() -> None:
     assert said in notes({"config": {"map": {"a": '{"version": "v1", "sharing": {"mps": {}}}'}}})
     assert said not in notes(MATRIX["time-slicing-config-map"])
     assert said not in notes(MATRIX["mps"])  # nvct's sharing value: mps-control reads it
+
+
+@pytest.mark.parametrize(
+    ("values", "socket"),
+    [
+        ({}, "/run/containerd/containerd.sock"),
+        ({"installer": {"engine": "crio"}}, "/var/run/crio/crio.sock"),
+        ({"exporter": {"criSocket": "/run/k3s/containerd/containerd.sock"}},
+         "/run/k3s/containerd/containerd.sock"),
+    ],
+)  # fmt: skip
+def test_per_pod_usage_gives_the_exporter_host_pid_and_the_cri_socket_and_nothing_else(
+    values: dict[str, Any], socket: str
+) -> None:
+    """exporter.perPodUsage, the exporter's named exception: the node's PID namespace and the
+    runtime's CRI socket read-only, which admission then allows the exporter alone."""
+    from tests.deployments.test_admission import refusals as admission_refusals
+
+    def exporter_of(docs: list[dict[str, Any]]) -> dict[str, Any]:
+        return dict(find(docs, "DaemonSet", "nvct-exporter")["spec"]["template"])
+
+    off = rendered(values)
+    template = exporter_of(off)
+    assert "hostPID" not in template["spec"]
+    assert _config_toml(off, "nvct-exporter").exporter.per_pod_usage is False
+    assert socket not in {v.get("hostPath", {}).get("path") for v in template["spec"]["volumes"]}
+    template["spec"]["hostPID"] = True  # off, the exporter may not take the node's PIDs
+    policy = find(off, "ValidatingAdmissionPolicy", "nvct-system-pods")
+    assert admission_refusals(policy, template, "nvct-system") != []
+
+    on = rendered({**values, "exporter": {**values.get("exporter", {}), "perPodUsage": True}})
+    template = exporter_of(on)
+    pod = template["spec"]
+    assert pod["hostPID"] is True
+    config = _config_toml(on, "nvct-exporter").exporter
+    assert (config.per_pod_usage, config.cri_socket) == (True, socket)
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["mountPath"] == socket]
+    assert mount["readOnly"] is True
+    assert volumes[mount["name"]]["hostPath"] == {"path": socket, "type": "Socket"}
+    assert pod["containers"][0]["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    policy = find(on, "ValidatingAdmissionPolicy", "nvct-system-pods")
+    assert admission_refusals(policy, template, "nvct-system") == []
+    # exactly that: no other socket or directory, no privilege; no other pod gets hostPID
+    wider = {**pod, "volumes": [*pod["volumes"], {"name": "x", "hostPath": {"path": "/run"}}]}
+    assert admission_refusals(policy, {**template, "spec": wider}, "nvct-system") != []
+    privileged = copy.deepcopy(template)
+    privileged["spec"]["containers"][0]["securityContext"]["privileged"] = True
+    assert admission_refusals(policy, privileged, "nvct-system") != []
+    for name in ("nvct-labeller", "nvct-device-plugin"):
+        other = copy.deepcopy(find(on, "DaemonSet", name)["spec"]["template"])
+        other["spec"]["hostPID"] = True
+        refused = admission_refusals(policy, other, "nvct-system")
+        assert any("nvct-exporter (exporter.perPodUsage) share" in m for m in refused), name

@@ -77,6 +77,18 @@ NVIDIA_MIG_MONITOR_DEVICES=all and CAP_SYS_ADMIN then). */ -}}
 {{- end -}}
 {{- end -}}
 
+{{- /* The runtime's CRI socket on the node, for the exporter's per-pod usage: exporter.criSocket,
+else the installer's engine's. */ -}}
+{{- define "nvct.criSocket" -}}
+{{- if .Values.exporter.criSocket -}}
+{{ .Values.exporter.criSocket }}
+{{- else if eq .Values.installer.engine "crio" -}}
+/var/run/crio/crio.sock
+{{- else -}}
+/run/containerd/containerd.sock
+{{- end -}}
+{{- end -}}
+
 {{- /*
 nvct-config-manager, as NVIDIA's config-manager: it reads the node's label
 nvidia.com/device-plugin.config, copies that entry of the configs ConfigMap to
