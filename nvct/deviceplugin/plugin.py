@@ -233,10 +233,7 @@ class Plugin:
         # Its own kind: the node's nvidia.com/gpu spec may sit in the same directory.
         options = SpecOptions(strategy="both", vendor=PLUGIN_VENDOR, cls=PLUGIN_CLASS)
         spec = build_spec(inventory, self.config, host_arch(), options=options, hook=hook_program())
-        if self.config.device_plugin.host_driver_root:
-            spec = on_host(
-                spec, str(self.config.driver_root), self.config.device_plugin.host_driver_root
-            )
+        spec = spec_on_host(spec, self.config)
         path = Path(self.config.device_plugin.cdi_spec_dir) / PLUGIN_SPEC_NAME
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(str(path), to_json(spec).encode(), 0o644)
@@ -374,6 +371,33 @@ def on_host(value: Any, seen_as: str, host: str) -> Any:
     if isinstance(value, dict):
         return {k: on_host(v, seen_as, host) for k, v in value.items()}
     return value
+
+
+def spec_on_host(spec: dict[str, Any], config: Config) -> dict[str, Any]:
+    """The CDI spec with the host's paths where the plugin sees the node elsewhere: device
+    nodes under ``host-dev-root`` (else ``host-driver-root``, as NVIDIA's nvidiaDevRoot defaults
+    to its driver root), everything else under ``host-driver-root``. The engine, not the
+    plugin, opens them."""
+    dev_host = config.device_plugin.host_dev_root or config.device_plugin.host_driver_root
+    driver_host = config.device_plugin.host_driver_root
+
+    def moved(value: Any) -> Any:
+        if isinstance(value, list):
+            return [moved(v) for v in value]
+        if not isinstance(value, dict):
+            return on_host(value, str(config.driver_root), driver_host) if driver_host else value
+        out = {k: moved(v) for k, v in value.items() if k != "deviceNodes"}
+        if "deviceNodes" in value:  # a driver container's /dev is not the node's
+            out["deviceNodes"] = [
+                {**n, "hostPath": on_host(n["hostPath"], str(config.dev_root), dev_host)}
+                if dev_host
+                else n
+                for n in value["deviceNodes"]
+            ]
+        return out
+
+    result: dict[str, Any] = moved(spec)
+    return result
 
 
 def device_nodes(inventory: Inventory, config: Config) -> dict[str, tuple[tuple[str, str], ...]]:
