@@ -3,12 +3,14 @@ feature file ``nvct-cli labels`` writes. Unprivileged: recorded inventories."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -227,6 +229,22 @@ def test_the_labels_follow_nvidias_plugin_config_as_the_plugin_reads_it(
     assert f"{N}gpu.replicas=4" in lines and f"{N}gpu.sharing-strategy=time-slicing" in lines
 
 
+@contextlib.contextmanager
+def _labeller(
+    argv: list[str], errors: Path, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A running labeller, its stderr in ``errors``; killed at the end if a test left it on,
+    after it quit with SIGTERM and its file gone otherwise."""
+    with errors.open("w") as stderr:
+        labeller = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+    try:
+        yield labeller
+    finally:
+        if labeller.poll() is None:
+            labeller.kill()
+            labeller.wait()
+
+
 def test_the_labeller_reads_the_config_again_on_sighup(recorded_a100mig, tmp_path: Path) -> None:
     """A config-manager sidecar rewrites the file and sends SIGHUP: the labels follow at once,
     not at the next round (60 s here), and the labeller lives on."""
@@ -234,9 +252,7 @@ def test_the_labeller_reads_the_config_again_on_sighup(recorded_a100mig, tmp_pat
     chosen.write_text("version: v1\nflags:\n  migStrategy: none\n")
     argv = [sys.executable, "-m", "nvct.cli.main", *roots(recorded_a100mig, tmp_path)]
     argv += ["labels", "--output", str(out), "--interval", "60", "--config-file", str(chosen)]
-    with errors.open("w") as stderr:
-        labeller = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=stderr)
-    try:
+    with _labeller(argv, errors) as labeller:
         assert until(out.exists, 30), errors.read_text()
         assert _strategy(out.read_text().splitlines()) is None
         (tmp_path / "next").write_text(NVIDIA_MIXED)
@@ -251,10 +267,6 @@ def test_the_labeller_reads_the_config_again_on_sighup(recorded_a100mig, tmp_pat
         labeller.send_signal(signal.SIGTERM)
         assert labeller.wait(timeout=30) == 0
         assert not out.exists()
-    finally:
-        if labeller.poll() is None:
-            labeller.kill()
-            labeller.wait()
 
 
 @pytest.mark.root
@@ -265,9 +277,7 @@ def test_the_labeller_keeps_its_labels_through_an_nvml_error_and_removes_them_on
     argv = [sys.executable, "-m", "nvct.cli.main", *roots(h100x4, tmp_path), "--no-cache"]
     argv += ["labels", "--output", str(out), "--interval", "1", "--no-timestamp"]
     env = {**os.environ, **h100x4.env(), inject.ENV_CONTROL_DIR: str(ctl)}
-    with errors.open("w") as stderr:
-        labeller = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
-    try:
+    with _labeller(argv, errors, env) as labeller:
         assert until(out.exists, 30), errors.read_text()
         first = out.read_text()
         assert f"{N}gpu.count=4\n" in first
@@ -282,7 +292,3 @@ def test_the_labeller_keeps_its_labels_through_an_nvml_error_and_removes_them_on
         labeller.send_signal(signal.SIGTERM)
         assert labeller.wait(timeout=30) == 0
         assert not out.exists()
-    finally:
-        if labeller.poll() is None:
-            labeller.kill()
-            labeller.wait()
