@@ -629,6 +629,9 @@ def test_a_values_file_written_for_nvidias_chart_installs_nvct() -> None:
     env = env_of(containers(plugin)["device-plugin"])
     assert (env["MIG_STRATEGY"], env["FAIL_ON_INIT_ERROR"]) == ("single", "true")
     assert env["MPS_ROOT"] == "/run/nvidia/mps"
+    # the daemons' side looks where the plugin does, whatever a node's chosen config says
+    control = env_of(containers(pods["nvct-mps-control"])["mps-control"])
+    assert control["MPS_ROOT"] == "/run/nvidia/mps"
     # NVIDIA's "nvidia" (the class that gives the plugin its GPUs) is nvct-system for nvct
     on_gpus = ("nvct-device-plugin", "nvct-labeller", "nvct-exporter")
     assert {pods[n].get("runtimeClassName") for n in on_gpus} == {"nvct-system"}
