@@ -6,6 +6,7 @@ says about what it cannot honour, and that an invalid file stops it before anyth
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ import grpc
 import pytest
 
 from integration.harness.deviceplugin import MpsControlProcess, PluginProcess, numa_sysfs, uuids
+from integration.harness.processes import until
 from integration.kubelet.standin import Kubelet, sockets
 from nvct.cdi.names import PLUGIN_KIND
 from nvct.deviceplugin.settings import Inputs, settle
@@ -119,12 +121,9 @@ def test_renamed_json_config_from_config_file_env(tmp_path, kubelet, sim_driver)
         assert plugin.stop() == 0
 
 
-def test_mps_config_and_its_import(tmp_path, kubelet, sim_driver) -> None:
-    """NVIDIA's MPS example: every GPU as 2 MPS replicas; the plugin and the daemons' side
-    (nvct-cli mps-control --config-file) read NVIDIA's file, and the TOML that ``configure
-    --import-nvidia-plugin-config`` writes from it gives the same config."""
-    mps_root = tmp_path / "mps"
-    config = f"""\
+def mps_config(mps_root: Path) -> str:
+    """NVIDIA's MPS example (every GPU as 2 MPS replicas), its daemons under ``mps_root``."""
+    return f"""\
 version: v1
 flags:
   mpsRoot: {mps_root}
@@ -134,6 +133,14 @@ sharing:
     - name: nvidia.com/gpu
       replicas: 2
 """
+
+
+def test_mps_config_and_its_import(tmp_path, kubelet, sim_driver) -> None:
+    """NVIDIA's MPS example: every GPU as 2 MPS replicas; the plugin and the daemons' side
+    (nvct-cli mps-control --config-file) read NVIDIA's file, and the TOML that ``configure
+    --import-nvidia-plugin-config`` writes from it gives the same config."""
+    mps_root = tmp_path / "mps"
+    config = mps_config(mps_root)
     plugin = nvidia_plugin(tmp_path, sim_driver, kubelet, config)
     imported = tmp_path / "imported.toml"
     imported.write_text(plugin.config.read_text())
@@ -241,3 +248,43 @@ def test_an_invalid_file_stops_the_plugin_with_one_line(
     assert len(errors) == 1 and line in errors[0], plugin.output()
     assert sockets(kubelet.plugin_dir) == ["kubelet.sock"]  # nothing served, nothing written
     assert not (tmp_path / "cdi").exists()
+
+
+def test_mps_control_follows_a_changed_config_without_a_restart(
+    tmp_path, kubelet, sim_driver
+) -> None:
+    """A node's config-manager writes its newly chosen entry (atomic rename) and sends SIGHUP:
+    ``nvct-cli mps-control`` starts the daemons MPS now asks for, keeps them through an
+    unchanged reload, quits them when MPS goes, and lives on throughout (SIGHUP's default
+    would have ended it, and its daemons with its pod)."""
+    mps_root = tmp_path / "mps"
+    mps = mps_config(mps_root)
+    plugin = nvidia_plugin(tmp_path, sim_driver, kubelet, TIME_SLICING)  # its roots only
+    chosen = tmp_path / "chosen.yaml"
+    chosen.write_text(TIME_SLICING)
+    control = MpsControlProcess(plugin, mps_root)
+    control.argv += ["--config-file", str(chosen)]
+    control.start()
+    gpus = len(uuids(sim_driver))
+
+    def choose(text: str) -> None:
+        (tmp_path / "next.yaml").write_text(text)
+        (tmp_path / "next.yaml").replace(chosen)
+
+    try:
+        assert until(lambda: logged(control, "no_mps_gpus"), 30), control.output()
+        choose(mps)  # seen by the file's change alone
+        ready = lambda: len(logged(control, "mps_daemon_ready")) == gpus  # noqa: E731
+        assert until(ready, 30), control.output()
+        assert all((mps_root / u / "pipe" / "control").exists() for u in uuids(sim_driver))
+        assert control.proc is not None
+        control.proc.send_signal(signal.SIGHUP)
+        assert until(lambda: logged(control, "reload_unchanged"), 10), control.output()
+        assert len(logged(control, "mps_daemon_ready")) == gpus  # none restarted
+        choose(TIME_SLICING)
+        control.proc.send_signal(signal.SIGHUP)
+        stopped = lambda: len(logged(control, "mps_daemon_stopped")) == gpus  # noqa: E731
+        assert until(stopped, 20), control.output()
+        assert control.proc.poll() is None
+    finally:
+        assert control.stop() == 0

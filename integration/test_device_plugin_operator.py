@@ -15,7 +15,7 @@ import pytest
 from integration.harness.deviceplugin import PluginProcess, numa_sysfs, uuids
 from integration.harness.processes import until
 from integration.kubelet.standin import Kubelet
-from nvct.cdi.names import PLUGIN_KIND
+from nvct.cdi.names import PLUGIN_KIND, PLUGIN_SPEC_NAME
 
 pytestmark = [pytest.mark.root]
 GPU = "nvidia.com/gpu"
@@ -86,6 +86,15 @@ def test_gpu_operator_environment(tmp_path, kubelet, sim_driver) -> None:
         assert ("/dev/nvidiactl", "/dev/nvidiactl", "rw") in specs
         assert not any(f"/dev/nvidia{g.minor}" == p for _, p, _ in specs for g in
                        sim_driver.spec.gpus if g is not gpu)  # fmt: skip
+        # the CDI spec the annotations name: the device nodes as the host names them
+        # (NVIDIA_DEV_ROOT=/), the driver's files under NVIDIA_DRIVER_ROOT
+        spec = json.loads((tmp_path / "cdi" / PLUGIN_SPEC_NAME).read_text())
+        (device,) = [d for d in spec["devices"] if d["name"] == gpu.uuid]
+        nodes = device["containerEdits"]["deviceNodes"] + spec["containerEdits"]["deviceNodes"]
+        assert {n["hostPath"] for n in nodes} >= {f"/dev/nvidia{gpu.minor}", "/dev/nvidiactl"}
+        assert all(n["hostPath"] == n["path"] for n in nodes), nodes
+        mounts = spec["containerEdits"]["mounts"]
+        assert mounts and all(m["hostPath"].startswith("/run/nvidia/driver/") for m in mounts)
         (guarded,) = events(plugin, "envvar_guarded_node")
         assert "only-allocated-gpus" in guarded["problem"]
         said = {e["key"] for e in events(plugin, "nvidia_setting_ignored")}

@@ -159,6 +159,61 @@ def test_the_device_plugin_from_the_image_registers_and_its_answer_gives_a_gpu(
         kubelet.stop()
 
 
+# The GPU operator's device-plugin entrypoint, in its shape (its ConfigMap
+# nvidia-device-plugin-entrypoint): wait for the driver validation, export the roots it wrote,
+# then exec NVIDIA's program name, which the image carries for nvct-device-plugin.
+OPERATOR_ENTRYPOINT = """\
+until [ -f /run/nvidia/validations/driver-ready ]; do echo waiting for the driver; sleep 1; done
+set -o allexport
+. /run/nvidia/validations/driver-ready
+exec nvidia-device-plugin
+"""
+
+
+def test_the_gpu_operators_entrypoint_execs_nvidia_device_plugin_from_the_image(
+    image, sim_driver: Any, tmp_path: Path, container_id: str
+) -> None:
+    from integration.harness.nvct_config import write_nvct_config
+    from integration.kubelet.standin import Kubelet
+
+    dockerd, tag = image
+    plugins = tmp_path / "device-plugins"
+    kubelet = Kubelet(plugins).start()
+    validations = tmp_path / "validations"
+    validations.mkdir()
+    config = write_nvct_config(
+        tmp_path / "nvct" / "config.toml",
+        sim_driver,
+        **{"device-plugin.plugin-dir": f'"{plugins}"'},
+    )
+    root = sim_driver.driver_root
+    name = f"nvct-operator-{container_id}"
+    try:
+        dockerd.docker(
+            "run", "-d", "--name", name, "--network", "none",
+            "-v", f"{plugins}:{plugins}", "-v", f"{root}:{root}:ro",
+            "-v", f"{config.parent}:{config.parent}",
+            "-v", f"{validations}:/run/nvidia/validations:ro", "-e", f"NVCT_CONFIG={config}",
+            tag, "/bin/sh", "-c", OPERATOR_ENTRYPOINT,
+            timeout=120,
+        )  # fmt: skip
+        assert not kubelet.wait(lambda: "nvidia.com/gpu" in kubelet.plugins, timeout=2)
+        ready = f"IS_HOST_DRIVER=false\nNVIDIA_DRIVER_ROOT=/\nDRIVER_ROOT_CTR_PATH={root}\n"
+        (validations / "driver-ready").write_text(ready)
+        registered = kubelet.wait(lambda: "nvidia.com/gpu" in kubelet.plugins, timeout=60)
+        logs = dockerd.docker("logs", name, check=False)
+        assert registered, (logs.stdout, logs.stderr)
+        assert set(kubelet.devices("nvidia.com/gpu")) == {g.uuid for g in sim_driver.spec.gpus}
+        # exec'd: the container's first process is the plugin, started by NVIDIA's name
+        argv = dockerd.docker("exec", name, "cat", "/proc/1/cmdline").stdout.split("\0")
+        assert "/usr/bin/nvidia-device-plugin" in argv, argv
+        target = dockerd.docker("exec", name, "readlink", "-f", "/usr/bin/nvidia-device-plugin")
+        assert target.stdout.strip() == "/usr/bin/nvct-device-plugin"
+    finally:
+        dockerd.docker("rm", "-f", name, check=False)
+        kubelet.stop()
+
+
 SCRAPE = (
     "import urllib.request; "
     "print(urllib.request.urlopen('http://127.0.0.1:9400/metrics', timeout=10).read().decode())"

@@ -2,7 +2,8 @@
 # nvct's OCI image, built without a registry: a Debian 12 minbase rootfs (debootstrap, from
 # Debian's mirror) with python3 and nvct's .deb installed, deployments/node-install.sh as
 # /usr/share/nvct/node-install.sh (the installer DaemonSet's entry point) and
-# deployments/nvct-system-runtime as /usr/bin/nvct-system-runtime (RuntimeClass nvct-system). The .deb brings
+# deployments/nvct-system-runtime as /usr/bin/nvct-system-runtime (RuntimeClass nvct-system),
+# /usr/bin/nvidia-device-plugin -> nvct-device-plugin (the GPU operator's name). The .deb brings
 # everything the DaemonSets run: nvct-device-plugin and nvct-cli with the grpcio (for Debian
 # 12's python3, the .deb's target) and protobuf of /usr/lib/nvct/grpc.
 #
@@ -44,5 +45,8 @@ rm -f "$root/tmp/nvct.deb" "$root/usr/sbin/policy-rc.d"
 install -m 0755 deployments/node-install.sh "$root/usr/share/nvct/node-install.sh"
 # the runtime of the RuntimeClass nvct-system, which node-install.sh copies to the nodes
 install -m 0755 deployments/nvct-system-runtime "$root/usr/bin/nvct-system-runtime"
+# NVIDIA's program name: the GPU operator's device-plugin entrypoint ends in
+# `exec nvidia-device-plugin`. In the image only: a host's packages keep nvct's names.
+ln -s nvct-device-plugin "$root/usr/bin/nvidia-device-plugin"
 tar -C "$root" --numeric-owner -cf "$out" .
 echo "$out"

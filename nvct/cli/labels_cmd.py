@@ -1,11 +1,15 @@
 """``nvct-cli labels``: the node's GPU labels (NVIDIA's GFD names) as an NFD feature file.
 
 The MIG strategy and the sharing (replicas, strategy, ``.shared`` resources) are the device
-plugin's, from ``[device-plugin]`` of the same config, so the labels say what it advertises.
+plugin's, from the same inputs read the same way (``[device-plugin]`` of nvct's config, NVIDIA's
+config file and environment names: ``nvct/deviceplugin/settings.py``), so the labels say what it
+advertises, whichever per-node config a config-manager chose. A labeller reads them again every
+round, and at once on SIGHUP (the config-manager's signal).
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -14,9 +18,9 @@ from pathlib import Path
 import click
 
 from nvct.base.atomic import write_atomic
-from nvct.base.errors import DiscoveryError
+from nvct.base.errors import ConfigError, DiscoveryError
 from nvct.cli.main import CliContext
-from nvct.config import with_settings
+from nvct.config import Config, with_settings
 from nvct.config.kubernetes import MIG_STRATEGIES
 from nvct.host.load import load_inventory
 from nvct.node.labels import feature_file
@@ -45,6 +49,12 @@ def _machine(sysfs_root: Path) -> str:
     type=click.Choice(MIG_STRATEGIES),
     help="Default: [device-plugin] mig-strategy of the config (none).",
 )
+@click.option(
+    "--config-file",
+    type=click.Path(dir_okay=False),
+    help="NVIDIA's device-plugin config (version v1, YAML or JSON; env CONFIG_FILE), read as "
+    "nvct-device-plugin reads it, with NVIDIA's environment names (MIG_STRATEGY...).",
+)
 @click.option("--no-timestamp", is_flag=True, help="Leave out nvidia.com/gfd.timestamp.")
 @click.option(
     "--interval",
@@ -65,6 +75,7 @@ def labels(
     obj: CliContext,
     output: Path | None,
     mig_strategy: str | None,
+    config_file: str | None,
     no_timestamp: bool,
     interval: float | None,
     sysfs_root: Path,
@@ -73,13 +84,24 @@ def labels(
 
     With --interval and --output (a labeller DaemonSet), the file goes when the labeller
     does (SIGTERM, SIGINT, an error), so an uninstalled labeller leaves no labels behind, and
-    a round where NVML fails keeps the last labels.
+    a round where NVML fails, or the config does not read, keeps the last labels. SIGHUP
+    starts a round at once (the config changed).
     """
-    config = obj.config
-    if mig_strategy is not None:
-        config = with_settings(config, "device-plugin", mig_strategy=mig_strategy)
+    env = dict(os.environ)
+    if config_file:  # flag > environment, as the plugin
+        env["CONFIG_FILE"] = config_file
+
+    def settings() -> Config:
+        from nvct.deviceplugin.settings import Inputs, settle
+
+        # the device plugin's inputs, read as it reads them (ConfigError: one line)
+        config = settle(Inputs(obj.config_file, env, dict(obj.flags))).config
+        if mig_strategy is not None:
+            config = with_settings(config, "device-plugin", mig_strategy=mig_strategy)
+        return config
 
     def render() -> str:
+        config = settings()
         inventory = load_inventory(config, use_cache=obj.use_cache)
         offered = offer(config, inventory)  # a bad sharing rule: one line, exit 1
         return feature_file(
@@ -92,18 +114,27 @@ def labels(
     if interval is None:
         _put(render(), output)
         return
-    stop = threading.Event()
+    stop, wake = threading.Event(), threading.Event()
+
+    def stopping(*_: object) -> None:
+        stop.set()
+        wake.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, stopping)
+    signal.signal(signal.SIGHUP, lambda *_: wake.set())  # its default would end the labeller
     try:
         while True:
+            wake.clear()
             try:
                 text = render()
-            except DiscoveryError as err:  # the driver answers again later: labels stay
+            # the driver answers again later, the config-manager writes a good config later
+            except (DiscoveryError, ConfigError) as err:
                 click.echo(f"nvct-cli labels: warning: {err.one_line()}; {KEPT}", err=True)
             else:
                 _put(text, output)
-            if stop.wait(interval):
+            wake.wait(interval)
+            if stop.is_set():
                 return
     finally:
         if output is not None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from nvct.cli.main import CliContext
-from nvct.config import with_settings
+from nvct.config import Config, with_settings
 
 
 @click.command("mps-control")
@@ -27,19 +27,43 @@ from nvct.config import with_settings
 @click.pass_obj
 def mps_control(obj: CliContext, /, mps_root: Path | None, config_file: str | None) -> int:
     """One MPS control daemon per GPU the config shares with strategy mps, with its limits,
-    restarted when it dies and quit on SIGTERM: they outlive the device plugin."""
+    restarted when it dies and quit on SIGTERM: they outlive the device plugin.
+
+    The config is read again on SIGHUP (a config-manager's signal) and when its files change
+    (nvct's --config, NVIDIA's --config-file): the daemons follow without a restart."""
+    from nvct.base.defaults import config_path
+    from nvct.base.errors import NvctError
     from nvct.base.log import configure_stdout_structlog
-    from nvct.deviceplugin.mps_control import run
+    from nvct.deviceplugin.mps_control import refused, run
     from nvct.deviceplugin.settings import Inputs, say, settle
+    from nvct.deviceplugin.trigger import Trigger
 
     configure_stdout_structlog()
     env = dict(os.environ)
     if config_file:  # flag > environment, as the plugin
         env["CONFIG_FILE"] = config_file
     # the plugin's inputs, so that both share the same GPUs alike (NvctError: one line, exit 1)
-    settled = settle(Inputs(obj.config_file, env, dict(obj.flags)))
-    say(settled)
-    config = settled.config
-    if mps_root is not None:  # containers mount from it: never relative
-        config = with_settings(config, "device-plugin", mps_root=str(mps_root.absolute()))
-    return run(config)
+    inputs = Inputs(obj.config_file, env, dict(obj.flags))
+
+    def settled() -> Config:
+        done = settle(inputs)
+        say(done)
+        if mps_root is None:
+            return done.config
+        # containers mount from it: never relative
+        return with_settings(done.config, "device-plugin", mps_root=str(mps_root.absolute()))
+
+    config = settled()
+    # from here on SIGHUP asks for a reload: its default would end the daemons' supervisor
+    asked = Trigger([f for f in (inputs.nvidia_file, config_path(obj.config_file)[0]) if f])
+
+    def reread() -> Config | None:
+        if not asked():
+            return None
+        try:
+            return settled()
+        except NvctError as err:
+            refused(err.one_line())
+            return None
+
+    return run(config, reread=reread)

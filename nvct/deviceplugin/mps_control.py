@@ -15,6 +15,8 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
@@ -29,13 +31,25 @@ from nvct.node.nogpu import wait_for_a_gpu
 from nvct.node.sharing import SharingConfigError, plan_sharing
 
 WATCH_S = 0.1
+RELOAD_POLL_S = 1.0  # how often the config's files are looked at
+RETIRE_S = 5.0  # a supervising step in flight ends before its daemons are judged
 
 log = structlog.get_logger("nvct-mps-control")
 
 
-def run(config: Config, stop: threading.Event | None = None) -> int:
+def run(
+    config: Config,
+    stop: threading.Event | None = None,
+    reread: Callable[[], Config | None] | None = None,
+) -> int:
     """Run the daemons until SIGTERM/SIGINT (or ``stop``); 0 then, 1 when the driver cannot
-    be read, 2 when the sharing rules do not fit this host."""
+    be read, 2 when the sharing rules do not fit this host.
+
+    ``reread``, asked every second, gives the config read again when it changed (else None):
+    it is applied without a restart. A GPU still shared with MPS under the same root keeps its
+    daemon, clients and all (adopted, or its limits re-applied by a new one); the daemons of
+    GPUs no longer shared quit; new ones start. A config that does not fit keeps the running
+    daemons, said in one line."""
     from nvct.host.load import load_inventory
 
     if stop is None:
@@ -44,36 +58,112 @@ def run(config: Config, stop: threading.Event | None = None) -> int:
             signal.signal(sig, lambda *_: stop.set())
     if not wait_for_a_gpu(Path(config.dev_root), stop):  # a node without GPUs: idle, no error
         return 0
+    running: _Running | None = None
     try:
-        inventory = load_inventory(config, use_cache=False)
-        plan = plan_sharing(config, inventory)
-        daemons = gpu_daemons(MpsDaemon, config, inventory, plan.shares.values())
-    except SharingConfigError as err:
-        _error("config", err.one_line())
-        return 2
-    except NvctError as err:
-        _error("driver", f"{err.one_line()} (driver-root {config.driver_root})")
-        return 1
-    if not daemons:
-        log.info("no_mps_gpus", detail="no GPU is shared with strategy mps; nothing to run")
-        stop.wait()
-        return 0
-    gpus = [d.paths.uuid for d in daemons]
-    # A GPU's daemon is its own one "replica": the same supervision as the plugin's replicas.
-    health = Health(gpus, quiet=0, ignored_xids=())
-    watch = MpsWatch([Supervised(d, [d.paths.uuid]) for d in daemons], health)
-    log.info("starting", gpus=gpus, mps_root=config.device_plugin.sharing.mps_root)
-    # supervised: a step that raises is logged with its traceback and the loop goes on, where
-    # ending it would quit every daemon and the work of every client
-    loop = Watcher(
-        "mps-control", watch.step, gpus, Verdicts(health), _unreported, stop, interval=WATCH_S
-    )
-    try:
-        loop.run()
+        while True:
+            try:
+                inventory = load_inventory(config, use_cache=False)
+                plan = plan_sharing(config, inventory)
+                daemons = gpu_daemons(MpsDaemon, config, inventory, plan.shares.values())
+            except SharingConfigError as err:
+                if running is None:
+                    _error("config", err.one_line())
+                    return 2
+                refused(err.one_line())
+            except NvctError as err:
+                if running is None:
+                    _error("driver", f"{err.one_line()} (driver-root {config.driver_root})")
+                    return 1
+                refused(err.one_line())
+            else:
+                running = _Running.start(daemons, stop, running)
+            changed = _next_config(stop, reread)
+            if changed is None:  # stopped
+                return 0
+            config = changed
     finally:
-        watch.stop()
-        log.info("stopped")
-    return 0
+        if running is not None:
+            running.stop()
+            log.info("stopped")
+
+
+def _next_config(
+    stop: threading.Event, reread: Callable[[], Config | None] | None
+) -> Config | None:
+    """The changed config, once there is one; None when ``stop`` is set first."""
+    while not stop.wait(RELOAD_POLL_S if reread is not None else None):
+        changed = reread() if reread is not None else None
+        if changed is not None:
+            return changed
+    return None
+
+
+def _key(daemon: MpsDaemon) -> tuple[str, str, int, int]:
+    return (daemon.paths.uuid, daemon.paths.pipe, daemon.pinned_memory_mib, daemon.threads)
+
+
+@dataclass
+class _Running:
+    """The daemons of one config and the loop that supervises them."""
+
+    keys: frozenset[tuple[str, str, int, int]]
+    watch: MpsWatch | None = None
+    loop: Watcher | None = None
+
+    @classmethod
+    def start(
+        cls, daemons: list[MpsDaemon], stop: threading.Event, old: _Running | None
+    ) -> _Running:
+        """Supervise ``daemons``; ``old`` (the previous config's) is retired, its daemons
+        quit where ``daemons`` has none of the same pipe (a kept one is adopted)."""
+        keys = frozenset(_key(d) for d in daemons)
+        if old is not None:
+            if keys == old.keys:
+                log.info("reload_unchanged")
+                return old
+            old.retire(keep={d.paths.pipe for d in daemons})
+        if not daemons:
+            log.info("no_mps_gpus", detail="no GPU is shared with strategy mps; nothing to run")
+            return cls(keys)
+        gpus = [d.paths.uuid for d in daemons]
+        # A GPU's daemon is its own one "replica": the same supervision as the plugin's.
+        health = Health(gpus, quiet=0, ignored_xids=())
+        watch = MpsWatch([Supervised(d, [d.paths.uuid]) for d in daemons], health)
+        log.info(
+            "starting" if old is None else "reloaded",
+            gpus=gpus,
+            mps_root=daemons[0].paths.root,
+        )
+        # supervised: a step that raises is logged with its traceback and the loop goes on,
+        # where ending it would quit every daemon and the work of every client
+        loop = Watcher(
+            "mps-control", watch.step, gpus, Verdicts(health), _unreported, stop, interval=WATCH_S
+        )
+        return cls(keys, watch, loop.start())
+
+    def retire(self, keep: set[str]) -> None:
+        """End the loop; quit the daemons whose pipe is not in ``keep``."""
+        if self.loop is not None:
+            self.loop.retired.set()
+            if self.loop.thread is not None:
+                self.loop.thread.join(RETIRE_S)
+        if self.watch is None:
+            return
+        with self.watch.lock:
+            self.watch.closed = True  # a late step restarts nothing
+            for s in self.watch.supervised:
+                if s.daemon.paths.pipe not in keep:
+                    s.daemon.stop()
+                    log.info("mps_daemon_stopped", gpu=s.daemon.paths.uuid)
+
+    def stop(self) -> None:
+        """Quit every daemon."""
+        self.retire(keep=set())
+
+
+def refused(why: str) -> None:
+    """A config read again that cannot be applied: the running daemons stay."""
+    _error("reload_refused", f"{why}; the running daemons stay")
 
 
 def _error(event: str, message: str) -> None:

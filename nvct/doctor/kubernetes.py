@@ -219,8 +219,10 @@ def check_cdi_spec(ctx: DoctorContext, inventory: Inventory | None) -> CheckResu
             "and libraries",
             fix,
         )
-    # The plugin moves paths under host-driver-root: not what `cdi generate` writes here.
-    drift = None if ctx.config.device_plugin.host_driver_root else drift_of(ctx, spec)
+    # The plugin moves paths under host-driver-root and host-dev-root: not what `cdi generate`
+    # writes here.
+    moved = ctx.config.device_plugin.host_driver_root or ctx.config.device_plugin.host_dev_root
+    drift = None if moved else drift_of(ctx, spec)
     if drift:
         return failed(CDI_SPEC, f"{path} is stale: {drift}", fix)
     return passed(

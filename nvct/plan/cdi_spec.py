@@ -293,8 +293,34 @@ def kubelet_plugin_spec(
     from nvct.host.arch import host_arch
 
     spec = build_spec(inventory, config, host_arch(), options=options, hook=hook_program())
-    host = config.device_plugin.host_driver_root
-    return on_host(spec, str(config.driver_root), host) if host else spec
+    return spec_on_host(spec, config)
+
+
+def spec_on_host(spec: dict[str, Any], config: Config) -> dict[str, Any]:
+    """The CDI spec with the host's paths where the plugin sees the node elsewhere: device
+    nodes under ``host-dev-root`` (else ``host-driver-root``, as NVIDIA's nvidiaDevRoot defaults
+    to its driver root), everything else under ``host-driver-root``. The engine, not the
+    plugin, opens them."""
+    dev_host = config.device_plugin.host_dev_root or config.device_plugin.host_driver_root
+    driver_host = config.device_plugin.host_driver_root
+
+    def moved(value: Any) -> Any:
+        if isinstance(value, list):
+            return [moved(v) for v in value]
+        if not isinstance(value, dict):
+            return on_host(value, str(config.driver_root), driver_host) if driver_host else value
+        out = {k: moved(v) for k, v in value.items() if k != "deviceNodes"}
+        if "deviceNodes" in value:  # a driver container's /dev is not the node's
+            out["deviceNodes"] = [
+                {**n, "hostPath": on_host(n["hostPath"], str(config.dev_root), dev_host)}
+                if dev_host
+                else n
+                for n in value["deviceNodes"]
+            ]
+        return out
+
+    result: dict[str, Any] = moved(spec)
+    return result
 
 
 def to_json(spec: dict[str, Any]) -> str:

@@ -6,6 +6,7 @@ fresh GPU node that carries no node-feature-discovery label."""
 
 from __future__ import annotations
 
+import copy
 import sys
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,7 @@ MATRIX: dict[str, dict[str, Any]] = {
         }
     },
     "exporter-off": {"exporter": {"enabled": False}},
+    "per-pod-usage-crio": {"exporter": {"perPodUsage": True}, "installer": {"engine": "crio"}},
     "installer-off": {"installer": {"enabled": False}},
     "all-optional-off": {
         "exporter": {"enabled": False},
@@ -207,10 +209,10 @@ def test_nvidias_values_reach_the_plugin_under_nvidias_names() -> None:
     assert set(default_env) == {"NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "MPS_ROOT"}
 
 
-def _config_toml(docs: list[dict[str, Any]]) -> Any:
+def _config_toml(docs: list[dict[str, Any]], name: str = "nvct-device-plugin") -> Any:
     from nvct.config import parse_config
 
-    text = find(docs, "ConfigMap", "nvct-device-plugin")["data"]["config.toml"]
+    text = find(docs, "ConfigMap", name)["data"]["config.toml"]
     return parse_config(text.encode(), source="the chart's config.toml")
 
 
@@ -245,17 +247,36 @@ def test_mig_reaches_the_labeller_too_and_admission_lets_only_the_plugin_add_sys
 CONFIG_CASES = ["time-slicing-config-map", "per-node-configs", "external-configs"]
 
 
+# the pods nvct-config-manager joins: their main container, and the process it signals
+CONFIGURED = {
+    "nvct-device-plugin": ("device-plugin", "nvct-device-plugin"),
+    "nvct-labeller": ("labeller", "nvct-cli"),
+    "nvct-mps-control": ("mps-control", "nvct-cli"),
+}
+
+
+def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """A label selector's matchLabels and matchExpressions (In, NotIn, Exists) on ``labels``."""
+    if not selector.get("matchLabels", {}).items() <= labels.items():
+        return False
+    for rule in selector.get("matchExpressions", []):
+        key, op, values = rule["key"], rule["operator"], rule.get("values", [])
+        ok = {"In": labels.get(key) in values, "NotIn": labels.get(key) not in values,
+              "Exists": key in labels}[op]  # fmt: skip
+        if not ok:
+            return False
+    return True
+
+
 @pytest.mark.parametrize("case", CONFIG_CASES)
 def test_a_config_map_brings_nvct_config_manager_as_nvidias_chart_does(case: str) -> None:
+    """To the device plugin's pod, and the labeller's and mps-control's (as NVIDIA's GFD and
+    MPS DaemonSets), so every node component follows the node's chosen config."""
+    from nvct.configmanager.processes import program
     from tests.deployments.test_admission import refusals as admission_refusals
 
     values = MATRIX[case]
     docs = rendered(values)
-    pod = plugin_pod(docs)
-    assert pod["shareProcessNamespace"] is True
-    assert pod["automountServiceAccountToken"] is False  # only the config-manager's get one
-    (init,) = pod["initContainers"]
-    sidecar = containers(pod)["config-manager"]
     configs = values["config"].get("name") or "nvct-device-plugin-configs"
     fixed = {
         "NODE_LABEL": "nvidia.com/device-plugin.config",
@@ -264,35 +285,64 @@ def test_a_config_map_brings_nvct_config_manager_as_nvidias_chart_does(case: str
         "DEFAULT_CONFIG": values["config"].get("default", ""),
         "FALLBACK_STRATEGIES": "named,single",
     }
-    for container, oneshot in ((init, True), (sidecar, False)):
-        env = env_of(container)
-        assert container["command"] == ["nvct-config-manager"]
-        assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
-        assert {k: env[k] for k in fixed} == fixed
-        assert env["ONESHOT"] == str(oneshot).lower()
-        assert env["SEND_SIGNAL"] == str(not oneshot).lower()
-        assert (env["SIGNAL"], env["PROCESS_TO_SIGNAL"]) == (
-            ("", "") if oneshot else ("1", "nvct-device-plugin")  # SIGHUP
+    policy = find(docs, "ValidatingAdmissionPolicy", "nvct-system-pods")
+    # past the namespace's default deny: these pods, to the API server's ports
+    egress = find(docs, "NetworkPolicy", "nvct-config-manager")["spec"]
+    assert egress["policyTypes"] == ["Egress"] and "ingress" not in egress
+    assert [p["port"] for rule in egress["egress"] for p in rule["ports"]] == [443, 6443]
+    subjects = []
+    for name, (main, process) in CONFIGURED.items():
+        template = find(docs, "DaemonSet", name)["spec"]["template"]
+        pod = template["spec"]
+        assert pod["shareProcessNamespace"] is True, name
+        assert pod["automountServiceAccountToken"] is False  # only the config-manager's get one
+        (init,) = pod["initContainers"]
+        sidecar = containers(pod)["config-manager"]
+        for container, oneshot in ((init, True), (sidecar, False)):
+            env = env_of(container)
+            assert container["command"] == ["nvct-config-manager"]
+            assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+            assert {k: env[k] for k in fixed} == fixed
+            assert env["ONESHOT"] == str(oneshot).lower()
+            assert env["SEND_SIGNAL"] == str(not oneshot).lower()
+            assert (env["SIGNAL"], env["PROCESS_TO_SIGNAL"]) == (
+                ("", "") if oneshot else ("1", process)  # SIGHUP
+            )
+            mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+            assert mounts["/var/run/secrets/kubernetes.io/serviceaccount"] == "api-access"
+        component = containers(pod)[main]
+        # the process the sidecar signals is the component as the image runs it (a packaged
+        # launcher: python3 -IS /usr/bin/<command>)
+        command = component["command"]
+        assert program(["/usr/bin/python3", "-IS", f"/usr/bin/{command[0]}", *command[1:]]) == (
+            process
+        ), name
+        assert env_of(component)["CONFIG_FILE"] == fixed["CONFIG_FILE_DST"], name
+        component_mounts = {m["mountPath"]: m for m in component["volumeMounts"]}
+        assert component_mounts["/config"]["readOnly"] is True, name
+        assert "api-access" not in {m["name"] for m in component["volumeMounts"]}
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        assert volumes["available-configs"]["configMap"]["name"] == configs
+        assert admission_refusals(policy, template, "nvct-system") == [], name
+        assert _selects(egress["podSelector"], template["metadata"]["labels"]), name
+        subjects.append(
+            {
+                "kind": "ServiceAccount",
+                "name": pod["serviceAccountName"],
+                "namespace": "nvct-system",
+            }
         )
-        mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
-        assert mounts["/var/run/secrets/kubernetes.io/serviceaccount"] == "api-access"
-    plugin = containers(pod)["device-plugin"]
-    assert env_of(plugin)["CONFIG_FILE"] == fixed["CONFIG_FILE_DST"]
-    plugin_mounts = {m["mountPath"]: m for m in plugin["volumeMounts"]}
-    assert plugin_mounts["/config"]["readOnly"] is True
-    assert "api-access" not in {m["name"] for m in plugin["volumeMounts"]}
-    volumes = {v["name"]: v for v in pod["volumes"]}
-    assert volumes["available-configs"]["configMap"]["name"] == configs
-    # RBAC: get, list and watch on nodes, for the plugin's service account, nothing more
+    # no other pod gets the egress
+    exporter = find(docs, "DaemonSet", "nvct-exporter")["spec"]["template"]["metadata"]
+    assert not _selects(egress["podSelector"], exporter["labels"])
+    # RBAC: get, list and watch on nodes, for those pods' service accounts, nothing more
     role = find(docs, "ClusterRole", "nvct-config-manager")
     assert role["rules"] == [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}
     ]
     binding = find(docs, "ClusterRoleBinding", "nvct-config-manager")
     assert binding["roleRef"]["name"] == "nvct-config-manager"
-    assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": "nvct-system"}
-    ]
+    assert binding["subjects"] == subjects
     assert [d for d in docs if d["kind"] in ("Role", "RoleBinding")] == []
     if "map" in values["config"]:
         data = find(docs, "ConfigMap", configs)["data"]
@@ -301,15 +351,12 @@ def test_a_config_map_brings_nvct_config_manager_as_nvidias_chart_does(case: str
     else:
         maps = {d["metadata"]["name"] for d in docs if d["kind"] == "ConfigMap"}
         assert configs not in maps
-    template = find(docs, "DaemonSet", "nvct-device-plugin")["spec"]["template"]
-    policy = find(docs, "ValidatingAdmissionPolicy", "nvct-system-pods")
-    assert admission_refusals(policy, template, "nvct-system") == []
-    # past the namespace's default deny: the device plugin's pod, to the API server's ports
-    egress = find(docs, "NetworkPolicy", "nvct-config-manager")["spec"]
-    selector = egress["podSelector"]["matchLabels"].items()
-    assert selector and selector <= template["metadata"]["labels"].items()  # selects its pods
-    assert egress["policyTypes"] == ["Egress"] and "ingress" not in egress
-    assert [p["port"] for rule in egress["egress"] for p in rule["ports"]] == [443, 6443]
+    said = "within seconds to the device plugin, the labeller, mps-control."
+    assert said in notes(values)
+    assert "reads nvct's own config" not in notes(values)
+    # without the labeller and mps-control, the binding names the plugin's account alone
+    alone = rendered({**values, "gfd": {"enabled": False}, "mpsControl": {"enabled": False}})
+    assert find(alone, "ClusterRoleBinding", "nvct-config-manager")["subjects"] == subjects[:1]
 
 
 def test_without_a_config_map_nothing_uses_the_api() -> None:
@@ -490,6 +537,7 @@ def test_the_namespace_is_the_releases() -> None:
         ({"nvidiaDriverRoot": "run/nvidia/driver"}, "/nvidiaDriverRoot"),
         ({"installer": {"engine": "docker"}}, "/installer/engine"),
         ({"exporter": {"port": 0}}, "/exporter/port"),
+        ({"exporter": {"criSocket": "run/containerd/containerd.sock"}}, "/exporter/criSocket"),
         ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
         ({"config": {"fallbackStrategies": ["first"]}}, "/config/fallbackStrategies/0"),
         ({"gfd": {"sleepInterval": "1h"}}, "/gfd/sleepInterval"),
@@ -581,6 +629,9 @@ def test_a_values_file_written_for_nvidias_chart_installs_nvct() -> None:
     env = env_of(containers(plugin)["device-plugin"])
     assert (env["MIG_STRATEGY"], env["FAIL_ON_INIT_ERROR"]) == ("single", "true")
     assert env["MPS_ROOT"] == "/run/nvidia/mps"
+    # the daemons' side looks where the plugin does, whatever a node's chosen config says
+    control = env_of(containers(pods["nvct-mps-control"])["mps-control"])
+    assert control["MPS_ROOT"] == "/run/nvidia/mps"
     # NVIDIA's "nvidia" (the class that gives the plugin its GPUs) is nvct-system for nvct
     on_gpus = ("nvct-device-plugin", "nvct-labeller", "nvct-exporter")
     assert {pods[n].get("runtimeClassName") for n in on_gpus} == {"nvct-system"}
@@ -619,10 +670,55 @@ def test_a_mig_strategy_in_a_config_map_entry_gives_the_plugin_mig_access(
     assert admission_refusals(policy, template, "nvct-system") == []
 
 
-def test_install_says_mps_in_per_node_configs_gets_no_daemons() -> None:
-    """nvct-mps-control reads nvct's config.toml only: said at install, not found later."""
-    said = "MPS in config.map: nvct-mps-control reads nvct's own config"
-    assert said in notes(MATRIX["per-node-configs"])  # its "mps" entry shares with MPS
-    assert said in notes({"config": {"map": {"a": '{"version": "v1", "sharing": {"mps": {}}}'}}})
-    assert said not in notes(MATRIX["time-slicing-config-map"])
-    assert said not in notes(MATRIX["mps"])  # nvct's sharing value: mps-control reads it
+@pytest.mark.parametrize(
+    ("values", "socket"),
+    [
+        ({}, "/run/containerd/containerd.sock"),
+        ({"installer": {"engine": "crio"}}, "/var/run/crio/crio.sock"),
+        ({"exporter": {"criSocket": "/run/k3s/containerd/containerd.sock"}},
+         "/run/k3s/containerd/containerd.sock"),
+    ],
+)  # fmt: skip
+def test_per_pod_usage_gives_the_exporter_host_pid_and_the_cri_socket_and_nothing_else(
+    values: dict[str, Any], socket: str
+) -> None:
+    """exporter.perPodUsage, the exporter's named exception: the node's PID namespace and the
+    runtime's CRI socket read-only, which admission then allows the exporter alone."""
+    from tests.deployments.test_admission import refusals as admission_refusals
+
+    def exporter_of(docs: list[dict[str, Any]]) -> dict[str, Any]:
+        return dict(find(docs, "DaemonSet", "nvct-exporter")["spec"]["template"])
+
+    off = rendered(values)
+    template = exporter_of(off)
+    assert "hostPID" not in template["spec"]
+    assert _config_toml(off, "nvct-exporter").exporter.per_pod_usage is False
+    assert socket not in {v.get("hostPath", {}).get("path") for v in template["spec"]["volumes"]}
+    template["spec"]["hostPID"] = True  # off, the exporter may not take the node's PIDs
+    policy = find(off, "ValidatingAdmissionPolicy", "nvct-system-pods")
+    assert admission_refusals(policy, template, "nvct-system") != []
+
+    on = rendered({**values, "exporter": {**values.get("exporter", {}), "perPodUsage": True}})
+    template = exporter_of(on)
+    pod = template["spec"]
+    assert pod["hostPID"] is True
+    config = _config_toml(on, "nvct-exporter").exporter
+    assert (config.per_pod_usage, config.cri_socket) == (True, socket)
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["mountPath"] == socket]
+    assert mount["readOnly"] is True
+    assert volumes[mount["name"]]["hostPath"] == {"path": socket, "type": "Socket"}
+    assert pod["containers"][0]["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    policy = find(on, "ValidatingAdmissionPolicy", "nvct-system-pods")
+    assert admission_refusals(policy, template, "nvct-system") == []
+    # exactly that: no other socket or directory, no privilege; no other pod gets hostPID
+    wider = {**pod, "volumes": [*pod["volumes"], {"name": "x", "hostPath": {"path": "/run"}}]}
+    assert admission_refusals(policy, {**template, "spec": wider}, "nvct-system") != []
+    privileged = copy.deepcopy(template)
+    privileged["spec"]["containers"][0]["securityContext"]["privileged"] = True
+    assert admission_refusals(policy, privileged, "nvct-system") != []
+    for name in ("nvct-labeller", "nvct-device-plugin"):
+        other = copy.deepcopy(find(on, "DaemonSet", name)["spec"]["template"])
+        other["spec"]["hostPID"] = True
+        refused = admission_refusals(policy, other, "nvct-system")
+        assert any("nvct-exporter (exporter.perPodUsage) share" in m for m in refused), name

@@ -404,6 +404,19 @@ def test_plugin_cdi_spec_missing_broken_or_short_of_a_gpu(recorded_h100x4, tmp_p
     assert short.status == FAIL and f"{path} names no device for GPU(s) 2:" in short.message
 
 
+def test_a_plugin_spec_with_host_dev_root_paths_is_not_stale(recorded_h100x4, tmp_path) -> None:
+    """NVIDIA_DEV_ROOT moves the device nodes' host paths only: not what `cdi generate` writes
+    where the plugin sees them, and no drift."""
+    from nvct.plan.cdi_spec import spec_on_host
+
+    sim = recorded_h100x4
+    ctx = cdi_ctx(sim, tmp_path, host_dev_root="/")
+    path = write_spec(tmp_path, spec_on_host(plugin_spec(sim, tmp_path), ctx.config))
+    result = kubernetes.check_cdi_spec(ctx, sim.inventory)
+    assert result.status != FAIL, result.message
+    assert result.message.startswith(f"{path} names all 4 advertised device(s)")
+
+
 def test_plugin_cdi_spec_stale(recorded_h100x4, tmp_path) -> None:
     sim = recorded_h100x4
     ctx = cdi_ctx(sim, tmp_path)

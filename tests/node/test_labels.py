@@ -3,12 +3,14 @@ feature file ``nvct-cli labels`` writes. Unprivileged: recorded inventories."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -181,6 +183,92 @@ def test_the_cli_labels_with_the_device_plugins_config(recorded_a100mig, tmp_pat
     assert done.stderr.startswith("nvct-cli: error: ") and "matched by rule 1" in done.stderr
 
 
+# NVIDIA's documented shapes (k8s-device-plugin README), as a config-manager writes a node's entry
+NVIDIA_MIXED = "version: v1\nflags:\n  migStrategy: mixed\n"
+NVIDIA_TIME_SLICING = """version: v1
+sharing:
+  timeSlicing:
+    resources:
+    - name: nvidia.com/gpu
+      replicas: 4
+"""
+
+
+def _labels(argv: list[str], **env: str) -> list[str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "nvct.cli.main", *argv],
+        capture_output=True, text=True, timeout=60, check=True, env={**os.environ, **env},
+    )  # fmt: skip
+    return done.stdout.splitlines()
+
+
+def _strategy(lines: list[str]) -> str | None:
+    found = [line.split("=", 1)[1] for line in lines if line.startswith(f"{N}mig.strategy=")]
+    return found[0] if found else None
+
+
+def test_the_labels_follow_nvidias_plugin_config_as_the_plugin_reads_it(
+    recorded_a100mig, recorded_h100x4, tmp_path: Path
+) -> None:
+    """--config-file / CONFIG_FILE and NVIDIA's environment names, in the plugin's precedence:
+    a node's per-node config reaches its labels."""
+    mixed, sliced = tmp_path / "mixed.yaml", tmp_path / "sliced.yaml"
+    mixed.write_text(NVIDIA_MIXED)
+    sliced.write_text(NVIDIA_TIME_SLICING)
+    mig = roots(recorded_a100mig, tmp_path / "a")
+    assert _strategy(_labels([*mig, "labels"])) is None  # none: GFD writes no label
+    assert f"{N}mig.strategy=mixed" in _labels([*mig, "labels", "--config-file", str(mixed)])
+    assert f"{N}mig.strategy=mixed" in _labels([*mig, "labels"], CONFIG_FILE=str(mixed))
+    # environment > file, flag > both
+    assert f"{N}mig.strategy=single" in _labels(
+        [*mig, "labels"], CONFIG_FILE=str(mixed), MIG_STRATEGY="single"
+    )
+    flagged = [*mig, "labels", "--config-file", str(mixed), "--mig-strategy", "none"]
+    assert _strategy(_labels(flagged)) is None
+    lines = _labels([*roots(recorded_h100x4, tmp_path / "h"), "labels"], CONFIG_FILE=str(sliced))
+    assert f"{N}gpu.replicas=4" in lines and f"{N}gpu.sharing-strategy=time-slicing" in lines
+
+
+@contextlib.contextmanager
+def _labeller(
+    argv: list[str], errors: Path, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A running labeller, its stderr in ``errors``; killed at the end if a test left it on,
+    after it quit with SIGTERM and its file gone otherwise."""
+    with errors.open("w") as stderr:
+        labeller = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+    try:
+        yield labeller
+    finally:
+        if labeller.poll() is None:
+            labeller.kill()
+            labeller.wait()
+
+
+def test_the_labeller_reads_the_config_again_on_sighup(recorded_a100mig, tmp_path: Path) -> None:
+    """A config-manager sidecar rewrites the file and sends SIGHUP: the labels follow at once,
+    not at the next round (60 s here), and the labeller lives on."""
+    out, errors, chosen = tmp_path / "features.d" / "nvct", tmp_path / "stderr", tmp_path / "c"
+    chosen.write_text("version: v1\nflags:\n  migStrategy: none\n")
+    argv = [sys.executable, "-m", "nvct.cli.main", *roots(recorded_a100mig, tmp_path)]
+    argv += ["labels", "--output", str(out), "--interval", "60", "--config-file", str(chosen)]
+    with _labeller(argv, errors) as labeller:
+        assert until(out.exists, 30), errors.read_text()
+        assert _strategy(out.read_text().splitlines()) is None
+        (tmp_path / "next").write_text(NVIDIA_MIXED)
+        (tmp_path / "next").replace(chosen)
+        labeller.send_signal(signal.SIGHUP)
+        assert until(lambda: f"{N}mig.strategy=mixed\n" in out.read_text(), 5), errors.read_text()
+        # an unreadable config keeps the last labels, said once per round
+        chosen.write_text("version: v9\n")
+        labeller.send_signal(signal.SIGHUP)
+        assert until(lambda: "warning" in errors.read_text(), 5)
+        assert labeller.poll() is None and f"{N}mig.strategy=mixed\n" in out.read_text()
+        labeller.send_signal(signal.SIGTERM)
+        assert labeller.wait(timeout=30) == 0
+        assert not out.exists()
+
+
 @pytest.mark.root
 def test_the_labeller_keeps_its_labels_through_an_nvml_error_and_removes_them_on_sigterm(
     h100x4, tmp_path: Path
@@ -189,9 +277,7 @@ def test_the_labeller_keeps_its_labels_through_an_nvml_error_and_removes_them_on
     argv = [sys.executable, "-m", "nvct.cli.main", *roots(h100x4, tmp_path), "--no-cache"]
     argv += ["labels", "--output", str(out), "--interval", "1", "--no-timestamp"]
     env = {**os.environ, **h100x4.env(), inject.ENV_CONTROL_DIR: str(ctl)}
-    with errors.open("w") as stderr:
-        labeller = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
-    try:
+    with _labeller(argv, errors, env) as labeller:
         assert until(out.exists, 30), errors.read_text()
         first = out.read_text()
         assert f"{N}gpu.count=4\n" in first
@@ -206,7 +292,3 @@ def test_the_labeller_keeps_its_labels_through_an_nvml_error_and_removes_them_on
         labeller.send_signal(signal.SIGTERM)
         assert labeller.wait(timeout=30) == 0
         assert not out.exists()
-    finally:
-        if labeller.poll() is None:
-            labeller.kill()
-            labeller.wait()

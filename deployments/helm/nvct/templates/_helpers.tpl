@@ -77,12 +77,26 @@ NVIDIA_MIG_MONITOR_DEVICES=all and CAP_SYS_ADMIN then). */ -}}
 {{- end -}}
 {{- end -}}
 
+{{- /* The runtime's CRI socket on the node, for the exporter's per-pod usage: exporter.criSocket,
+else the installer's engine's. */ -}}
+{{- define "nvct.criSocket" -}}
+{{- if .Values.exporter.criSocket -}}
+{{ .Values.exporter.criSocket }}
+{{- else if eq .Values.installer.engine "crio" -}}
+/var/run/crio/crio.sock
+{{- else -}}
+/run/containerd/containerd.sock
+{{- end -}}
+{{- end -}}
+
 {{- /*
 nvct-config-manager, as NVIDIA's config-manager: it reads the node's label
 nvidia.com/device-plugin.config, copies that entry of the configs ConfigMap to
-/config/config.yaml (the plugin's CONFIG_FILE) and, as the sidecar, sends the plugin SIGHUP
-on a change. The init container (ONESHOT) writes the first config before the plugin starts.
-It alone gets the API token (get/list/watch on nodes: config-manager.yaml).
+/config/config.yaml (CONFIG_FILE of the device plugin, labeller and mps-control) and, as the
+sidecar, sends SIGHUP on a change to the pod's "process" (by name: nvct-device-plugin, or
+nvct-cli for the labeller and mps-control, each the only one of that name in its pod). The
+init container (ONESHOT) writes the first config before that process starts. It alone gets
+the API token (get/list/watch on nodes: config-manager.yaml).
 */ -}}
 {{- define "nvct.configManager" -}}
 {{- $values := .root.Values -}}
@@ -112,7 +126,7 @@ It alone gets the API token (get/list/watch on nodes: config-manager.yaml).
     - name: SIGNAL
       value: {{ if .oneshot }}""{{ else }}"1"  # SIGHUP{{ end }}
     - name: PROCESS_TO_SIGNAL
-      value: {{ if .oneshot }}""{{ else }}nvct-device-plugin{{ end }}
+      value: {{ if .oneshot }}""{{ else }}{{ .process }}{{ end }}
   securityContext:
     # the plugin's uid: a signal to it needs no capability
     runAsUser: 0
@@ -132,6 +146,30 @@ It alone gets the API token (get/list/watch on nodes: config-manager.yaml).
     - name: api-access
       mountPath: /var/run/secrets/kubernetes.io/serviceaccount
       readOnly: true
+{{- end -}}
+
+{{- /* The volumes of nvct-config-manager's pods: the configs, the chosen one, the API access. */ -}}
+{{- define "nvct.configVolumes" -}}
+- name: available-configs
+  configMap:
+    name: {{ include "nvct.configsName" . }}
+- name: node-config  # the config nvct-config-manager chose for this node
+  emptyDir: {medium: Memory, sizeLimit: 1Mi}
+# the API token, CA and namespace, for nvct-config-manager only (the pod's other containers
+# get none)
+- name: api-access
+  projected:
+    sources:
+      - serviceAccountToken:
+          path: token
+          expirationSeconds: 3600
+      - configMap:
+          name: kube-root-ca.crt
+          items: [{key: ca.crt, path: ca.crt}]
+      - downwardAPI:
+          items:
+            - path: namespace
+              fieldRef: {fieldPath: metadata.namespace}
 {{- end -}}
 
 {{- /* Seconds from a number or a duration as NVIDIA's gfd.sleepInterval takes it ("60s", "2m"). */ -}}
