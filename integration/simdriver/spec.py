@@ -63,6 +63,7 @@ EVENT_SINGLE_BIT_ECC = 0x1
 EVENT_DOUBLE_BIT_ECC = 0x2
 EVENT_XID = 0x8
 ECC_GPU_EVENTS = EVENT_SINGLE_BIT_ECC | EVENT_DOUBLE_BIT_ECC | EVENT_XID
+VGPU_GUEST = 2  # NVML_GPU_VIRTUALIZATION_MODE_VGPU: a VM given a vGPU
 
 # MIG capability device-file minors, as /proc/driver/nvidia-caps/mig-minors numbers them:
 # config 1, monitor 2, then per GPU (32 max) 15 GPU instances x (1 access + 8 compute instances).
@@ -160,6 +161,9 @@ class SimGpu:
     supported_events: int = ECC_GPU_EVENTS
     # nvmlDeviceGetVirtualizationMode: 0 none (bare metal), 1 pass-through, 2 vGPU guest, 3 host.
     virtualization_mode: int = 0
+    # A vGPU guest's GPU (mode 2): the host's vGPU manager (version, branch, at most 10 ASCII
+    # characters each) that its PCI config space reports in NVIDIA's vGPU capability.
+    vgpu_host: tuple[str, str] | None = None
     # nvmlDeviceGetGpuFabricInfo of a GPU on an NVLink fabric (GB200 NVL): its cluster UUID and
     # clique ID, registration completed; None: NOT_SUPPORTED, as on HGX H100/A100.
     fabric: tuple[str, int] | None = None
@@ -266,6 +270,10 @@ class SimDriverSpec:
             parse_bus_id(gpu.pci_bus_id)
             for remote in gpu.nvlinks:
                 parse_bus_id(remote)
+            if (gpu.vgpu_host is not None) != (gpu.virtualization_mode == VGPU_GUEST):
+                raise ValueError(f"GPU minor {gpu.minor}: a vGPU guest needs vgpu_host, no other")
+            if gpu.vgpu_host and not all(len(v) <= 10 and v.isascii() for v in gpu.vgpu_host):
+                raise ValueError(f"GPU minor {gpu.minor}: vgpu_host values are 10 ASCII bytes")
             if gpu.migs and not gpu.mig_capable:
                 raise ValueError(f"{gpu.name} (minor {gpu.minor}) does not support MIG")
             for uuid in (gpu.uuid, *(m.uuid for m in gpu.migs)):
@@ -366,6 +374,25 @@ def _t4x1() -> SimDriverSpec:
         memory_mib=15360,
     )
     return SimDriverSpec("535.183.01", "12.2", (gpu,), label="t4x1-535")
+
+
+def _l40s_vgpu_guest() -> SimDriverSpec:
+    """A VM given one L40S-24Q vGPU (a VGA function, as QEMU presents it) by a host running
+    vGPU manager 535.161.05 of branch r535_00; the guest driver is the matching 535.161.08."""
+    gpu = SimGpu(
+        minor=0,
+        uuid=deterministic_uuid("GPU", "l40s-vgpu-guest/gpu0"),
+        pci_bus_id="00000000:00:06.0",
+        name="NVIDIA L40S-24Q",
+        brand="NvidiaVWS",
+        architecture="Ada",
+        compute_capability=(8, 9),
+        memory_mib=24576,
+        virtualization_mode=VGPU_GUEST,
+        vgpu_host=("535.161.05", "r535_00"),
+        pci_class=0x030000,
+    )
+    return SimDriverSpec("535.161.08", "12.2", (gpu,), label="l40s-vgpu-guest")
 
 
 def _bus(bus: str) -> str:
@@ -493,6 +520,7 @@ PRESETS = {
     "h100x8-550": _h100x8,
     "a100x8-570-mig": _a100x8_mig,
     "t4x1-535": _t4x1,
+    "l40s-vgpu-guest": _l40s_vgpu_guest,
 }
 
 

@@ -1,4 +1,5 @@
-"""The PCI part of sysfs a device plugin reads: `<sys>/bus/pci/devices/<address>/numa_node`.
+"""The PCI part of sysfs a device plugin reads: `<sys>/bus/pci/devices/<address>/numa_node`,
+`vendor`, `device`, `class` and the config space (`config`, see pciconfig.py).
 
 As the kernel lays it out: each GPU's directory sits under its root complex and, behind a
 PCIe switch, the switch's port (`<sys>/devices/pci0000:<hb>/0000:<hb>:<port>.0/<address>`),
@@ -11,9 +12,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .pciconfig import NVIDIA_VENDOR, config_space
 from .spec import SimDriverSpec, parse_bus_id
-
-NVIDIA_VENDOR = 0x10DE
 
 
 def sysfs_address(pci_bus_id: str) -> str:
@@ -50,3 +50,5 @@ def write_sysfs(spec: SimDriverSpec, sys_root: Path) -> None:
         for name, text in files.items():
             (d / name).write_text(text)
             (d / name).chmod(0o444)
+        (d / "config").write_bytes(config_space(g))
+        (d / "config").chmod(0o644)  # as the kernel's: root may write it

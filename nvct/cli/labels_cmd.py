@@ -68,7 +68,8 @@ def _machine(sysfs_root: Path) -> str:
     default=Path("/sys"),
     show_default=True,
     help="Where the machine type is read (class/dmi/id/product_name); the GPUs' PCI class "
-    "(gpu.mode) comes from [device-plugin] sysfs-root, as their NUMA nodes.",
+    "(gpu.mode) and config space (vgpu.*) come from [device-plugin] sysfs-root, as their "
+    "NUMA nodes.",
 )
 @click.pass_obj
 def labels(

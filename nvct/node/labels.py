@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from nvct.config.kubernetes import MIG_STRATEGIES
 from nvct.host.inventory import Gpu, Inventory, MigDevice
 from nvct.node.sharing import SharingPlan, mig_resource, single_fits
+from nvct.node.vgpu import VgpuDevices
 
 PREFIX = "nvidia.com/"
 # GFD's family by CUDA compute capability (major, or (major, minor) where it splits).
@@ -46,7 +47,7 @@ _FAMILIES = (
     ((13, 0), "rubin"),
     ((14, 0), "undefined"),
 )
-VGPU = 2  # NVML_GPU_VIRTUALIZATION_MODE_VGPU: a guest given a vGPU
+VGPU_GUEST = 2  # NVML_GPU_VIRTUALIZATION_MODE_VGPU: a VM given a vGPU
 LABEL_VALUE_MAX = 63  # Kubernetes: at most 63 characters, alphanumeric at both ends
 # GFD's gpu.mode by the first GPU's PCI class (sysfs ``class``; lm/nvml.go newGPUModeLabeler).
 _MODES = {"0x030000": "graphics", "0x030200": "compute"}
@@ -89,6 +90,7 @@ def node_labels(
     plan: SharingPlan | None = None,
     machine: str = "",
     pci_classes: Sequence[str] = (),
+    vgpu: VgpuDevices | None = None,
     timestamp: int | None = None,
 ) -> dict[str, str]:
     """The label set of a node (keys without values are never emitted).
@@ -96,7 +98,9 @@ def node_labels(
     ``replicas`` maps a resource (``gpu``, ``mig-1g.10gb``) to its replicas per device
     (time-slicing or MPS, ``sharing``: one strategy, or one per resource); ``plan`` (the device
     plugin's sharing plan) replaces both; ``machine`` is the DMI product name (``unknown``
-    when unreadable, as GFD); ``pci_classes`` the GPUs' sysfs PCI classes (``0x030200``).
+    when unreadable, as GFD); ``pci_classes`` the GPUs' sysfs PCI classes (``0x030200``);
+    ``vgpu`` the vGPUs found in the PCI config space (``nvct.node.vgpu.scan``; None where it
+    was not read: ``vgpu.present`` then comes from NVML's virtualization mode).
     """
     if mig_strategy not in MIG_STRATEGIES:
         raise ValueError(f"MIG strategy {mig_strategy!r}: use one of {', '.join(MIG_STRATEGIES)}")
@@ -114,6 +118,7 @@ def node_labels(
         replicas, sharing, renamed = _from_plan(plan)
     model = _majority(gpus)
     labels.update(_node_wide(gpus, sharing, machine, pci_classes))
+    labels.update(_vgpu(gpus, vgpu))
     migs = [m for g in gpus if g.mig_enabled for m in g.migs]
     if mig_strategy != "none":
         labels[f"{PREFIX}mig.strategy"] = mig_strategy
@@ -177,12 +182,26 @@ def _node_wide(
     labels[f"{PREFIX}gpu.mode"] = gpu_mode(pci_classes)
     labels[f"{PREFIX}gpu.models"] = str(len({g.name for g in gpus}))
     labels[f"{PREFIX}gpu.machine"] = sanitise(machine) or "unknown"
-    # GFD's vGPU labeler: true in a VM given a vGPU. The host driver's version and branch are
-    # in the vGPU's PCI config space, which nvct does not read: those two labels are absent.
-    labels[f"{PREFIX}vgpu.present"] = _bool(any(g.virtualization_mode == VGPU for g in gpus))
     cliques = {g.fabric_clique for g in gpus if g.fabric_clique}
     if len(cliques) == 1:  # GFD: one cluster and clique for every attached GPU, else none
         labels[f"{PREFIX}gpu.clique"] = cliques.pop()
+    return labels
+
+
+def _vgpu(gpus: tuple[Gpu, ...], found: VgpuDevices | None) -> dict[str, str]:
+    """GFD's vGPU labeler: present when a PCI function carries the vGPU signature, with the
+    host's vGPU manager version and branch when its record is there. Where the config space
+    could not be read (GFD: no vgpu.* label; nvct's labeller runs without CAP_SYS_ADMIN, so
+    the kernel gives it 64 bytes), NVML's virtualization mode still answers ``present``."""
+    if found is None:
+        return {
+            f"{PREFIX}vgpu.present": _bool(any(g.virtualization_mode == VGPU_GUEST for g in gpus))
+        }
+    labels = {f"{PREFIX}vgpu.present": _bool(bool(found.addresses))}
+    if found.host_driver is not None:
+        version, branch = found.host_driver
+        labels[f"{PREFIX}vgpu.host-driver-version"] = sanitise(version)
+        labels[f"{PREFIX}vgpu.host-driver-branch"] = sanitise(branch)
     return labels
 
 

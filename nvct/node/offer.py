@@ -18,6 +18,7 @@ from nvct.host.inventory import Inventory
 from nvct.node.devices import Resource, pci_class, resources
 from nvct.node.labels import node_labels
 from nvct.node.sharing import SharingConfigError, SharingPlan, plan_sharing
+from nvct.node.vgpu import scan
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +46,8 @@ class Offer:
 
     def labels(self, *, machine: str = "", timestamp: int | None = None) -> dict[str, str]:
         """The node's labels (GFD's names) for this offer; ``machine`` is the DMI product,
-        ``gpu.mode`` comes from the GPUs' PCI class in sysfs (GFD's source)."""
+        ``gpu.mode`` comes from the GPUs' PCI class in sysfs, ``vgpu.*`` from the PCI config
+        space there (GFD's sources)."""
         classes = [pci_class(self.sysfs_root, g.pci_bus_id) for g in self.inventory.gpus]
         return node_labels(
             self.inventory,
@@ -53,6 +55,7 @@ class Offer:
             plan=self.plan,
             machine=machine,
             pci_classes=[c for c in classes if c],
+            vgpu=scan(self.sysfs_root),
             timestamp=timestamp,
         )
 

@@ -40,15 +40,25 @@ DRIVER_570 = {
 }
 
 
-def gfd_node(*, mig_capable: bool, mode: str = "compute", mps: bool = False) -> dict[str, str]:
-    """Machine type (unreadable: ``unknown``), MIG capability, sharing, GPU mode, vGPU."""
-    return {
+def gfd_node(
+    *,
+    mig_capable: bool,
+    mode: str = "compute",
+    mps: bool = False,
+    vgpu_host: tuple[str, str] | None = None,
+) -> dict[str, str]:
+    """Machine type (unreadable: ``unknown``), MIG capability, sharing, GPU mode, vGPU
+    (``vgpu_host``: the host's vGPU manager version and branch in a vGPU's config space)."""
+    labels = {
         "gpu.machine": "unknown",
         "mig.capable": str(mig_capable).lower(),
         "mps.capable": str(mps).lower(),
         "gpu.mode": mode,
-        "vgpu.present": "false",
+        "vgpu.present": str(vgpu_host is not None).lower(),
     }
+    if vgpu_host is not None:
+        labels["vgpu.host-driver-version"], labels["vgpu.host-driver-branch"] = vgpu_host
+    return labels
 
 
 def gfd_full(
@@ -268,12 +278,12 @@ def test_mig_capability_comes_from_nvml_not_the_name() -> None:
     assert node_labels(dataclasses.replace(inv, gpus=tuple(plain)))[f"{N}mig.capable"] == "false"
 
 
-def test_vgpu_and_clique_from_nvml() -> None:
+def test_clique_from_nvml() -> None:
     inv = inventory("h100x4-550")
     clique = "7a0e3b4c-2d35-4c6e-9a9b-4d1f0e6f2a11.32766"
-    guest = [dataclasses.replace(g, virtualization_mode=2, fabric_clique=clique) for g in inv.gpus]
+    guest = [dataclasses.replace(g, fabric_clique=clique) for g in inv.gpus]
     labels = node_labels(dataclasses.replace(inv, gpus=tuple(guest)))
-    assert labels[f"{N}vgpu.present"] == "true" and labels[f"{N}gpu.clique"] == clique
+    assert labels[f"{N}gpu.clique"] == clique
     split = [
         *guest[:2],
         *(dataclasses.replace(g, fabric_clique=clique[:-1] + "7") for g in guest[2:]),
@@ -294,6 +304,17 @@ def test_driver_version_x_y_and_long_values() -> None:
     assert len(value) <= 63 and value.endswith("-SHARED") and value[0].isalnum()
     assert sanitise("x" * 62 + "-.y") == "x" * 62  # cut at 63, then no trailing "-"
     assert sanitise("  (NVIDIA)  A  ") == "NVIDIA-A"
+
+
+def _with_sysfs(sim, tmp_path: Path, mig: str) -> list[str]:  # type: ignore[no-untyped-def]
+    """The CLI's options on ``sim`` with its sysfs (PCI class, config space) and ``mig``."""
+    options = roots(sim, tmp_path)
+    config = Path(options[options.index("--config") + 1])
+    config.write_text(
+        config.read_text()
+        + f"[device-plugin]\nmig-strategy = '{mig}'\nsysfs-root = '{sim.sys_root}'\n"
+    )
+    return options
 
 
 # Presets discovered from their simulated driver (root, gcc): gpu.mode from the sysfs PCI class
@@ -329,6 +350,12 @@ LIVE = {
         **gfd_mig("mig-3g.40gb", "3g.40gb", 2),
         **gfd_mig("mig-4g.40gb", "4g.40gb", 1),
     },
+    # a VM given an L40S-24Q (a VGA function): the vGPU capability in its config space names
+    # the host's vGPU manager; NVML answers no MIG mode on Ada
+    "l40s-vgpu-guest": {
+        **gfd_node(mig_capable=False, mode="graphics", vgpu_host=("535.161.05", "r535_00")),
+        **gfd_full("NVIDIA-L40S-24Q", 1, 24576, "ada-lovelace", "8.9"),
+    },
 }
 
 
@@ -338,13 +365,7 @@ def test_the_cli_labels_match_gfds_on_the_simulated_driver(
     sim_factory, preset: str, tmp_path: Path
 ) -> None:
     sim = sim_factory(preset)
-    options = roots(sim, tmp_path)
-    config = Path(options[options.index("--config") + 1])
-    mig = "mixed" if preset.startswith("a100") else "none"
-    config.write_text(
-        config.read_text()
-        + f"[device-plugin]\nmig-strategy = '{mig}'\nsysfs-root = '{sim.sys_root}'\n"
-    )
+    options = _with_sysfs(sim, tmp_path, "mixed" if preset.startswith("a100") else "none")
     out = cli(*options, "--no-cache", "labels", "--no-timestamp", "--sysfs-root", str(tmp_path))
     found = dict(line.split("=", 1) for line in out.stdout.splitlines())
     expected = LIVE[preset]
@@ -359,7 +380,7 @@ CLUSTER = "5f2a9c1e-0b7d-4e38-a6c4-91d2e3f4a5b6"
 def test_a_fabric_attached_vgpu_guest_with_a_new_gpu_name(tmp_path: Path) -> None:
     """From the simulated NVML through discovery: a GPU no name pattern knows is MIG-capable
     because NVML answers its MIG mode, the fabric's cluster and clique give gpu.clique (GFD's
-    ``<clusterUUID>.<cliqueID>``), and a vGPU guest says vgpu.present."""
+    ``<clusterUUID>.<cliqueID>``), and a vGPU guest says vgpu.present and its host's driver."""
     from integration.simdriver import cached_driver, preset
     from tests.conftest import SIM_CACHE, _need_sim
 
@@ -371,19 +392,24 @@ def test_a_fabric_attached_vgpu_guest_with_a_new_gpu_name(tmp_path: Path) -> Non
             name="NVIDIA RTX PRO 6000 Blackwell Server Edition",
             compute_capability=(12, 0),
             virtualization_mode=2,
+            vgpu_host=("550.54.16", "r550_00"),
             fabric=(CLUSTER, 32766),
         )
         for g in base.gpus
     )
     sim = cached_driver(dataclasses.replace(base, gpus=gpus), SIM_CACHE)
-    options = roots(sim, tmp_path)
+    options = _with_sysfs(sim, tmp_path, "none")
     lines = cli(*options, "--no-cache", "labels", "--no-timestamp").stdout.splitlines()
     found = short(dict(line.split("=", 1) for line in lines))
     assert found["gpu.clique"] == f"{CLUSTER}.32766"
     assert (found["vgpu.present"], found["mig.capable"]) == ("true", "true")
+    assert (found["vgpu.host-driver-version"], found["vgpu.host-driver-branch"]) == (
+        "550.54.16",
+        "r550_00",
+    )
     assert found["gpu.product"] == "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition"
     assert found["gpu.family"] == "blackwell"
     split = (*gpus[:3], dataclasses.replace(gpus[3], fabric=(CLUSTER, 7)))
     other = cached_driver(dataclasses.replace(base, gpus=split), SIM_CACHE)
-    lines = cli(*roots(other, tmp_path), "--no-cache", "labels").stdout.splitlines()
+    lines = cli(*_with_sysfs(other, tmp_path, "none"), "--no-cache", "labels").stdout.splitlines()
     assert not [ln for ln in lines if "gpu.clique" in ln]  # GFD: two cliques, no label
