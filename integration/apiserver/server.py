@@ -10,6 +10,8 @@ and error Status objects of the real one, for any group/version/resource a test 
   server sends it), create (POST), update (PUT, 409 ``Conflict`` on a stale
   resourceVersion), patch (JSON merge patch), delete;
 - bearer tokens (401 without a known one) and the rule table of ``rbac`` (403);
+- field selectors a kind declares (``Kind.selectable``: ResourceSlices' ``spec.nodeName``);
+- feature gates that change what is stored (``features``: ``DRADeviceTaints``);
 - ``stop()``/``start()`` on the same port keep the store (a restart; ``compact`` makes the
   old resourceVersions expire as a fresh watch cache would).
 """
@@ -27,6 +29,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from integration.apiserver.certs import ServingCerts
+from integration.apiserver.features import DEFAULTS, admit
 from integration.apiserver.rbac import Authorizer
 from integration.apiserver.store import (
     AlreadyExists,
@@ -38,6 +41,14 @@ from integration.apiserver.store import (
 )
 
 NODES = Kind("", "v1", "nodes", "Node", namespaced=False)
+RESOURCE_SLICES = Kind(
+    "resource.k8s.io",
+    "v1",
+    "resourceslices",
+    "ResourceSlice",
+    namespaced=False,
+    selectable=("spec.nodeName", "spec.driver", "spec.pool.name"),
+)
 
 
 def status(code: int, reason: str, message: str) -> dict[str, Any]:
@@ -66,6 +77,19 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return result
 
 
+def _fields_match(obj: dict[str, Any], selected: dict[str, str]) -> bool:
+    """Whether ``obj`` has the value of each selected field path (``spec.nodeName``)."""
+    for path, value in selected.items():
+        if "." not in path:
+            continue  # name and namespace: matched by key
+        found: Any = obj
+        for part in path.split("."):
+            found = found.get(part) if isinstance(found, dict) else None
+        if str(found or "") != value:
+            return False
+    return True
+
+
 class _Route:
     def __init__(self, kind: Kind, namespace: str, name: str) -> None:
         self.kind, self.namespace, self.name = kind, namespace, name
@@ -80,6 +104,8 @@ class APIServer:
         self.store = store or Store()
         self.auth = Authorizer()
         self.kinds: dict[tuple[str, str, str], Kind] = {}
+        # feature gates that change what is stored (integration.apiserver.features)
+        self.features = dict(DEFAULTS)
         self.port = 0
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -262,16 +288,17 @@ class _Handler(BaseHTTPRequestHandler):
                 else:
                     self._list(route, selected)
             elif verb == "create":
-                self._send(201, store.create(kind, route.namespace, self._body()))
+                body = admit(kind, self._body(), self.api.features)
+                self._send(201, store.create(kind, route.namespace, body))
             elif verb == "update":
-                body = self._body()
+                body = admit(kind, self._body(), self.api.features)
                 if body.get("metadata", {}).get("name") != route.name:
                     self._fail(400, "BadRequest", "the name of the object does not match the URL")
                     return
                 self._send(200, store.update(kind, route.namespace, body))
             elif verb == "patch":
                 current = store.get(kind, route.namespace, route.name)
-                patched = merge_patch(current, self._body())
+                patched = admit(kind, merge_patch(current, self._body()), self.api.features)
                 self._send(200, store.update(kind, route.namespace, patched))
             else:
                 self._send(200, store.delete(kind, route.namespace, route.name))
@@ -296,6 +323,9 @@ class _Handler(BaseHTTPRequestHandler):
         for term in filter(None, text.split(",")):
             key, sep, value = term.partition("=")
             field = key.rstrip("=")
+            if field in route.kind.selectable:
+                selected[field] = value.lstrip("=")
+                continue
             if not sep or field not in ("metadata.name", "metadata.namespace"):
                 self._fail(400, "BadRequest", f'"{term}" is not a known field selector')
                 return None
@@ -304,6 +334,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _list(self, route: _Route, selected: dict[str, str]) -> None:
         rv, items = self.api.store.list(route.kind, selected["namespace"], selected["name"])
+        items = [item for item in items if _fields_match(item, selected)]
         for item in items:  # list items carry no kind/apiVersion, as the real server's
             item.pop("kind", None)
             item.pop("apiVersion", None)
@@ -328,10 +359,12 @@ class _Handler(BaseHTTPRequestHandler):
         timeout = float(query.get("timeoutSeconds") or 1800)
         deadline = time.monotonic() + timeout
 
-        def wanted(key: tuple[str, str]) -> bool:
+        def wanted(key: tuple[str, str], obj: dict[str, Any]) -> bool:
             ns, name = key
-            return (not selected["namespace"] or ns == selected["namespace"]) and (
-                not selected["name"] or name == selected["name"]
+            return (
+                (not selected["namespace"] or ns == selected["namespace"])
+                and (not selected["name"] or name == selected["name"])
+                and _fields_match(obj, selected)
             )
 
         self.send_response(200)
@@ -342,7 +375,8 @@ class _Handler(BaseHTTPRequestHandler):
         if asked in ("", "0"):
             rv, items = store.list(kind, selected["namespace"], selected["name"])
             for item in items:
-                self._chunk({"type": "ADDED", "object": item})
+                if _fields_match(item, selected):
+                    self._chunk({"type": "ADDED", "object": item})
         else:
             rv = int(asked)
         try:
@@ -366,7 +400,7 @@ class _Handler(BaseHTTPRequestHandler):
                         continue
                 for event in events:
                     rv = event.rv
-                    if wanted(event.key):
+                    if wanted(event.key, event.obj):
                         self._chunk({"type": event.type, "object": event.obj})
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
