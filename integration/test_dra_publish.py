@@ -14,28 +14,17 @@ from typing import Any
 
 import pytest
 
-from integration.apiserver import cluster_env
 from integration.apiserver.rbac import Rule
 from integration.apiserver.server import RESOURCE_SLICES, APIServer
 from integration.harness.apiserver import (
+    MANAGER_USER,
     apiserver,  # noqa: F401 - fixture
     kube_certs,  # noqa: F401 - fixture
-    pod_files,
 )
 from integration.harness.processes import until
+from integration.harness.slices import DRIVER, NODE, Running, make_publisher, published
 from nvct.dra.publish import Publisher
-from nvct.kubeapi.client.access import ClusterAccess
 from nvct.kubeapi.client.errors import KubeApiError
-
-NODE = "gpu-node-1"
-DRIVER = "gpu.nvct.io"
-SLICE_WRITER = (
-    Rule(
-        "resource.k8s.io",
-        "resourceslices",
-        frozenset({"get", "list", "watch", "create", "update", "delete"}),
-    ),
-)
 
 
 def gpu(index: int) -> dict[str, Any]:
@@ -50,42 +39,13 @@ def gpu(index: int) -> dict[str, Any]:
     }
 
 
-class Running:
-    """A Publisher's ``run`` on its own thread, stopped (and joined) by the fixture."""
-
-    def __init__(self, publisher: Publisher, devices: list[dict[str, Any]]) -> None:
-        self.publisher = publisher
-        self.stop = threading.Event()
-        self.failure: list[BaseException] = []
-        self.thread = threading.Thread(target=self._run, args=(devices,), daemon=True)
-        self.thread.start()
-
-    def _run(self, devices: list[dict[str, Any]]) -> None:
-        try:
-            self.publisher.run(devices, self.stop)
-        except BaseException as err:
-            self.failure.append(err)
-
-    def end(self) -> None:
-        self.stop.set()
-        self.thread.join(timeout=5)
-        assert not self.thread.is_alive()
-
-
 @pytest.fixture
 def publisher(
     tmp_path: Path,
     apiserver: APIServer,  # noqa: F811 - the fixture's name
     monkeypatch: pytest.MonkeyPatch,
 ) -> Publisher:
-    apiserver.add_kind(RESOURCE_SLICES)
-    for name, value in cluster_env(apiserver.url).items():
-        monkeypatch.setenv(name, value)
-    account = pod_files(apiserver, tmp_path / "sa", "dra-token", SLICE_WRITER)
-    access = ClusterAccess(service_account_dir=str(account))
-    return Publisher(
-        access.connect(), NODE, DRIVER, server=access.server(), token_file=access.token_file
-    )
+    return make_publisher(tmp_path, apiserver, monkeypatch)
 
 
 @pytest.fixture
@@ -98,7 +58,7 @@ def running(publisher: Publisher) -> Iterator[Running]:
 
 
 def slices(server: APIServer) -> dict[str, dict[str, Any]]:
-    return {s["metadata"]["name"]: s for s in server.store.list(RESOURCE_SLICES)[1]}
+    return {s["metadata"]["name"]: s for s in published(server)}
 
 
 def devices_of(server: APIServer) -> dict[str, dict[str, Any]]:
@@ -122,7 +82,7 @@ def test_the_pool_is_published_once_and_kept_after_a_plain_exit(
     running.end()
     assert running.failure == []
     assert len(slices(apiserver)) == 1  # the kubelet wipes them, after its delay
-    used = apiserver.auth.used_by("system:serviceaccount:nvct:nvct-config-manager")
+    used = apiserver.auth.used_by(MANAGER_USER)  # the user pod_files registers
     assert ("delete", "resource.k8s.io", "resourceslices") not in used
 
 
@@ -230,13 +190,8 @@ def test_a_plugin_without_the_rules_to_write_slices_stops_with_one_line(
     apiserver: APIServer,  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    apiserver.add_kind(RESOURCE_SLICES)
-    for name, value in cluster_env(apiserver.url).items():
-        monkeypatch.setenv(name, value)
     reader = (Rule("resource.k8s.io", "resourceslices", frozenset({"list"})),)
-    account = pod_files(apiserver, tmp_path / "sa", "reader-token", reader)
-    access = ClusterAccess(service_account_dir=str(account))
-    publisher = Publisher(access.connect(), NODE, DRIVER, server=access.server())
+    publisher = make_publisher(tmp_path, apiserver, monkeypatch, reader)
     with pytest.raises(KubeApiError) as raised:
         publisher.run([gpu(0)], threading.Event())
     assert raised.value.code == 403

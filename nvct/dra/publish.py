@@ -73,6 +73,7 @@ class Publisher:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self.in_sync = threading.Event()  # set while the slices say what the devices say
+        self._stopped = threading.Event()
 
     # inputs
     def update(self, devices: Sequence[Device]) -> None:
@@ -128,7 +129,8 @@ class Publisher:
         self._changed()
 
     def _error(self, err: KubeApiError) -> None:
-        log.warning("watching ResourceSlices", error=err.one_line())
+        if not self._stopped.is_set():  # a watch broken by the end of run is no news
+            log.warning("watching ResourceSlices", error=err.one_line())
 
     # the loop
     def run(self, devices: Sequence[Device], stop: threading.Event) -> None:
@@ -137,6 +139,7 @@ class Publisher:
         from lightkube.resources.resource_v1 import ResourceSlice
 
         self.update(devices)
+        self._stopped.clear()
         failure: list[KubeApiError] = []
         reflector = Reflector(
             self.client,
@@ -182,6 +185,7 @@ class Publisher:
                 self._wake.set()
         # the watch ends with its next event or when the server ends it: a plain exit does
         # not wait for it (nothing of it is written)
+        self._stopped.set()
         thread.join(timeout=0.2)
 
     def _reconcile(self) -> bool:
