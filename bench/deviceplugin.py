@@ -33,11 +33,11 @@ def policy_alone(sim: object, rounds: int) -> dict[str, dict[str, float]]:
     """``preferred`` for 1..7 of the 8 GPUs, in process, on the topology the plugin reads
     (the simulated driver's NVML, through the plugin's own reader)."""
     from nvct.deviceplugin.preferred import pcie_score, preferred
-    from nvct.deviceplugin.topology import read_topology
     from nvct.host.arch import host_arch
     from nvct.host.discover.libraries import driver_nvml_library
     from nvct.host.discover.nvml import open_nvml
     from nvct.node.devices import PluginDevice
+    from nvct.node.topology import read_topology
 
     gpus = sim.spec.gpus  # type: ignore[attr-defined]
     devices = [

@@ -26,6 +26,13 @@ PLUGIN_VENDOR = "k8s.device-plugin.nvct.io"
 PLUGIN_CLASS = "gpu"
 PLUGIN_KIND = f"{PLUGIN_VENDOR}/{PLUGIN_CLASS}"
 PLUGIN_SPEC_NAME = "nvct-device-plugin.json"  # in [device-plugin] cdi-spec-dir
+# nvct-dra-plugin's per-claim specs: one file per claim, all of this kind, each device named
+# <claim uid>-<device>, so claims never share a name (NVIDIA's DRA driver: k8s.gpu.nvidia.com/
+# claim). Apart from the node's spec and the device plugin's.
+DRA_VENDOR = "k8s.gpu.nvct.io"
+DRA_CLASS = "claim"
+DRA_KIND = f"{DRA_VENDOR}/{DRA_CLASS}"
+DRA_SPEC_PREFIX = "nvct-dra-claim-"  # <prefix><claim uid>.json in the plugin's CDI directory
 
 
 def looks_qualified(token: str) -> bool:

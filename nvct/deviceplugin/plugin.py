@@ -29,7 +29,6 @@ from nvct.deviceplugin.mps_watch import MpsWatch
 from nvct.deviceplugin.preferred import pcie_score
 from nvct.deviceplugin.server import Endpoint, ResourceService
 from nvct.deviceplugin.status import StatusWriter
-from nvct.deviceplugin.topology import read_topology
 from nvct.deviceplugin.watchers import Verdicts, Watcher, watchdog
 from nvct.node.devices import DeviceConfigError, PluginDevice
 from nvct.node.files import KUBELET_SOCKET, STATUS_FILE
@@ -37,6 +36,7 @@ from nvct.node.health.latches import LatchFile, boot_id
 from nvct.node.offer import offer
 from nvct.node.sharing import SharingPlan
 from nvct.node.status import Devices
+from nvct.node.topology import read_topology
 
 if TYPE_CHECKING:
     from nvct.deviceplugin.nvml_watch import NvmlWatch

@@ -7,8 +7,8 @@ import random
 import pytest
 
 from nvct.deviceplugin.preferred import pcie_score, preferred
-from nvct.deviceplugin.topology import Topology
 from nvct.node.devices import PluginDevice
+from nvct.node.topology import Topology
 
 
 def gpu(i: int, bus: int, numa: int | None) -> PluginDevice:

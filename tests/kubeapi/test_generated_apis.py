@@ -1,5 +1,6 @@
 """Every checked-in gRPC API package holds what its .proto generates (grpcio-tools): the
-device plugin API (v1beta1), the pod-resources API (v1) and the CRI v1 subset the CRI kubelet
+device plugin API (v1beta1), the pod-resources API (v1), the DRA plugin API (v1,
+v1beta1), the plugin registration API and the CRI v1 subset the CRI kubelet
 stand-in speaks (integration/cri). Their wire contracts are checked in
 tests/deviceplugin/test_api.py, tests/kubeapi/podresources/test_api.py and
 tests/harness/test_cri_api.py."""
@@ -26,6 +27,8 @@ REPO = Path(__file__).resolve().parents[2]
         "nvct.kubeapi.deviceplugin",
         "nvct.kubeapi.podresources",
         "nvct.kubeapi.cri",
+        "nvct.kubeapi.dra",
+        "nvct.kubeapi.registration",
         "integration.cri",
     ],
 )

@@ -1,0 +1,127 @@
+"""nvct-dra-plugin as a real process on the simulated driver, against the DRA kubelet stand-in
+(integration/kubelet/dra.py) and the stand-in API server holding the ResourceClaims it reads;
+ResourceClaims in their real ``resource.k8s.io/v1`` shape, allocated as the scheduler writes
+them."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+from integration.apiserver import cluster_env, service_account
+from integration.apiserver.rbac import Rule
+from integration.apiserver.server import APIServer
+from integration.apiserver.store import Kind
+from integration.harness.deviceplugin import SimProcess
+from integration.harness.nvct_config import write_nvct_config
+
+CLAIMS = Kind("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", namespaced=True)
+DRIVER = "gpu.nvct.io"
+NODE = "gpu-node-1"
+PLUGIN_USER = "system:serviceaccount:nvct:nvct-dra-plugin"
+# What the plugin's kubelet side reads: claims, nothing else.
+CLAIM_READER = (Rule("resource.k8s.io", "resourceclaims", frozenset({"get"})),)
+
+
+def allocated_claim(
+    name: str,
+    devices: dict[str, list[str]],
+    *,
+    namespace: str = "default",
+    config: list[dict[str, Any]] | None = None,
+    pool: str = NODE,
+) -> dict[str, Any]:
+    """A ResourceClaim whose requests (name -> device names) the scheduler allocated on
+    ``pool``, with ``config`` as ``status.allocation.devices.config``."""
+    return {
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {"name": r, "exactly": {"deviceClassName": DRIVER, "count": len(d)}}
+                    for r, d in devices.items()
+                ]
+            }
+        },
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": r, "driver": DRIVER, "pool": pool, "device": d}
+                        for r, names in devices.items()
+                        for d in names
+                    ],
+                    "config": config or [],
+                },
+                "nodeSelector": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchFields": [
+                                {"key": "metadata.name", "operator": "In", "values": [NODE]}
+                            ]
+                        }
+                    ]
+                },
+            }
+        },
+    }
+
+
+def put_claim(server: APIServer, claim: dict[str, Any]) -> tuple[str, str, str]:
+    """Store ``claim``; (namespace, uid, name) as the kubelet names it."""
+    stored = server.store.create(CLAIMS, claim["metadata"]["namespace"], claim)
+    meta = stored["metadata"]
+    return meta["namespace"], meta["uid"], meta["name"]
+
+
+class DraPluginProcess(SimProcess):
+    """``python -m nvct.dra`` (or ``program``) for the simulated driver, in-cluster against
+    ``server`` with a service account that may only get claims."""
+
+    def __init__(
+        self,
+        work: Path,
+        sim: Any,
+        server: APIServer,
+        *,
+        registry_dir: Path,
+        plugins_dir: Path,
+        cdi_root: Path,
+        program: tuple[str, ...] = (sys.executable, "-m", "nvct.dra"),
+    ) -> None:
+        from integration.simdriver import make_dev_nodes
+
+        self.work = work
+        self.dev_root = work / "devroot"
+        if not (self.dev_root / "dev").exists():
+            make_dev_nodes(sim.spec, self.dev_root)
+        self.config = write_nvct_config(work / "nvct" / "config.toml", sim)
+        token = f"dra-{uuid.uuid4().hex}"
+        server.auth.add(token, PLUGIN_USER, CLAIM_READER)
+        account = service_account(work / "serviceaccount", server.certs, token, "nvct")
+        self.cdi_root = cdi_root
+        self.argv = [
+            *program, "--config", str(self.config), "--dev-root", str(self.dev_root),
+            "--sysfs-root", str(sim.sys_root), "--node-name", NODE,
+            "--registry-dir", str(registry_dir), "--plugins-dir", str(plugins_dir),
+            "--cdi-root", str(cdi_root),
+        ]  # fmt: skip
+        self.extra_env = {**cluster_env(server.url), "NVCT_SERVICE_ACCOUNT_DIR": str(account)}
+        self.log = work / "dra-plugin.log"
+        self.control = work / "nvml-control"
+        self.proc = None
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, or the node's OOM killer, with nothing cleaned up."""
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait()
+
+
+def claim_specs(cdi_root: Path) -> list[str]:
+    """The per-claim CDI spec files in ``cdi_root``."""
+    return (
+        sorted(p.name for p in cdi_root.glob("nvct-dra-claim-*.json")) if cdi_root.exists() else []
+    )

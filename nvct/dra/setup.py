@@ -1,0 +1,93 @@
+"""nvct-dra-plugin's start: discover the GPUs, render the node's CDI edits once, read the
+checkpoint, connect to the API server, and serve the kubelet's sockets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from nvct.config import Config
+from nvct.dra.checkpoint import Checkpoint
+from nvct.dra.claimspec import NodeSpec
+from nvct.dra.devices import Pair, dra_devices
+from nvct.dra.driver import Driver
+from nvct.dra.server import Sockets
+from nvct.host.inventory import Inventory
+
+log = structlog.get_logger("nvct-dra-plugin")
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Where the plugin meets the kubelet, the engine and the API server."""
+
+    driver: str
+    node: str  # also the pool name of the node's ResourceSlices
+    registry_dir: Path
+    plugins_dir: Path
+    cdi_root: Path
+    sysfs_root: Path
+    kubeconfig: str
+    service_account_dir: str
+
+
+def start(config: Config, settings: Settings) -> Sockets:
+    """Serving, registered as soon as the kubelet dials.
+
+    Raises:
+        NvctError: no driver, no nvct-cdi-hook, an unreadable checkpoint, or no API access.
+        OSError: a socket cannot be bound.
+    """
+    from nvct.cdi.names import DRA_CLASS, DRA_VENDOR
+    from nvct.host.arch import host_arch
+    from nvct.host.load import load_inventory
+    from nvct.kubeapi.client.access import ClusterAccess
+    from nvct.kubeapi.client.claims import claim_reader
+    from nvct.plan.cdi_spec import SpecOptions, build_spec, hook_program
+
+    inventory = load_inventory(config, use_cache=False)
+    devices = dra_devices(
+        inventory, sysfs_root=settings.sysfs_root, nvlinks=_nvlinks(config, inventory)
+    )
+    options = SpecOptions(strategy="uuid", vendor=DRA_VENDOR, cls=DRA_CLASS)
+    spec = build_spec(inventory, config, host_arch(), options=options, hook=hook_program())
+    checkpoint = Checkpoint(settings.plugins_dir / settings.driver)
+    access = ClusterAccess(settings.kubeconfig, settings.service_account_dir)
+    driver = Driver(
+        name=settings.driver, pool=settings.node, devices=devices,
+        node_spec=NodeSpec.from_spec(spec), cdi_dir=settings.cdi_root, checkpoint=checkpoint,
+        fetch=claim_reader(access),
+    )  # fmt: skip
+    log.info(
+        "devices",
+        devices=[d.name for d in devices],
+        prepared=sorted(checkpoint.claims),
+        cdi_root=str(settings.cdi_root),
+    )
+    sockets = Sockets(driver, settings.registry_dir, settings.plugins_dir)
+    sockets.serve()
+    return sockets
+
+
+def _nvlinks(config: Config, inventory: Inventory) -> dict[Pair, int]:
+    """NVLink links between the GPUs, through NVML (none where NVML does not answer: the
+    devices then have no NVLink domain, which only narrows what claims can match)."""
+    from nvct.base.errors import NvctError
+    from nvct.host.arch import host_arch
+    from nvct.host.discover.libraries import driver_nvml_library
+    from nvct.host.discover.nvml import open_nvml
+    from nvct.node.devices import PluginDevice
+    from nvct.node.topology import read_topology
+
+    gpus = [
+        PluginDevice(g.uuid, g.uuid, str(g.index), g.index, g.pci_bus_id, None, g.minor)
+        for g in inventory.gpus
+    ]
+    try:
+        nvml = open_nvml(driver_nvml_library(Path(config.driver_root), host_arch()))
+        return dict(read_topology(nvml, gpus).nvlinks)
+    except (NvctError, OSError) as err:
+        log.warning("no_topology", error=str(err))
+        return {}

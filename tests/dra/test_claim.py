@@ -1,0 +1,97 @@
+"""What a ResourceClaim asks of nvct-dra-plugin: its devices of this driver and pool, and the
+opaque configuration each request gets; refusals as one line naming the entry."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from nvct.dra.claim import ClaimError, allocated
+from nvct.dra.config import ClaimConfigError, DeviceConfig, parse_config
+
+DRIVER = "gpu.nvct.io"
+UID = "9a7c1f4e-1111-4222-8333-444455556666"
+
+
+def _claim(results: list[tuple[str, str, str]], config: list[Any] | None = None) -> Any:
+    return {
+        "metadata": {"namespace": "ns", "name": "c", "uid": UID},
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": r, "driver": d, "pool": "node-1", "device": n}
+                        for r, d, n in results
+                    ],
+                    "config": config or [],
+                }
+            }
+        },
+    }
+
+
+def _opaque(requests: list[str], source: str = "FromClaim", **sharing: Any) -> Any:
+    parameters = {"apiVersion": "dra.nvct.io/v1alpha1", "kind": "GpuConfig", "sharing": sharing}
+    return {
+        "source": source,
+        "requests": requests,
+        "opaque": {"driver": DRIVER, "parameters": parameters},
+    }
+
+
+def test_only_this_drivers_results_and_configs_count() -> None:
+    other = {"source": "FromClass", "opaque": {"driver": "other.example.com", "parameters": 1}}
+    claim = _claim(
+        [("a", DRIVER, "gpu-0"), ("b", "nic.example.com", "nic-0"), ("b", DRIVER, "gpu-1")],
+        [other, _opaque([], "FromClass"), _opaque(["b"], strategy="TimeSlicing")],
+    )
+    found = allocated(claim, uid=UID, driver=DRIVER, pool="node-1")
+    assert [(f.request, f.device) for f in found] == [("a", "gpu-0"), ("b", "gpu-1")]
+    assert found[0].config == DeviceConfig("gpu", "TimeSlicing")
+
+
+@pytest.mark.parametrize(
+    ("claim", "uid", "message"),
+    [
+        (_claim([("a", DRIVER, "gpu-0")]), "another", "has UID"),
+        ({"metadata": {"uid": UID}, "status": {}}, UID, "is not allocated"),
+    ],
+)
+def test_a_claim_of_another_uid_or_unallocated_is_refused(
+    claim: Any, uid: str, message: str
+) -> None:
+    with pytest.raises(ClaimError, match=message):
+        allocated(claim, uid=uid, driver=DRIVER, pool="node-1")
+
+
+def test_a_device_of_another_pool_is_refused() -> None:
+    with pytest.raises(ClaimError, match="not on this node"):
+        allocated(_claim([("a", DRIVER, "gpu-0")]), uid=UID, driver=DRIVER, pool="node-2")
+
+
+@pytest.mark.parametrize(
+    ("parameters", "message"),
+    [
+        ({"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig"}, "is not dra.nvct.io"),
+        ({"apiVersion": "dra.nvct.io/v1alpha1", "kind": "Gpu"}, "kind 'Gpu'"),
+        ({"apiVersion": "dra.nvct.io/v1alpha1", "kind": "GpuConfig", "share": {}}, "'share'"),
+        (
+            {"apiVersion": "dra.nvct.io/v1alpha1", "kind": "GpuConfig",
+             "sharing": {"strategy": "MPS"}},
+            "MPS is not applied per claim",
+        ),
+        (
+            {"apiVersion": "dra.nvct.io/v1alpha1", "kind": "GpuConfig",
+             "sharing": {"timeSlicingConfig": {"interval": "Long"}}},
+            "interval Long is not set",
+        ),
+        ({"apiVersion": "dra.nvct.io/v1alpha1", "kind": "MigDeviceConfig"}, "MIG device"),
+        ("text", "must be an object"),
+    ],
+)  # fmt: skip
+def test_config_nvct_cannot_apply_is_refused_in_one_line(parameters: Any, message: str) -> None:
+    with pytest.raises(ClaimConfigError, match=message) as raised:
+        parse_config(parameters, where="ResourceClaim ns/c config[0]")
+    assert raised.value.one_line().startswith("ResourceClaim ns/c config[0]: ")
+    assert "\n" not in raised.value.one_line()
