@@ -120,6 +120,22 @@ def test_slices_the_kubelet_wipes_are_published_again_within_a_second(
     assert set(devices_of(apiserver)) == {"gpu-0", "gpu-1", "gpu-2"}
 
 
+def test_a_wipe_racing_a_write_is_still_republished(
+    running: Running,
+    apiserver: APIServer,  # noqa: F811
+) -> None:
+    """The kubelet's wipe can land between the server storing a write and the plugin reading
+    its answer: the late answer must not bring back a slice the watch said was deleted."""
+    assert running.publisher.in_sync.wait(10)
+    apiserver.answer_delay = 0.2
+    running.publisher.health("gpu-0", False, "XID 79")
+    assert until(lambda: bool(devices_of(apiserver)["gpu-0"].get("taints")), 1)
+    (name,) = slices(apiserver)
+    apiserver.store.delete(RESOURCE_SLICES, "", name)  # the write's answer is still on its way
+    assert until(lambda: name in slices(apiserver), 1.0)
+    assert devices_of(apiserver)["gpu-0"]["taints"]
+
+
 def test_a_gpu_gone_from_the_node_leaves_the_slice_with_a_new_generation(
     running: Running,
     apiserver: APIServer,  # noqa: F811

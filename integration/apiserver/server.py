@@ -106,6 +106,9 @@ class APIServer:
         self.kinds: dict[tuple[str, str, str], Kind] = {}
         # feature gates that change what is stored (integration.apiserver.features)
         self.features = dict(DEFAULTS)
+        # seconds between storing a create or update and answering it: a slow answer, which
+        # watchers (and other writers) overtake
+        self.answer_delay = 0.0
         self.port = 0
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -208,6 +211,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
+        # as Go's servers: a response's headers and body are two writes, which Nagle's
+        # algorithm and the client's delayed ACK would hold back 40 ms
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.api._track(self.connection, True)
 
     def finish(self) -> None:
@@ -289,13 +295,13 @@ class _Handler(BaseHTTPRequestHandler):
                     self._list(route, selected)
             elif verb == "create":
                 body = admit(kind, self._body(), self.api.features)
-                self._send(201, store.create(kind, route.namespace, body))
+                self._send(201, self._stored(store.create(kind, route.namespace, body)))
             elif verb == "update":
                 body = admit(kind, self._body(), self.api.features)
                 if body.get("metadata", {}).get("name") != route.name:
                     self._fail(400, "BadRequest", "the name of the object does not match the URL")
                     return
-                self._send(200, store.update(kind, route.namespace, body))
+                self._send(200, self._stored(store.update(kind, route.namespace, body)))
             elif verb == "patch":
                 current = store.get(kind, route.namespace, route.name)
                 patched = admit(kind, merge_patch(current, self._body()), self.api.features)
@@ -315,6 +321,12 @@ class _Handler(BaseHTTPRequestHandler):
             )
         except ValueError as err:
             self._fail(422, "Invalid", f"{kind.kind} is invalid: {err}")
+
+    def _stored(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """A write's answer, ``answer_delay`` after it was stored (and watchers told)."""
+        if self.api.answer_delay:
+            time.sleep(self.api.answer_delay)
+        return obj
 
     def _selector(self, text: str, route: _Route) -> dict[str, str] | None:
         """``metadata.name=X,metadata.namespace=Y`` as a dict; anything else is 400 (a real

@@ -69,6 +69,7 @@ class Publisher:
         self._devices: list[dict[str, Any]] = []
         self._unhealthy: dict[str, str] = {}  # device name -> the health policy's reason
         self._seen: dict[str, dict[str, Any]] = {}  # the pool's slices, as watched
+        self._newest: dict[str, int] = {}  # the newest resourceVersion seen of each name
         self._synced = False
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -113,20 +114,28 @@ class Publisher:
     def _sync(self, objects: list[Any]) -> None:
         with self._lock:
             self._seen = {o.metadata.name: o.to_dict() for o in objects}
+            for name, body in self._seen.items():
+                self._newest[name] = max(self._newest.get(name, 0), _version(body))
             self._synced = True
         self._changed()
 
     def _event(self, kind: str, obj: Any) -> None:
-        body = obj.to_dict()
-        name = obj.metadata.name
-        with self._lock:
-            known = self._seen.get(name)
-            if kind == "DELETED":
-                if known is None or _version(known) <= _version(body):
-                    self._seen.pop(name, None)
-            elif known is None or _version(known) <= _version(body):
-                self._seen[name] = body  # never go back to an older version than a write's answer
+        self._learn(obj.metadata.name, obj.to_dict(), deleted=kind == "DELETED")
         self._changed()
+
+    def _learn(self, name: str, body: dict[str, Any], *, deleted: bool = False) -> None:
+        """Take ``body`` (a watch event's or a write's answer) unless something newer of that
+        name was seen: a write's answer can arrive after the watch said the slice was deleted
+        (the kubelet's wipe racing a write), and must not bring it back."""
+        version = _version(body)
+        with self._lock:
+            if version < self._newest.get(name, 0):
+                return
+            self._newest[name] = version
+            if deleted:
+                self._seen.pop(name, None)
+            else:
+                self._seen[name] = body
 
     def _error(self, err: KubeApiError) -> None:
         if not self._stopped.is_set():  # a watch broken by the end of run is no news
@@ -244,9 +253,7 @@ class Publisher:
             raise describe(err, self.server, self.token_file) from err
         stored: dict[str, Any] = answer.to_dict()
         self.writes += 1
-        with self._lock:
-            if _version(self._seen.get(name, {})) <= _version(stored):
-                self._seen[name] = stored
+        self._learn(name, stored)
         return stored
 
     def _delete(self, name: str, known: Mapping[str, Any]) -> None:
@@ -260,4 +267,4 @@ class Publisher:
                 raise failure from err
         self.writes += 1
         with self._lock:
-            self._seen.pop(name, None)
+            self._seen.pop(name, None)  # the watch's DELETED event brings its version
