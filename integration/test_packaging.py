@@ -173,6 +173,7 @@ def test_deb_payload(packages: Packages) -> None:
 
 
 CONFIG_MANAGER = "usr/bin/nvct-config-manager"
+PLUGINS = ("usr/bin/nvct-device-plugin", "usr/bin/nvct-dra-plugin")
 
 
 def test_deb_carries_grpc_for_its_python_where_only_its_launchers_look(
@@ -199,14 +200,15 @@ def test_deb_carries_grpc_for_its_python_where_only_its_launchers_look(
     # protobuf's pure-Python wheel: no second compiled module (google/_upb)
     assert not [p for p in grpc if p.startswith("google/_upb")]
     assert not [p for p in paths if p.startswith(f"{PRIVATE}/grpc/")]
-    for launcher in ("usr/bin/nvct-device-plugin", "usr/bin/nvct-cli", CONFIG_MANAGER):
+    for launcher in (*PLUGINS, "usr/bin/nvct-cli", CONFIG_MANAGER):
         text = deb_member(packages.deb, launcher).decode()
         assert f'sys.path.insert(0, "/{PRIVATE}")' in text, text
         assert text.index(f'sys.path.insert(0, "/{PRIVATE}")') < text.index(
             f'sys.path.append("/{GRPC}")'
         ), text
-    plugin = deb_member(packages.deb, "usr/bin/nvct-device-plugin").decode()
-    assert 'require_grpc("nvct-device-plugin")' in plugin, plugin
+    for name in ("nvct-device-plugin", "nvct-dra-plugin"):
+        plugin = deb_member(packages.deb, f"usr/bin/{name}").decode()
+        assert f'require_grpc("{name}")' in plugin, plugin
     for hot in HOT_PATH:
         assert f"/{GRPC}".encode() not in deb_member(packages.deb, hot), hot
 

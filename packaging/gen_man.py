@@ -34,6 +34,7 @@ SEE_ALSO = (
     ("nvct-hook", 1),
     ("nvct-device-plugin", 1),
     ("nvct-config-manager", 1),
+    ("nvct-dra-plugin", 1),
     ("nvct-config.toml", 5),
 )
 FILES = (
@@ -295,6 +296,28 @@ is retried.
 """
 
 
+DRA_PLUGIN_DESCRIPTION = """
+nvct-dra-plugin is the kubelet side of Dynamic Resource Allocation (resource.k8s.io/v1) for the
+node's NVIDIA GPUs: one DRA device per whole GPU and per MIG device, driver gpu.nvct.io. It
+serves the kubelet's plugin registration socket (<driver>-reg.sock in --registry-dir, default
+/var/lib/kubelet/plugins_registry) and the DRA service, versions v1 and v1beta1, on
+<plugins-dir>/<driver>/dra.sock. For each claim the kubelet asks it to prepare, it reads the
+ResourceClaim from the API server (in-cluster, or KUBECONFIG; the service account needs get on
+resourceclaims), writes a CDI spec of the claim's devices (nvct-dra-claim-<uid>.json in
+--cdi-root, default /var/run/cdi, kind k8s.gpu.nvct.io/claim) and answers its CDI ids; unprepare
+removes it. Prepared claims are kept in <plugins-dir>/<driver>/checkpoint.json, so retries get the
+same answer and a restarted plugin unprepares what it prepared. NODE_NAME (--node-name) is
+required: it is the pool of the node's devices.
+
+A claim's opaque config (apiVersion dra.nvct.io/v1alpha1, kind GpuConfig) chooses its sharing;
+what nvct cannot apply is refused at prepare with one line in the claim's error. The engine must
+apply CDI devices from the CRI (containerd 1.7 with CDI on, containerd 2, CRI-O): the kubelet
+hands DRA's devices to it only that way. Logs are JSON lines on standard output; a start that
+fails (no driver, an unreadable checkpoint, no API access) exits 1 with one line on standard
+error.
+"""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.partition("\n")[0])
     parser.add_argument("--lib", required=True, type=Path, help="staged private tree")
@@ -347,6 +370,14 @@ def main(argv: list[str] | None = None) -> int:
             "nvct-config-manager [--node-name NAME] [--config-file-srcdir DIR] "
             "[--config-file-dst FILE] [OPTIONS]",
             CONFIG_MANAGER_DESCRIPTION,
+            date,
+            version,
+        ),
+        "man1/nvct-dra-plugin.1": program_page(
+            "nvct-dra-plugin",
+            "Kubernetes DRA kubelet plugin that prepares NVIDIA GPUs for claims",
+            "nvct-dra-plugin --node-name NAME [--config PATH] [--cdi-root DIR] [OPTIONS]",
+            DRA_PLUGIN_DESCRIPTION,
             date,
             version,
         ),

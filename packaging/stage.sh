@@ -32,6 +32,7 @@
 #   $SYSTEMD_UNITDIR/nvct-mps-control.service     (packaging/nvct-mps-control.service)
 #   /usr/bin/nvct-config-manager    the per-node config sidecar (private tree + the grpc
 #                                   directory, for lightkube's compiled msgspec)
+#   /usr/bin/nvct-dra-plugin        DRA's kubelet plugin (private tree + grpc, lightkube)
 #   /usr/bin/nvct-runtime           native launcher (nvct/runtime/launch/launcher.c, an ELF): runc
 #                                   directly, or for a GPU create the shim daemon, else
 #                                   /usr/libexec/nvct/nvct-runtime (Python)
@@ -174,6 +175,8 @@ launcher /usr/bin/nvct-cli nvct.cli.main grpc
 launcher /usr/bin/nvct-device-plugin nvct.deviceplugin.__main__ grpc-required
 # the Kubernetes API client's msgspec is compiled per CPython too: it sits in the grpc directory
 launcher /usr/bin/nvct-config-manager nvct.configmanager.__main__ grpc
+# DRA's kubelet plugin: gRPC to the kubelet, lightkube (msgspec) to the API server
+launcher /usr/bin/nvct-dra-plugin nvct.dra.__main__ grpc-required
 # the createContainer hook CDI specs name (nvct-cli cdi generate): a program, not
 # "python -m nvct.hook.cdi", so the spec works whichever tree nvct is imported from
 launcher /usr/bin/nvct-cdi-hook nvct.hook.cdi

@@ -37,6 +37,7 @@ BINARIES = (
     "nvidia-container-runtime-hook",
     "nvct-device-plugin",
     "nvct-config-manager",
+    "nvct-dra-plugin",
 )
 PRIVATE = "usr/share/nvct/lib"
 # grpcio and msgspec (compiled for the target's Python), protobuf and typing_extensions: only the
@@ -66,6 +67,7 @@ EXPECTED = {
     # the Kubernetes API client (nvct-config-manager)
     f"{PRIVATE}/lightkube/__init__.py",
     f"{PRIVATE}/lightkube/resources/core_v1.py",
+    f"{PRIVATE}/lightkube/resources/resource_v1.py",  # nvct-dra-plugin's ResourceClaims
     f"{PRIVATE}/httpx2/__init__.py",
     f"{PRIVATE}/anyio/__init__.py",
     f"{GRPC}/msgspec/__init__.py",
@@ -80,6 +82,7 @@ PYTHON_LAUNCHERS = (
     "usr/libexec/nvct/nvct-runtime-daemon",
     "usr/bin/nvct-device-plugin",
     "usr/bin/nvct-config-manager",
+    "usr/bin/nvct-dra-plugin",
 )
 # What runs for every container (or keeps running for them): never looks into GRPC.
 HOT_PATH = (

@@ -66,5 +66,6 @@ def write_claim_spec(
     }
     path = spec_path(directory, uid)
     directory.mkdir(parents=True, exist_ok=True)
-    write_atomic(str(path), json.dumps(spec, indent=2).encode(), 0o644)
+    # No fsync: /var/run is a tmpfs, and a spec that a crash could lose a reboot loses anyway.
+    write_atomic(str(path), json.dumps(spec, indent=2).encode(), 0o644, durable=False)
     return path
