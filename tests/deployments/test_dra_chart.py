@@ -101,6 +101,12 @@ def test_the_plugin_may_read_claims_and_write_slices_and_nothing_else() -> None:
     assert rules == {("resource.k8s.io", "resourceclaims", "get")} | {
         ("resource.k8s.io", "resourceslices", v) for v in slices
     }
+    # the rules the publisher's tests run under (integration/test_dra_publish.py) are these
+    from integration.harness.slices import SLICE_WRITER
+
+    assert {(r.api_group, r.resource, v) for r in SLICE_WRITER for v in r.verbs} == {
+        ("resource.k8s.io", "resourceslices", v) for v in slices
+    }
     pod = daemonset_pods(rendered(ON))["nvct-dra-plugin"]
     (container,) = pod["containers"]
     env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
