@@ -14,7 +14,7 @@ from typing import Any
 
 EFFECT = "NoSchedule"
 
-# The health state machine's reasons (nvct.node.health.policy, nvct.deviceplugin.health) and
+# The health state machine's reasons (nvct.node.health.policy, nvct.node.health.state) and
 # the short value each becomes; the first that matches wins.
 _CAUSES = (
     (re.compile(r"\bXID (\d+)\b"), "xid-{0}"),
