@@ -126,6 +126,14 @@ def test_prepare_and_unprepare_survive_retries_and_restarts(
         assert claim_specs(cdi) == []
         checkpoint = json.loads((plugins / DRIVER / "checkpoint.json").read_text())
         assert checkpoint["claims"] == {}
+
+        # Its sockets wiped (a cleaned directory): served and registered again, by itself.
+        (kubelet.registry_dir / f"{DRIVER}-reg.sock").unlink()
+        (plugins / DRIVER / "dra.sock").unlink()
+        _registered(kubelet, plugin, 3)
+        three = put_claim(server, allocated_claim("after-wipe", {"gpu": ["gpu-0"]}))
+        assert kubelet.prepare(DRIVER, [three])[three[1]].error == ""
+        assert kubelet.unprepare(DRIVER, [three])[three[1]].error == ""
     finally:
         assert plugin.stop() == 0, plugin.output()
     assert not (kubelet.registry_dir / f"{DRIVER}-reg.sock").exists()
@@ -174,3 +182,59 @@ def test_a_prepared_claim_runs_a_container_that_sees_exactly_its_gpus(
         kubelet.stop()
         spec.unlink(missing_ok=True)
         shutil.rmtree(short, ignore_errors=True)
+
+
+def test_nvlink_pairs_read_through_nvml_make_one_domain_per_pair(
+    sim_driver: Any, tmp_path: Path
+) -> None:
+    """On 8 H100 PCIe bridged in pairs (0-1, 2-3, ...), what the plugin reads from the
+    simulated NVML gives each pair a domain of its own: a claim's matchAttribute on
+    nvlinkDomain gets a bridged pair."""
+    from integration.harness.nvct_config import write_nvct_config
+    from integration.simdriver import cached_driver, preset
+    from nvct.config import load_config
+    from nvct.dra.devices import dra_devices
+    from nvct.dra.setup import nvlinks
+    from nvct.host.load import load_inventory
+
+    # sim_driver: root and gcc checked; the same cache, another preset
+    sim = cached_driver(preset("h100pcie-x8-nvlink-pairs"), Path("/tmp/nvct-test-simdrivers"))
+    config = load_config(str(write_nvct_config(tmp_path / "config.toml", sim)), use_cache=False)
+    inventory = load_inventory(config, use_cache=False)
+    devices = dra_devices(inventory, sysfs_root=sim.sys_root, nvlinks=nvlinks(config, inventory))
+    domains = [d.attributes["nvlinkDomain"]["string"] for d in devices]
+    assert len(domains) == 8
+    assert [domains[i] == domains[i ^ 1] for i in range(8)] == [True] * 8
+    assert len(set(domains)) == 4
+    roots = {d.attributes["resource.kubernetes.io/pcieRoot"]["string"] for d in devices}
+    assert roots == {"pci0000:00", "pci0000:01"}  # two host bridges, four GPUs each
+    assert [d.attributes["numaNode"]["int"] for d in devices] == [0, 0, 0, 0, 1, 1, 1, 1]
+
+
+def test_a_driver_container_node_gets_specs_with_the_hosts_paths(
+    tmp_path: Path,
+    sim_driver: Any,
+    apiserver: APIServer,  # noqa: F811 - the fixture's name
+    node: tuple[DraKubelet, Path, Path],
+) -> None:
+    """``[device-plugin] host-driver-root``: the plugin sees the driver under its own mount,
+    the engine under the host's path (NVIDIA's nvidiaDriverRoot); the claim's spec names the
+    host's, as the device plugin's spec does."""
+    kubelet, plugins, cdi = node
+    apiserver.add_kind(CLAIMS)
+    host = "/run/nvidia/driver"
+    plugin = DraPluginProcess(
+        tmp_path / "plugin", sim_driver, apiserver, registry_dir=kubelet.registry_dir,
+        plugins_dir=plugins, cdi_root=cdi, **{"device-plugin.host-driver-root": f'"{host}"'},
+    ).start()  # fmt: skip
+    try:
+        _registered(kubelet, plugin, 1)
+        claim = put_claim(apiserver, allocated_claim("host-paths", {"gpu": ["gpu-0"]}))
+        assert kubelet.prepare(DRIVER, [claim])[claim[1]].error == ""
+        spec = json.loads((cdi / f"nvct-dra-claim-{claim[1]}.json").read_text())
+        sources = [m["hostPath"] for m in spec["containerEdits"]["mounts"]]
+        assert sources and all(s.startswith(f"{host}/") for s in sources), sources
+        assert not [s for s in sources if s.startswith(str(sim_driver.driver_root))]
+        assert kubelet.unprepare(DRIVER, [claim])[claim[1]].error == ""
+    finally:
+        assert plugin.stop() == 0, plugin.output()

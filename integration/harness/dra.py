@@ -78,7 +78,8 @@ def put_claim(server: APIServer, claim: dict[str, Any]) -> tuple[str, str, str]:
 
 class DraPluginProcess(SimProcess):
     """``python -m nvct.dra`` (or ``program``) for the simulated driver, in-cluster against
-    ``server`` with a service account that may only get claims."""
+    ``server`` with a service account that may only get claims; ``toml``: config.toml keys
+    (``section.key`` = TOML value)."""
 
     def __init__(
         self,
@@ -90,6 +91,7 @@ class DraPluginProcess(SimProcess):
         plugins_dir: Path,
         cdi_root: Path,
         program: tuple[str, ...] = (sys.executable, "-m", "nvct.dra"),
+        **toml: str,
     ) -> None:
         from integration.simdriver import make_dev_nodes
 
@@ -97,7 +99,7 @@ class DraPluginProcess(SimProcess):
         self.dev_root = work / "devroot"
         if not (self.dev_root / "dev").exists():
             make_dev_nodes(sim.spec, self.dev_root)
-        self.config = write_nvct_config(work / "nvct" / "config.toml", sim)
+        self.config = write_nvct_config(work / "nvct" / "config.toml", sim, **toml)
         token = f"dra-{uuid.uuid4().hex}"
         server.auth.add(token, PLUGIN_USER, CLAIM_READER)
         account = service_account(work / "serviceaccount", server.certs, token, "nvct")

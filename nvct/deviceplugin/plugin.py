@@ -37,6 +37,7 @@ from nvct.node.offer import offer
 from nvct.node.sharing import SharingPlan
 from nvct.node.status import Devices
 from nvct.node.topology import read_topology
+from nvct.plan.cdi_spec import on_host
 
 if TYPE_CHECKING:
     from nvct.host.inventory import DeviceNode, Inventory
@@ -227,16 +228,11 @@ class Plugin:
         if not {"cdi-cri", "cdi-annotations"} & set(self.config.device_plugin.device_list_strategy):
             return frozenset()
         from nvct.cdi.specs import device_names
-        from nvct.host.arch import host_arch
-        from nvct.plan.cdi_spec import SpecOptions, build_spec, hook_program, to_json
+        from nvct.plan.cdi_spec import SpecOptions, kubelet_plugin_spec, to_json
 
         # Its own kind: the node's nvidia.com/gpu spec may sit in the same directory.
         options = SpecOptions(strategy="both", vendor=PLUGIN_VENDOR, cls=PLUGIN_CLASS)
-        spec = build_spec(inventory, self.config, host_arch(), options=options, hook=hook_program())
-        if self.config.device_plugin.host_driver_root:
-            spec = on_host(
-                spec, str(self.config.driver_root), self.config.device_plugin.host_driver_root
-            )
+        spec = kubelet_plugin_spec(inventory, self.config, options)
         path = Path(self.config.device_plugin.cdi_spec_dir) / PLUGIN_SPEC_NAME
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(str(path), to_json(spec).encode(), 0o644)
@@ -362,18 +358,6 @@ class Plugin:
             self.mps.stop()
         if self.watch is not None:
             self.watch.close()
-
-
-def on_host(value: Any, seen_as: str, host: str) -> Any:
-    """``value`` with paths under ``seen_as`` (the driver root as the plugin sees it) moved
-    under ``host`` (where the engine finds them)."""
-    if isinstance(value, str) and (value == seen_as or value.startswith(seen_as.rstrip("/") + "/")):
-        return os.path.normpath(os.path.join(host, os.path.relpath(value, seen_as)))
-    if isinstance(value, list):
-        return [on_host(v, seen_as, host) for v in value]
-    if isinstance(value, dict):
-        return {k: on_host(v, seen_as, host) for k, v in value.items()}
-    return value
 
 
 def device_nodes(inventory: Inventory, config: Config) -> dict[str, tuple[tuple[str, str], ...]]:

@@ -126,7 +126,13 @@ class Driver:
         return devices
 
     def _write_spec(self, uid: str, names: Sequence[str]) -> Path:
-        pairs = [(n, self.devices[n].uuid) for n in names if n in self.devices]
+        gone = [n for n in names if n not in self.devices]
+        if gone:  # a checkpointed claim whose GPU left the node: never a spec without it
+            raise ClaimError(
+                f"claim {uid}: device {gone[0]} it was prepared with is no longer on this node",
+                hint="delete the pod; its claim is allocated again from the current devices",
+            )
+        pairs = [(n, self.devices[n].uuid) for n in names]
         return write_claim_spec(self.cdi_dir, self.node_spec, uid, pairs)
 
     def _unprepare(self, claim: ClaimRef) -> None:

@@ -41,18 +41,18 @@ def start(config: Config, settings: Settings) -> Sockets:
         OSError: a socket cannot be bound.
     """
     from nvct.cdi.names import DRA_CLASS, DRA_VENDOR
-    from nvct.host.arch import host_arch
     from nvct.host.load import load_inventory
     from nvct.kubeapi.client.access import ClusterAccess
     from nvct.kubeapi.client.claims import claim_reader
-    from nvct.plan.cdi_spec import SpecOptions, build_spec, hook_program
+    from nvct.plan.cdi_spec import SpecOptions, kubelet_plugin_spec
 
     inventory = load_inventory(config, use_cache=False)
     devices = dra_devices(
-        inventory, sysfs_root=settings.sysfs_root, nvlinks=_nvlinks(config, inventory)
+        inventory, sysfs_root=settings.sysfs_root, nvlinks=nvlinks(config, inventory)
     )
     options = SpecOptions(strategy="uuid", vendor=DRA_VENDOR, cls=DRA_CLASS)
-    spec = build_spec(inventory, config, host_arch(), options=options, hook=hook_program())
+    # The device plugin's writer: the same edits, and host paths under host-driver-root.
+    spec = kubelet_plugin_spec(inventory, config, options)
     checkpoint = Checkpoint(settings.plugins_dir / settings.driver)
     access = ClusterAccess(settings.kubeconfig, settings.service_account_dir)
     driver = Driver(
@@ -71,7 +71,7 @@ def start(config: Config, settings: Settings) -> Sockets:
     return sockets
 
 
-def _nvlinks(config: Config, inventory: Inventory) -> dict[Pair, int]:
+def nvlinks(config: Config, inventory: Inventory) -> dict[Pair, int]:
     """NVLink links between the GPUs, through NVML (none where NVML does not answer: the
     devices then have no NVLink domain, which only narrows what claims can match)."""
     from nvct.base.errors import NvctError
@@ -87,7 +87,10 @@ def _nvlinks(config: Config, inventory: Inventory) -> dict[Pair, int]:
     ]
     try:
         nvml = open_nvml(driver_nvml_library(Path(config.driver_root), host_arch()))
-        return dict(read_topology(nvml, gpus).nvlinks)
     except (NvctError, OSError) as err:
         log.warning("no_topology", error=str(err))
         return {}
+    try:
+        return dict(read_topology(nvml, gpus).nvlinks)
+    finally:
+        nvml.nvmlShutdown()

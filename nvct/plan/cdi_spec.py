@@ -267,6 +267,36 @@ def build_spec(
     return model.Spec(CDI_VERSION, kind, tuple(spec_devices), edits).to_dict()
 
 
+def on_host(value: Any, seen_as: str, host: str) -> Any:
+    """``value`` with paths under ``seen_as`` (the driver root as the plugin sees it) moved
+    under ``host`` (where the engine finds them)."""
+    if isinstance(value, str) and (value == seen_as or value.startswith(seen_as.rstrip("/") + "/")):
+        return os.path.normpath(os.path.join(host, os.path.relpath(value, seen_as)))
+    if isinstance(value, list):
+        return [on_host(v, seen_as, host) for v in value]
+    if isinstance(value, dict):
+        return {k: on_host(v, seen_as, host) for k, v in value.items()}
+    return value
+
+
+def kubelet_plugin_spec(
+    inventory: Inventory, config: Config, options: SpecOptions
+) -> dict[str, Any]:
+    """The spec a kubelet plugin (the device plugin, the DRA plugin) renders for itself: the
+    node's devices under ``options``' kind, with the paths the engine sees where the plugin
+    sees the driver elsewhere (``[device-plugin] host-driver-root``: a containerized driver,
+    NVIDIA's nvidiaDriverRoot).
+
+    Raises:
+        RequestError: as ``build_spec``; no nvct-cdi-hook to name.
+    """
+    from nvct.host.arch import host_arch
+
+    spec = build_spec(inventory, config, host_arch(), options=options, hook=hook_program())
+    host = config.device_plugin.host_driver_root
+    return on_host(spec, str(config.driver_root), host) if host else spec
+
+
 def to_json(spec: dict[str, Any]) -> str:
     """The spec as JSON text."""
     return json.dumps(spec, indent=2) + "\n"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nvct.deviceplugin.plugin import on_host as _on_host
+from nvct.plan.cdi_spec import on_host as _on_host
 
 
 def test_paths_under_the_seen_root_move_to_the_host_root() -> None:
