@@ -136,6 +136,32 @@ def test_a_wipe_racing_a_write_is_still_republished(
     assert devices_of(apiserver)["gpu-0"]["taints"]
 
 
+def test_what_the_server_defaults_is_not_written_again_and_again(
+    publisher: Publisher,
+    apiserver: APIServer,  # noqa: F811
+) -> None:
+    """A server that fills a field the plugin left out stores a slice that differs from what
+    was sent; the plugin takes that as its own write, not as a change to undo (each undo would
+    be a new pool generation, for ever)."""
+
+    def default(kind: Any, obj: dict[str, Any]) -> None:
+        for device in obj.get("spec", {}).get("devices") or []:
+            device.setdefault("allowMultipleAllocations", False)
+
+    apiserver.defaults.append(default)
+    run = Running(publisher, [gpu(i) for i in range(2)])
+    try:
+        assert until(lambda: publisher.writes >= 1, 10), run.failure
+        time.sleep(0.5)
+        assert publisher.writes == 1 and publisher.in_sync.is_set()
+        publisher.update([gpu(0)])  # a real change is still written, once
+        assert until(lambda: set(devices_of(apiserver)) == {"gpu-0"}, 1.0)
+        time.sleep(0.3)
+        assert publisher.writes == 2
+    finally:
+        run.end()
+
+
 def test_a_gpu_gone_from_the_node_leaves_the_slice_with_a_new_generation(
     running: Running,
     apiserver: APIServer,  # noqa: F811

@@ -24,6 +24,7 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -106,6 +107,9 @@ class APIServer:
         self.kinds: dict[tuple[str, str, str], Kind] = {}
         # feature gates that change what is stored (integration.apiserver.features)
         self.features = dict(DEFAULTS)
+        # what the server's defaulting adds to an object before it is stored (callables
+        # taking the kind and the object), as a newer API server fills fields a client left out
+        self.defaults: list[Callable[[Kind, dict[str, Any]], None]] = []
         # seconds between storing a create or update and answering it: a slow answer, which
         # watchers (and other writers) overtake
         self.answer_delay = 0.0
@@ -297,10 +301,10 @@ class _Handler(BaseHTTPRequestHandler):
                 else:
                     self._list(route, selected)
             elif verb == "create":
-                body = admit(kind, self._body(), self.api.features)
+                body = self._defaulted(kind, admit(kind, self._body(), self.api.features))
                 self._send(201, self._stored(store.create(kind, route.namespace, body)))
             elif verb == "update":
-                body = admit(kind, self._body(), self.api.features)
+                body = self._defaulted(kind, admit(kind, self._body(), self.api.features))
                 if body.get("metadata", {}).get("name") != route.name:
                     self._fail(400, "BadRequest", "the name of the object does not match the URL")
                     return
@@ -324,6 +328,11 @@ class _Handler(BaseHTTPRequestHandler):
             )
         except ValueError as err:
             self._fail(422, "Invalid", f"{kind.kind} is invalid: {err}")
+
+    def _defaulted(self, kind: Kind, obj: dict[str, Any]) -> dict[str, Any]:
+        for default in self.api.defaults:
+            default(kind, obj)
+        return obj
 
     def _stored(self, obj: dict[str, Any]) -> dict[str, Any]:
         """A write's answer, ``answer_delay`` after it was stored (and watchers told)."""

@@ -70,6 +70,7 @@ class Publisher:
         self._unhealthy: dict[str, str] = {}  # device name -> the health policy's reason
         self._seen: dict[str, dict[str, Any]] = {}  # the pool's slices, as watched
         self._newest: dict[str, int] = {}  # the newest resourceVersion seen of each name
+        self._written: dict[str, tuple[Any, Any]] = {}  # name -> (spec sent, as stored)
         self._synced = False
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -211,7 +212,7 @@ class Publisher:
         if (
             set(existing) == set(wanted)
             and len(generations) == 1
-            and all(comparable(existing[n]["spec"]) == comparable(s) for n, s in wanted.items())
+            and all(self._says(n, existing[n]["spec"], s) for n, s in wanted.items())
         ):
             return True
         generation = current + 1
@@ -238,6 +239,13 @@ class Publisher:
         )
         return False
 
+    def _says(self, name: str, stored: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+        """Whether the stored slice says what ``wanted`` says: equal, or what the server made
+        of the very spec last written (its defaults, its normal form): writing it again
+        would only bump the generation, for ever."""
+        have, want = comparable(stored), comparable(wanted)
+        return have == want or self._written.get(name) == (want, have)
+
     def _write(
         self, name: str, spec: dict[str, Any], known: Mapping[str, Any] | None
     ) -> dict[str, Any]:
@@ -253,6 +261,7 @@ class Publisher:
             raise describe(err, self.server, self.token_file) from err
         stored: dict[str, Any] = answer.to_dict()
         self.writes += 1
+        self._written[name] = (comparable(spec), comparable(stored.get("spec", {})))
         self._learn(name, stored)
         return stored
 
