@@ -10,6 +10,8 @@ and error Status objects of the real one, for any group/version/resource a test 
   server sends it), create (POST), update (PUT, 409 ``Conflict`` on a stale
   resourceVersion), patch (JSON merge patch), delete;
 - bearer tokens (401 without a known one) and the rule table of ``rbac`` (403);
+- field selectors a kind declares (``Kind.selectable``: ResourceSlices' ``spec.nodeName``);
+- feature gates that change what is stored (``features``: ``DRADeviceTaints``);
 - ``stop()``/``start()`` on the same port keep the store (a restart; ``compact`` makes the
   old resourceVersions expire as a fresh watch cache would).
 """
@@ -22,11 +24,13 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from integration.apiserver.certs import ServingCerts
+from integration.apiserver.features import DEFAULTS, admit
 from integration.apiserver.rbac import Authorizer
 from integration.apiserver.store import (
     AlreadyExists,
@@ -38,6 +42,14 @@ from integration.apiserver.store import (
 )
 
 NODES = Kind("", "v1", "nodes", "Node", namespaced=False)
+RESOURCE_SLICES = Kind(
+    "resource.k8s.io",
+    "v1",
+    "resourceslices",
+    "ResourceSlice",
+    namespaced=False,
+    selectable=("spec.nodeName", "spec.driver", "spec.pool.name"),
+)
 
 
 def status(code: int, reason: str, message: str) -> dict[str, Any]:
@@ -66,6 +78,19 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return result
 
 
+def _fields_match(obj: dict[str, Any], selected: dict[str, str]) -> bool:
+    """Whether ``obj`` has the value of each selected field path (``spec.nodeName``)."""
+    for path, value in selected.items():
+        if "." not in path:
+            continue  # name and namespace: matched by key
+        found: Any = obj
+        for part in path.split("."):
+            found = found.get(part) if isinstance(found, dict) else None
+        if str(found or "") != value:
+            return False
+    return True
+
+
 class _Route:
     def __init__(self, kind: Kind, namespace: str, name: str) -> None:
         self.kind, self.namespace, self.name = kind, namespace, name
@@ -80,6 +105,14 @@ class APIServer:
         self.store = store or Store()
         self.auth = Authorizer()
         self.kinds: dict[tuple[str, str, str], Kind] = {}
+        # feature gates that change what is stored (integration.apiserver.features)
+        self.features = dict(DEFAULTS)
+        # what the server's defaulting adds to an object before it is stored (callables
+        # taking the kind and the object), as a newer API server fills fields a client left out
+        self.defaults: list[Callable[[Kind, dict[str, Any]], None]] = []
+        # seconds between storing a create or update and answering it: a slow answer, which
+        # watchers (and other writers) overtake
+        self.answer_delay = 0.0
         self.port = 0
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -185,6 +218,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
+        # as Go's servers: a response's headers and body are two writes, which Nagle's
+        # algorithm and the client's delayed ACK would hold back 40 ms
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.api._track(self.connection, True)
 
     def finish(self) -> None:
@@ -265,16 +301,17 @@ class _Handler(BaseHTTPRequestHandler):
                 else:
                     self._list(route, selected)
             elif verb == "create":
-                self._send(201, store.create(kind, route.namespace, self._body()))
+                body = self._defaulted(kind, admit(kind, self._body(), self.api.features))
+                self._send(201, self._stored(store.create(kind, route.namespace, body)))
             elif verb == "update":
-                body = self._body()
+                body = self._defaulted(kind, admit(kind, self._body(), self.api.features))
                 if body.get("metadata", {}).get("name") != route.name:
                     self._fail(400, "BadRequest", "the name of the object does not match the URL")
                     return
-                self._send(200, store.update(kind, route.namespace, body))
+                self._send(200, self._stored(store.update(kind, route.namespace, body)))
             elif verb == "patch":
                 current = store.get(kind, route.namespace, route.name)
-                patched = merge_patch(current, self._body())
+                patched = admit(kind, merge_patch(current, self._body()), self.api.features)
                 self._send(200, store.update(kind, route.namespace, patched))
             else:
                 self._send(200, store.delete(kind, route.namespace, route.name))
@@ -292,6 +329,17 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError as err:
             self._fail(422, "Invalid", f"{kind.kind} is invalid: {err}")
 
+    def _defaulted(self, kind: Kind, obj: dict[str, Any]) -> dict[str, Any]:
+        for default in self.api.defaults:
+            default(kind, obj)
+        return obj
+
+    def _stored(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """A write's answer, ``answer_delay`` after it was stored (and watchers told)."""
+        if self.api.answer_delay:
+            time.sleep(self.api.answer_delay)
+        return obj
+
     def _selector(self, text: str, route: _Route) -> dict[str, str] | None:
         """``metadata.name=X,metadata.namespace=Y`` as a dict; anything else is 400 (a real
         server supports more fields per kind; the stand-in refuses rather than ignore)."""
@@ -299,6 +347,9 @@ class _Handler(BaseHTTPRequestHandler):
         for term in filter(None, text.split(",")):
             key, sep, value = term.partition("=")
             field = key.rstrip("=")
+            if field in route.kind.selectable:
+                selected[field] = value.lstrip("=")
+                continue
             if not sep or field not in ("metadata.name", "metadata.namespace"):
                 self._fail(400, "BadRequest", f'"{term}" is not a known field selector')
                 return None
@@ -307,6 +358,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _list(self, route: _Route, selected: dict[str, str]) -> None:
         rv, items = self.api.store.list(route.kind, selected["namespace"], selected["name"])
+        items = [item for item in items if _fields_match(item, selected)]
         for item in items:  # list items carry no kind/apiVersion, as the real server's
             item.pop("kind", None)
             item.pop("apiVersion", None)
@@ -331,10 +383,12 @@ class _Handler(BaseHTTPRequestHandler):
         timeout = float(query.get("timeoutSeconds") or 1800)
         deadline = time.monotonic() + timeout
 
-        def wanted(key: tuple[str, str]) -> bool:
+        def wanted(key: tuple[str, str], obj: dict[str, Any]) -> bool:
             ns, name = key
-            return (not selected["namespace"] or ns == selected["namespace"]) and (
-                not selected["name"] or name == selected["name"]
+            return (
+                (not selected["namespace"] or ns == selected["namespace"])
+                and (not selected["name"] or name == selected["name"])
+                and _fields_match(obj, selected)
             )
 
         self.send_response(200)
@@ -345,7 +399,8 @@ class _Handler(BaseHTTPRequestHandler):
         if asked in ("", "0"):
             rv, items = store.list(kind, selected["namespace"], selected["name"])
             for item in items:
-                self._chunk({"type": "ADDED", "object": item})
+                if _fields_match(item, selected):
+                    self._chunk({"type": "ADDED", "object": item})
         else:
             rv = int(asked)
         try:
@@ -369,7 +424,7 @@ class _Handler(BaseHTTPRequestHandler):
                         continue
                 for event in events:
                     rv = event.rv
-                    if wanted(event.key):
+                    if wanted(event.key, event.obj):
                         self._chunk({"type": event.type, "object": event.obj})
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()

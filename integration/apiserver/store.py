@@ -41,6 +41,9 @@ class Kind:
     resource: str
     kind: str
     namespaced: bool
+    # field selectors beyond metadata.name/namespace the real server supports for this kind
+    # (ResourceSlices: ``spec.nodeName``, ``spec.driver``, ``spec.pool.name``)
+    selectable: tuple[str, ...] = ()
 
     @property
     def api_version(self) -> str:

@@ -12,10 +12,11 @@ from typing import Any
 
 from integration.apiserver import cluster_env, service_account
 from integration.apiserver.rbac import Rule
-from integration.apiserver.server import APIServer
+from integration.apiserver.server import RESOURCE_SLICES, APIServer
 from integration.apiserver.store import Kind
 from integration.harness.deviceplugin import SimProcess
 from integration.harness.nvct_config import write_nvct_config
+from integration.harness.slices import SLICE_WRITER
 
 CLAIMS = Kind("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", namespaced=True)
 DRIVER = "gpu.nvct.io"
@@ -78,7 +79,8 @@ def put_claim(server: APIServer, claim: dict[str, Any]) -> tuple[str, str, str]:
 
 class DraPluginProcess(SimProcess):
     """``python -m nvct.dra`` (or ``program``) for the simulated driver, in-cluster against
-    ``server`` with a service account that may only get claims; ``toml``: config.toml keys
+    ``server`` with a service account that may get claims and write slices, as the chart's
+    ClusterRole; ``toml``: config.toml keys
     (``section.key`` = TOML value)."""
 
     def __init__(
@@ -101,7 +103,8 @@ class DraPluginProcess(SimProcess):
             make_dev_nodes(sim.spec, self.dev_root)
         self.config = write_nvct_config(work / "nvct" / "config.toml", sim, **toml)
         token = f"dra-{uuid.uuid4().hex}"
-        server.auth.add(token, PLUGIN_USER, CLAIM_READER)
+        server.add_kind(RESOURCE_SLICES)
+        server.auth.add(token, PLUGIN_USER, CLAIM_READER + SLICE_WRITER)
         account = service_account(work / "serviceaccount", server.certs, token, "nvct")
         self.cdi_root = cdi_root
         self.argv = [

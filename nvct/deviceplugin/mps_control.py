@@ -23,10 +23,10 @@ import structlog
 
 from nvct.base.errors import NvctError
 from nvct.config import Config
-from nvct.deviceplugin.health import Health, Transition
 from nvct.deviceplugin.mps import MpsDaemon, gpu_daemons
 from nvct.deviceplugin.mps_watch import MpsWatch, Supervised
 from nvct.deviceplugin.watchers import Verdicts, Watcher
+from nvct.node.health.state import Health, Transition
 from nvct.node.nogpu import wait_for_a_gpu
 from nvct.node.sharing import SharingConfigError, plan_sharing
 

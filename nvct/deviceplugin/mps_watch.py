@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import structlog
 
-from nvct.deviceplugin.health import Health, Transition
 from nvct.deviceplugin.mps import PROBE_EVERY_S, MpsDaemon, MpsError
+from nvct.node.health.state import Health, Transition
 
 RETRY_MAX_S = 10.0
 # A dead daemon is restarted no sooner: the device plugin, which asks each daemon every

@@ -24,7 +24,6 @@ from nvct.cdi.names import PLUGIN_CLASS, PLUGIN_SPEC_NAME, PLUGIN_VENDOR
 from nvct.config import Config
 from nvct.config.declare import recorded
 from nvct.deviceplugin.allocate import SharingPolicy
-from nvct.deviceplugin.health import Health, Transition
 from nvct.deviceplugin.mps_watch import MpsWatch
 from nvct.deviceplugin.preferred import pcie_score
 from nvct.deviceplugin.server import Endpoint, ResourceService
@@ -33,6 +32,7 @@ from nvct.deviceplugin.watchers import Verdicts, Watcher, watchdog
 from nvct.node.devices import DeviceConfigError, PluginDevice
 from nvct.node.files import KUBELET_SOCKET, STATUS_FILE
 from nvct.node.health.latches import LatchFile, boot_id
+from nvct.node.health.state import Health, Transition
 from nvct.node.offer import offer
 from nvct.node.sharing import SharingPlan
 from nvct.node.status import Devices
@@ -40,8 +40,8 @@ from nvct.node.topology import read_topology
 from nvct.plan.cdi_spec import on_host
 
 if TYPE_CHECKING:
-    from nvct.deviceplugin.nvml_watch import NvmlWatch
     from nvct.host.inventory import DeviceNode, Inventory
+    from nvct.node.health.nvml_watch import NvmlWatch
 
 WATCH_S = 0.05
 MPS_WATCH_S = 0.1
@@ -81,10 +81,10 @@ class Plugin:
             SharingConfigError: the sharing rules do not fit this host's GPUs.
             DeviceConfigError: the GPUs cannot be advertised as configured.
         """
-        from nvct.deviceplugin.nvml_watch import NvmlWatch  # pynvml: when the plugin starts
         from nvct.host.arch import host_arch
         from nvct.host.discover.libraries import driver_nvml_library
         from nvct.host.load import load_inventory
+        from nvct.node.health.nvml_watch import NvmlWatch  # pynvml: when the plugin starts
 
         config = self.config
         try:

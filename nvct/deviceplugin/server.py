@@ -25,12 +25,12 @@ from nvct.deviceplugin.allocate import (
     SharingPolicy,
     allocate,
 )
-from nvct.deviceplugin.health import HEALTHY
 from nvct.deviceplugin.preferred import preferred
 from nvct.kubeapi.deviceplugin import v1beta1_pb2 as api
 from nvct.kubeapi.deviceplugin import v1beta1_pb2_grpc as rpc
 from nvct.node.devices import PluginDevice, Resource
 from nvct.node.files import KUBELET_SOCKET
+from nvct.node.health.state import HEALTHY
 
 VERSION = "v1beta1"
 REGISTER_TIMEOUT_S = 10.0

@@ -24,7 +24,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 
 import structlog
 
-from nvct.deviceplugin.health import UNHEALTHY, Health, Transition
+from nvct.node.health.state import UNHEALTHY, Health, Transition
 
 RESTART_MIN_S = 0.1
 RESTART_MAX_S = 5.0

@@ -72,7 +72,9 @@ def cli(
     if not node_name:
         error("no node name (fix: set NODE_NAME from the pod's spec.nodeName, or --node-name)")
         return 2
+    from nvct.dra.publishing import start_publishing
     from nvct.dra.setup import Settings, start
+    from nvct.kubeapi.client.access import ClusterAccess
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -86,6 +88,11 @@ def cli(
             kubeconfig=kubeconfig, service_account_dir=service_account_dir,
         )  # fmt: skip
         sockets = start(config, settings)
+        start_publishing(
+            config, ClusterAccess(kubeconfig, service_account_dir), node=node_name,
+            driver=driver_name, devices=list(sockets.driver.devices.values()),
+            state_dir=Path(plugins_dir) / driver_name, stop=stop,
+        )  # fmt: skip
     except NvctError as err:
         error(err.one_line())
         return 1

@@ -149,7 +149,7 @@ def test_base_is_stdlib_only() -> None:
 
 # The Kubernetes API client library: only nvct's client layer and the frontends that talk to
 # the API server import it (never a library stage the runtime or hook load).
-API_CLIENT_USERS = ("kubeapi/client/", "configmanager/")
+API_CLIENT_USERS = ("kubeapi/client/", "configmanager/", "dra/")
 
 
 def test_only_the_api_client_and_its_users_import_lightkube() -> None:

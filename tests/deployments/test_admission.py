@@ -29,13 +29,28 @@ def _policy(name: str) -> dict[str, Any]:
     return policy
 
 
-def refusals(policy: dict[str, Any], pod: dict[str, Any], namespace: str) -> list[str]:
-    """The messages of the validations ``pod``, created in ``namespace``, fails."""
+def refusals(
+    policy: dict[str, Any],
+    pod: dict[str, Any],
+    namespace: str,
+    *,
+    request: dict[str, Any] | None = None,
+    old: dict[str, Any] | None = None,
+) -> list[str]:
+    """The messages of the validations ``pod`` (any object), created in ``namespace``, fails;
+    ``request`` adds to the request (``operation``, ``userInfo``), ``old`` is ``oldObject``. A
+    request the policy's ``matchConditions`` do not match is not judged (no refusal)."""
     env = celpy.Environment()
     activation: dict[str, Any] = {
         "object": celpy.json_to_cel(pod),
-        "request": celpy.json_to_cel({"namespace": namespace, "operation": "CREATE"}),
+        "oldObject": celpy.json_to_cel(old),
+        "request": celpy.json_to_cel(
+            {"namespace": namespace, "operation": "CREATE", **(request or {})}
+        ),
     }
+    for condition in policy["spec"].get("matchConditions", ()):
+        if not env.program(env.compile(condition["expression"])).evaluate(activation):
+            return []
     variables: dict[Any, Any] = {}
     for variable in policy["spec"].get("variables", ()):
         activation["variables"] = celpy.celtypes.MapType(variables)
@@ -47,7 +62,11 @@ def refusals(policy: dict[str, Any], pod: dict[str, Any], namespace: str) -> lis
         result = env.program(env.compile(validation["expression"])).evaluate(activation)
         assert isinstance(result, celpy.celtypes.BoolType), (validation["expression"], result)
         if not result:
-            failed.append(" ".join(validation["message"].split()))
+            if "messageExpression" in validation:
+                said = env.program(env.compile(validation["messageExpression"]))
+                failed.append(str(said.evaluate(activation)))
+            else:
+                failed.append(" ".join(validation["message"].split()))
     return failed
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nvct.deviceplugin.health import DEFAULT_IGNORED_XIDS, HEALTHY, UNHEALTHY, Health
 from nvct.node.health.latches import LatchFile
 from nvct.node.health.policy import GpuCondition
+from nvct.node.health.state import DEFAULT_IGNORED_XIDS, HEALTHY, UNHEALTHY, Health
 
 RESET_DONE = GpuCondition(recovery_action=0, remap_pending=False, remap_failure=False)
 

@@ -8,8 +8,8 @@ import threading
 from structlog.testing import capture_logs
 
 from integration.harness.processes import until
-from nvct.deviceplugin.health import DEFAULT_IGNORED_XIDS, HEALTHY, UNHEALTHY, Health, Transition
 from nvct.deviceplugin.watchers import Verdicts, Watcher, watchdog
+from nvct.node.health.state import DEFAULT_IGNORED_XIDS, HEALTHY, UNHEALTHY, Health, Transition
 
 
 def test_a_crashed_step_marks_its_devices_and_the_loop_comes_back() -> None:

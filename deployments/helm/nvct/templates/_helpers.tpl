@@ -6,7 +6,9 @@
 {{- /*
 Where a DaemonSet's pods may run: nodeSelector, affinity and tolerations from the values.
 "deploy" names NVIDIA's GPU operator label nvidia.com/gpu.deploy.<deploy> ("false" stops the
-pod on a node, as during a GPU reset); a node without that label passes. With nfd.enabled, NFD's
+pod on a node, as during a GPU reset); a node without that label passes. "dra" ("in" or
+"notin"), with dra.enabled: the pod runs only on (or only off) the nodes labelled
+dra.nodeLabel=true. With nfd.enabled, NFD's
 PCI vendor label or nvidia.com/gpu.present=true is required as in NVIDIA's chart. A non-empty
 affinity value replaces all of this, with NVIDIA's meaning.
 */ -}}
@@ -23,7 +25,7 @@ tolerations:
 {{- if $values.affinity }}
 affinity:
   {{- toYaml $values.affinity | nindent 2 }}
-{{- else if or $values.nfd.enabled .deploy }}
+{{- else if or $values.nfd.enabled .deploy (and $values.dra.enabled .dra) }}
 affinity:
   nodeAffinity:
     requiredDuringSchedulingIgnoredDuringExecution:
@@ -44,6 +46,12 @@ affinity:
             - key: nvidia.com/gpu.deploy.{{ $.deploy }}
               operator: NotIn
               values: ["false"]
+          {{- end }}
+          {{- if and $values.dra.enabled $.dra }}
+            # the nodes DRA serves run nvct-dra-plugin, the others nvct-device-plugin
+            - key: {{ $values.dra.nodeLabel }}
+              operator: {{ if eq $.dra "in" }}In{{ else }}NotIn{{ end }}
+              values: ["true"]
           {{- end }}
       {{- end }}
 {{- end }}

@@ -23,11 +23,11 @@ from typing import Any
 
 import structlog
 
-from nvct.deviceplugin.health import Health, Transition
 from nvct.host.discover.nvml import open_nvml
 from nvct.node.devices import PluginDevice
 from nvct.node.health.nvml_condition import read_condition
 from nvct.node.health.nvml_events import Route, address, matching, register, routes
+from nvct.node.health.state import Health, Transition
 
 SLICE_MS = 200
 DRAIN = 16  # events taken at once after a wait returns one
