@@ -188,8 +188,9 @@ def test_mps_limits_applied_before_advertising_daemon_restarted_and_quit(
         "get_default_device_pinned_mem_limit 0",
         "get_default_active_thread_percentage",
     ]
-    # mps-control set and read them back; the plugin then asked for both before advertising
-    assert mine[:4] == limits and mine[4:6] == limits[2:], mine
+    # mps-control set them, then read them back, and the plugin asked for both before
+    # advertising: the two read-backs are separate processes and may interleave
+    assert mine[:2] == limits[:2] and sorted(mine[2:6]) == sorted(limits[2:] * 2), mine
     other = [c for p, c in seen[ids[2]] if p == str(plugin.work / "mps" / ids[2] / "pipe")]
     assert other[:2] == [
         "set_default_device_pinned_mem_limit 0 1000M",

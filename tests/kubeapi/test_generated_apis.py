@@ -51,6 +51,7 @@ def test_every_generated_nvct_module_is_exempt_from_mypy_by_module() -> None:
     generated = {
         ".".join(p.relative_to(REPO).with_suffix("").parts)
         for p in (REPO / "nvct").rglob("*_pb2*.py*")
+        if "__pycache__" not in p.parts  # compiled copies are not modules of their own
     }
     config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mypy"]
     exempt = {m for o in config["overrides"] if o.get("ignore_errors") for m in o["module"]}

@@ -124,6 +124,30 @@ def query_nvml(library: Path) -> NvmlReport:
     return NvmlReport(report["driver_version"], report["cuda_version"], gpus)
 
 
+_bound: list[str] = []  # the library pynvml was last bound to in this process
+
+
+def bind_library(pynvml: Any, library: Path) -> None:
+    """Point pynvml at ``library``.
+
+    pynvml caches each NVML function's pointer for the whole process. Bound to another
+    driver's library (a changed driver-root, or tests with several simulated drivers), the
+    cached pointers would still call into the first one, which answers "Uninitialized": so the
+    cache is dropped when the library changes, and only then (a health watch may be calling
+    through it meanwhile).
+
+    Raises:
+        OSError: the library cannot be loaded.
+    """
+    handle = ctypes.CDLL(str(library))
+    if _bound and _bound[-1] != str(library):
+        cache = getattr(pynvml, "_nvmlGetFunctionPointer_cache", None)
+        if isinstance(cache, dict):
+            cache.clear()
+    pynvml.nvmlLib = handle
+    _bound[:] = [str(library)]
+
+
 def open_nvml(library: Path) -> Any:
     """pynvml bound to ``library`` and initialised, for the long-running NVML users (the device
     plugin's health watch, the exporter); they shut it down.
@@ -134,7 +158,7 @@ def open_nvml(library: Path) -> Any:
     import pynvml
 
     try:
-        pynvml.nvmlLib = ctypes.CDLL(str(library))
+        bind_library(pynvml, library)
         pynvml.nvmlInit()
     except (OSError, pynvml.NVMLError) as err:
         raise DiscoveryError(
@@ -149,13 +173,12 @@ def _query_in_process(library: Path) -> NvmlReport:
     import pynvml  # 30 ms import, discovery only
 
     try:
-        lib = ctypes.CDLL(str(library))
+        bind_library(pynvml, library)
     except OSError as err:
         raise DiscoveryError(
             f"cannot load NVML from {library}: {err}",
             hint="check that the NVIDIA driver is installed and driver-root points at it",
         ) from err
-    pynvml.nvmlLib = lib
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as err:
