@@ -719,6 +719,39 @@ def test_installed_device_plugin_under_another_python_says_which_in_one_line(
     assert f"reinstall the nvct package built for Python {running.stdout.strip()}" in line
 
 
+def test_installed_config_manager_follows_its_nodes_label(
+    installed_deb: Installed,
+    tmp_path: Path,
+    kube_certs: ServingCerts,  # noqa: F811 - the fixture's name
+) -> None:
+    """The packaged /usr/bin/nvct-config-manager (its vendored lightkube, the grpc directory's
+    msgspec) against the stand-in API server: the label's entry reaches the plugin's file and
+    the plugin is signalled."""
+    server = APIServer(kube_certs)
+    server.start()
+    try:
+        pod = Pod(tmp_path, server, CONFIGS)
+        server.put_node(NODE, {LABEL: "ts4"})
+        plugin = SignalRecorder(tmp_path, pod.dst)
+        manager = pod.manager(
+            Path("/usr/bin/nvct-config-manager"),
+            ONESHOT="false",
+            PROCESS_TO_SIGNAL=plugin.name,
+        )
+        try:
+            assert until(pod.dst.is_file, 20), manager.output()
+            assert pod.dst.read_text() == CONFIGS["ts4"]
+            server.set_node_labels(NODE, {LABEL: "mig-mixed"})
+            assert until(
+                lambda: any(s["content"] == CONFIGS["mig-mixed"] for s in plugin.signals()), 5
+            ), manager.output()
+        finally:
+            manager.stop()
+            plugin.stop()
+    finally:
+        server.stop()
+
+
 def test_conffile_edit_survives_reinstall(installed_deb: Installed) -> None:
     config = Path("/etc/nvct/config.toml")
     config.write_text(config.read_text() + "# edited by the admin\n")
@@ -727,6 +760,7 @@ def test_conffile_edit_survives_reinstall(installed_deb: Installed) -> None:
     assert config.read_text().endswith("# edited by the admin\n")
 
 
+# Last in the module: it purges the package every installed_deb test above shares.
 def test_purge_leaves_nothing_behind(installed_deb: Installed) -> None:
     # Removing keeps the conffile (policy); the program and its byte code go.
     done = sh("dpkg", "-r", "nvct-oci-hook", "nvct", check=False)
@@ -763,36 +797,3 @@ def test_purge_leaves_nothing_behind(installed_deb: Installed) -> None:
     dev_cli = NVCT_BIN / "nvct-cli"
     if dev_cli.exists() and dev_cli != Path("/usr/bin/nvct-cli"):
         assert VERSION in sh(dev_cli, "--version").stdout
-
-
-def test_installed_config_manager_follows_its_nodes_label(
-    installed_deb: Installed,
-    tmp_path: Path,
-    kube_certs: ServingCerts,  # noqa: F811 - the fixture's name
-) -> None:
-    """The packaged /usr/bin/nvct-config-manager (its vendored lightkube, the grpc directory's
-    msgspec) against the stand-in API server: the label's entry reaches the plugin's file and
-    the plugin is signalled."""
-    server = APIServer(kube_certs)
-    server.start()
-    try:
-        pod = Pod(tmp_path, server, CONFIGS)
-        server.put_node(NODE, {LABEL: "ts4"})
-        plugin = SignalRecorder(tmp_path, pod.dst)
-        manager = pod.manager(
-            Path("/usr/bin/nvct-config-manager"),
-            ONESHOT="false",
-            PROCESS_TO_SIGNAL=plugin.name,
-        )
-        try:
-            assert until(pod.dst.is_file, 20), manager.output()
-            assert pod.dst.read_text() == CONFIGS["ts4"]
-            server.set_node_labels(NODE, {LABEL: "mig-mixed"})
-            assert until(
-                lambda: any(s["content"] == CONFIGS["mig-mixed"] for s in plugin.signals()), 5
-            ), manager.output()
-        finally:
-            manager.stop()
-            plugin.stop()
-    finally:
-        server.stop()
