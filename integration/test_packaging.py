@@ -733,20 +733,23 @@ def test_installed_config_manager_follows_its_nodes_label(
         pod = Pod(tmp_path, server, CONFIGS)
         server.put_node(NODE, {LABEL: "ts4"})
         plugin = SignalRecorder(tmp_path, pod.dst)
-        manager = pod.manager(
-            Path("/usr/bin/nvct-config-manager"),
-            ONESHOT="false",
-            PROCESS_TO_SIGNAL=plugin.name,
-        )
-        try:
-            assert until(pod.dst.is_file, 20), manager.output()
-            assert pod.dst.read_text() == CONFIGS["ts4"]
-            server.set_node_labels(NODE, {LABEL: "mig-mixed"})
-            assert until(
-                lambda: any(s["content"] == CONFIGS["mig-mixed"] for s in plugin.signals()), 5
-            ), manager.output()
+        try:  # the recorder stops even when the manager cannot start
+            manager = pod.manager(
+                Path("/usr/bin/nvct-config-manager"),
+                ONESHOT="false",
+                PROCESS_TO_SIGNAL=plugin.name,
+            )
+            try:
+                assert until(pod.dst.is_file, 20), manager.output()
+                assert pod.dst.read_text() == CONFIGS["ts4"]
+                server.set_node_labels(NODE, {LABEL: "mig-mixed"})
+                assert until(
+                    lambda: any(s["content"] == CONFIGS["mig-mixed"] for s in plugin.signals()),
+                    5,
+                ), manager.output()
+            finally:
+                manager.stop()
         finally:
-            manager.stop()
             plugin.stop()
     finally:
         server.stop()
