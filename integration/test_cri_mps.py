@@ -19,10 +19,9 @@ from typing import Any
 import pytest
 
 from integration.cri import runtime_v1_pb2 as cri
-from integration.harness.crinode import IMAGE, Node, start_containerd, start_node
+from integration.harness.crinode import IMAGE, Node, running_node
 from integration.harness.deviceplugin import PluginProcess, uuids
 from integration.harness.processes import until
-from integration.harness.skips import need_binary, need_busybox, need_root, require
 from integration.kubelet.cri import Pod, container_config, read_cri_log
 
 pytestmark = [pytest.mark.root, pytest.mark.runc]
@@ -36,14 +35,8 @@ MPS_RULE = '[{devices = ["1"], strategy = "mps", replicas = 2}]'
 def node(
     tmp_path_factory: pytest.TempPathFactory, sim_driver: Any, glibc_rootfs_dir: Path
 ) -> Iterator[Node]:
-    require(need_root(), need_binary("containerd"), need_binary("ctr"), need_binary("runc"))
-    require(need_binary("gcc"), need_busybox(), need_binary("unshare"))
-    node = start_node(tmp_path_factory.mktemp("cri-mps"), sim_driver)
-    try:
-        start_containerd(node, glibc_rootfs_dir)
+    with running_node(tmp_path_factory.mktemp("cri-mps"), sim_driver, glibc_rootfs_dir) as node:
         yield node
-    finally:
-        node.close()
 
 
 def host_python_mounts(*writable: Path) -> list[tuple[str, str, bool]]:

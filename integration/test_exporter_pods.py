@@ -16,8 +16,7 @@ from typing import Any
 import pytest
 
 from integration.cri import runtime_v1_pb2 as cri
-from integration.harness.crinode import IMAGE, Node, start_containerd, start_node
-from integration.harness.skips import need_binary, need_busybox, need_root, require
+from integration.harness.crinode import IMAGE, Node, running_node
 from integration.kubelet.cri import container_config
 from integration.kubelet.podresources import Container, PodResources
 from integration.simdriver import inject
@@ -35,14 +34,9 @@ SHARING = {
 def node(
     tmp_path_factory: pytest.TempPathFactory, sim_driver: Any, glibc_rootfs_dir: Path
 ) -> Iterator[Node]:
-    require(need_root(), need_binary("containerd"), need_binary("ctr"), need_binary("runc"))
-    require(need_binary("gcc"), need_busybox(), need_binary("unshare"))
-    node = start_node(tmp_path_factory.mktemp("cri-exporter"), sim_driver)
-    try:
-        start_containerd(node, glibc_rootfs_dir)
+    work = tmp_path_factory.mktemp("cri-exporter")
+    with running_node(work, sim_driver, glibc_rootfs_dir) as node:
         yield node
-    finally:
-        node.close()
 
 
 def host_pid(container_id: str) -> int:

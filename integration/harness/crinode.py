@@ -26,6 +26,7 @@ from integration.harness.containerd import Containerd
 from integration.harness.ctrimages import PAUSE_TAG, pause_archive, rootfs_archive
 from integration.harness.deviceplugin import PluginProcess
 from integration.harness.nvct_config import NVCT_BIN, write_nvct_config
+from integration.harness.skips import need_binary, need_busybox, need_root, require
 from integration.kubelet.cri import CriKubelet, Exited
 from integration.kubelet.standin import Kubelet
 
@@ -150,3 +151,17 @@ def start_containerd(node: Node, rootfs: Path) -> None:
     node.containerd.start()
     node.containerd.import_image(pause_archive(node.work))
     node.containerd.import_image(rootfs_archive(rootfs, IMAGE, env=IMAGE_ENV))
+
+
+@contextlib.contextmanager
+def running_node(work: Path, sim: Any, rootfs: Path) -> Iterator[Node]:
+    """A node with the default handler and its containerd running, closed at the end (every
+    daemon by its pid); skips only where containerd, runc, gcc or busybox are truly absent."""
+    require(need_root(), need_binary("containerd"), need_binary("ctr"), need_binary("runc"))
+    require(need_binary("gcc"), need_busybox(), need_binary("unshare"))
+    node = start_node(work, sim)
+    try:
+        start_containerd(node, rootfs)
+        yield node
+    finally:
+        node.close()
