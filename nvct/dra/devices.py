@@ -56,6 +56,11 @@ class DraDevice:
     attributes: Mapping[str, Mapping[str, Any]]
     capacity: Mapping[str, Mapping[str, str]]
 
+    @property
+    def memory_mib(self) -> int:
+        """The device's memory (its ``memory`` capacity, written in Mi)."""
+        return int(self.capacity["memory"]["value"].removesuffix("Mi"))
+
     def slice_entry(self) -> dict[str, Any]:
         """The device as a ResourceSlice's ``spec.devices[]`` item (``resource.k8s.io/v1``)."""
         return {

@@ -1,8 +1,10 @@
 """nvct-dra-plugin's start: discover the GPUs, render the node's CDI edits once, read the
-checkpoint, connect to the API server, and serve the kubelet's sockets."""
+checkpoint, take over the MPS daemons of the claims it names, connect to the API server, and
+serve the kubelet's sockets."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +15,7 @@ from nvct.dra.checkpoint import Checkpoint
 from nvct.dra.claimspec import NodeSpec
 from nvct.dra.devices import Pair, dra_devices
 from nvct.dra.driver import Driver
+from nvct.dra.mps import MPS_DIR, ClaimDaemons
 from nvct.dra.server import Sockets
 from nvct.host.inventory import Inventory
 
@@ -33,8 +36,9 @@ class Settings:
     service_account_dir: str
 
 
-def start(config: Config, settings: Settings) -> Sockets:
-    """Serving, registered as soon as the kubelet dials.
+def start(config: Config, settings: Settings, stop: threading.Event | None = None) -> Sockets:
+    """Serving, registered as soon as the kubelet dials; the claims' MPS daemons supervised
+    until ``stop``.
 
     Raises:
         NvctError: no driver, no nvct-cdi-hook, an unreadable checkpoint, or no API access.
@@ -55,10 +59,17 @@ def start(config: Config, settings: Settings) -> Sockets:
     spec = kubelet_plugin_spec(inventory, config, options)
     checkpoint = Checkpoint(settings.plugins_dir / settings.driver)
     access = ClusterAccess(settings.kubeconfig, settings.service_account_dir)
+    mps = claim_daemons(config, inventory, settings.plugins_dir / settings.driver / MPS_DIR)
+    for uid, prepared in checkpoint.claims.items():
+        if prepared.mps is not None:
+            mps.resume(uid, prepared.mps)
+    threading.Thread(
+        target=mps.run, args=(stop or threading.Event(),), name="mps", daemon=True
+    ).start()
     driver = Driver(
         name=settings.driver, pool=settings.node, devices=devices,
         node_spec=NodeSpec.from_spec(spec), cdi_dir=settings.cdi_root, checkpoint=checkpoint,
-        fetch=claim_reader(access),
+        fetch=claim_reader(access), mps=mps,
     )  # fmt: skip
     log.info(
         "devices",
@@ -69,6 +80,19 @@ def start(config: Config, settings: Settings) -> Sockets:
     sockets = Sockets(driver, settings.registry_dir, settings.plugins_dir)
     sockets.serve()
     return sockets
+
+
+def claim_daemons(config: Config, inventory: Inventory, root: Path) -> ClaimDaemons:
+    """The claims' MPS daemons, run with the host driver's ``nvidia-cuda-mps-control`` (a node
+    without it still serves claims without MPS; MPS claims are refused saying so)."""
+    from nvct.node.mps import mps_program
+    from nvct.node.sharing import SharingConfigError
+
+    try:
+        program: tuple[Path, str] | str = mps_program(config, inventory)
+    except SharingConfigError as err:
+        program = err.one_line()
+    return ClaimDaemons(root, program)
 
 
 def nvlinks(config: Config, inventory: Inventory) -> dict[Pair, int]:
