@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import signal
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -228,3 +229,32 @@ def test_an_mps_claims_container_is_a_client_of_its_daemon(
     finally:
         assert plugin.stop() == 0, plugin.output()
         spec.unlink(missing_ok=True)
+
+
+def test_without_cap_sys_admin_an_mps_claim_is_refused_naming_the_fix(
+    tmp_path: Path,
+    sim_driver: Any,
+    apiserver: APIServer,  # noqa: F811 - the fixture's name
+    node: tuple[DraKubelet, Path],
+) -> None:
+    """The chart's plugin drops every capability unless dra.mps: the daemon's mount namespace
+    cannot be made, and the claim says what to give the plugin."""
+    kubelet, plugins = node
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("no setpriv (util-linux)")
+    plugin = DraPluginProcess(
+        tmp_path / "plugin", sim_driver, apiserver, registry_dir=kubelet.registry_dir,
+        plugins_dir=plugins, cdi_root=tmp_path / "cdi",
+        program=(setpriv, "--bounding-set=-sys_admin", sys.executable, "-m", "nvct.dra"),
+    ).start()  # fmt: skip
+    claim = put_claim(apiserver, allocated_claim("no-cap", {"gpu": ["gpu-0"]}, config=mps_config()))
+    try:
+        assert until(lambda: kubelet.registrations >= 1, 30), plugin.output()
+        error = kubelet.prepare(DRIVER, [claim])[claim[1]].error
+        assert "(fix: give nvct-dra-plugin CAP_SYS_ADMIN (the chart's dra.mps=true))" in error
+        assert "\n" not in error
+        assert not (plugins / DRIVER / "mps" / claim[1]).exists()
+        assert not list((tmp_path / "cdi").glob("*.json"))
+    finally:
+        assert plugin.stop() == 0, plugin.output()

@@ -76,7 +76,11 @@ class ClaimDaemons:
         except MpsError as err:
             daemon.stop()
             self._remove_dirs(uid)
-            raise ClaimError(f"{where}: {err.one_line()}", hint=err.hint) from err
+            line = err.message
+            hint = err.hint
+            if "unshare" in line or "mount" in line:  # no CAP_SYS_ADMIN for the namespace
+                hint = "give nvct-dra-plugin CAP_SYS_ADMIN (the chart's dra.mps=true)"
+            raise ClaimError(f"{where}: {line}", hint=hint) from err
         self.daemons[uid] = daemon
         self.watch.add(Supervised(daemon, (), ready=True))
         log.info(

@@ -203,3 +203,30 @@ def test_the_chart_with_dra_lints_without_a_finding_above_info() -> None:
     report = helm.lint(CHART, ON, namespace="nvct-system", strict=True)
     assert report["errors"] == []
     assert [m for m in report["messages"] if m["severity"] > 1] == []
+
+
+def test_dra_mps_gives_the_plugin_sys_admin_and_the_pod_policy_admits_it_for_the_plugin_alone() -> (
+    None
+):
+    """MPS claims' daemons get a mount namespace each (unshare + bind mount): CAP_SYS_ADMIN
+    for nvct-dra-plugin with dra.mps, and for no other DaemonSet; without it, none."""
+
+    def capabilities(values: dict[str, Any]) -> dict[str, Any]:
+        (container,) = daemonset_pods(rendered(values))["nvct-dra-plugin"]["containers"]
+        caps: dict[str, Any] = container["securityContext"]["capabilities"]
+        return caps
+
+    assert capabilities(ON) == {"drop": ["ALL"]}
+    mps = {"dra": {"enabled": True, "mps": True}}
+    assert capabilities(mps) == {"drop": ["ALL"], "add": ["SYS_ADMIN"]}
+    docs = rendered(mps)
+    pods = find(docs, "ValidatingAdmissionPolicy", "nvct-system-pods")
+    templates = {
+        d["metadata"]["name"]: d["spec"]["template"] for d in docs if d["kind"] == "DaemonSet"
+    }
+    assert refusals(pods, templates["nvct-dra-plugin"], "nvct-system") == []
+    labeller = templates["nvct-labeller"]
+    labeller["spec"]["containers"][0]["securityContext"]["capabilities"]["add"] = ["SYS_ADMIN"]
+    assert any("add none" in m for m in refusals(pods, labeller, "nvct-system"))
+    without = find(rendered(ON), "ValidatingAdmissionPolicy", "nvct-system-pods")
+    assert refusals(without, templates["nvct-dra-plugin"], "nvct-system")
