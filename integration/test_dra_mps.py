@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,30 +16,27 @@ import pytest
 
 from integration.apiserver.server import APIServer
 from integration.harness.apiserver import apiserver, kube_certs  # noqa: F401 - fixtures
-from integration.harness.dra import CLAIMS, DRIVER, DraPluginProcess, allocated_claim, put_claim
+from integration.harness.dra import (
+    DRIVER,
+    MPS_PID_FILE,
+    allocated_claim,
+    dra_node,
+    gpu_config,
+    node_plugin,
+    put_claim,
+    without_sys_admin,
+)
 from integration.harness.podman import CDI_DIR, podman_run
 from integration.harness.processes import until
 from integration.kubelet.dra import DraKubelet
 from integration.simdriver import inject
 
 pytestmark = [pytest.mark.root]
-PID_FILE = "nvidia-cuda-mps-control.pid"
 
 
 def mps_config(**fields: Any) -> list[dict[str, Any]]:
     """A claim's config entry asking for MPS with ``fields`` (mpsConfig)."""
-    parameters = {
-        "apiVersion": "dra.nvct.io/v1alpha1",
-        "kind": "GpuConfig",
-        "sharing": {"strategy": "MPS", "mpsConfig": fields},
-    }
-    return [
-        {
-            "source": "FromClaim",
-            "requests": [],
-            "opaque": {"driver": DRIVER, "parameters": parameters},
-        }
-    ]
+    return gpu_config({"strategy": "MPS", "mpsConfig": fields})
 
 
 def running(pid: int) -> bool:
@@ -59,32 +53,9 @@ def environ(pid: int) -> dict[str, str]:
 
 
 @pytest.fixture
-def node(tmp_path: Path, apiserver: APIServer) -> Iterator[tuple[DraKubelet, Path]]:  # noqa: F811
-    """The kubelet stand-in and a short plugins directory (MPS pipes and sockets live there)."""
-    short = Path(tempfile.mkdtemp(prefix="dra-"))
-    kubelet = DraKubelet(short / "plugins_registry").start()
-    apiserver.add_kind(CLAIMS)
-    try:
-        yield kubelet, short / "plugins"
-    finally:
-        kubelet.stop()
-        for pid_file in (short / "plugins").glob(f"{DRIVER}/mps/*/pipe/{PID_FILE}"):
-            pid = int(pid_file.read_text())  # a daemon a failed test left: ours, by its pid
-            if (
-                running(pid)
-                and "nvidia-cuda-mps-control" in Path(f"/proc/{pid}/cmdline").read_text()
-            ):
-                os.kill(pid, signal.SIGKILL)
-        shutil.rmtree(short, ignore_errors=True)
-
-
-def _plugin(
-    tmp_path: Path, sim: Any, server: APIServer, kubelet: DraKubelet, plugins: Path, cdi: Path
-) -> DraPluginProcess:
-    return DraPluginProcess(
-        tmp_path / "plugin", sim, server, registry_dir=kubelet.registry_dir,
-        plugins_dir=plugins, cdi_root=cdi,
-    )  # fmt: skip
+def node(apiserver: APIServer) -> Iterator[tuple[DraKubelet, Path]]:  # noqa: F811
+    with dra_node(apiserver) as node:
+        yield node
 
 
 def test_an_mps_claim_gets_its_own_supervised_daemon_stopped_at_unprepare(
@@ -96,7 +67,7 @@ def test_an_mps_claim_gets_its_own_supervised_daemon_stopped_at_unprepare(
     kubelet, plugins = node
     cdi = tmp_path / "cdi"
     gpus = sim_driver.spec.gpus
-    plugin = _plugin(tmp_path, sim_driver, apiserver, kubelet, plugins, cdi).start()
+    plugin = node_plugin(tmp_path / "plugin", sim_driver, apiserver, node, cdi).start()
     config = mps_config(
         defaultActiveThreadPercentage=30,
         defaultPinnedDeviceMemoryLimit="10Gi",
@@ -118,7 +89,7 @@ def test_an_mps_claim_gets_its_own_supervised_daemon_stopped_at_unprepare(
         assert until(lambda: kubelet.registrations >= 1, 30), plugin.output()
         answer = kubelet.prepare(DRIVER, [claim])[uid]
         assert answer.error == "", answer.error
-        first = int((base / "pipe" / PID_FILE).read_text())
+        first = int((base / "pipe" / MPS_PID_FILE).read_text())
         assert running(first)
         env = environ(first)
         assert env["CUDA_VISIBLE_DEVICES"] == f"{gpus[1].uuid},{gpus[2].uuid}"
@@ -146,7 +117,7 @@ def test_an_mps_claim_gets_its_own_supervised_daemon_stopped_at_unprepare(
 
         # The kubelet's retry: the same daemon, nothing set again.
         assert list(kubelet.prepare(DRIVER, [claim])[uid].devices) == list(answer.devices)
-        assert int((base / "pipe" / PID_FILE).read_text()) == first
+        assert int((base / "pipe" / MPS_PID_FILE).read_text()) == first
         assert len(sets_seen()) == 3
 
         # A dead daemon is started again, with the claim's limits.
@@ -154,7 +125,7 @@ def test_an_mps_claim_gets_its_own_supervised_daemon_stopped_at_unprepare(
 
         def restarted() -> int | None:
             try:
-                pid = int((base / "pipe" / PID_FILE).read_text())
+                pid = int((base / "pipe" / MPS_PID_FILE).read_text())
             except (OSError, ValueError):
                 return None
             return pid if pid != first and running(pid) else None
@@ -170,7 +141,7 @@ def test_an_mps_claim_gets_its_own_supervised_daemon_stopped_at_unprepare(
         plugin.start()
         assert until(lambda: kubelet.registrations >= 2, 30), plugin.output()
         assert until(lambda: plugin.output().count('"mps_daemon_ready"') > ready, 10)
-        assert int((base / "pipe" / PID_FILE).read_text()) == second
+        assert int((base / "pipe" / MPS_PID_FILE).read_text()) == second
         assert len(sets_seen()) == 6
         assert kubelet.unprepare(DRIVER, [claim])[uid].error == ""
         assert second is not None and not running(second)
@@ -201,7 +172,7 @@ def test_an_mps_claims_container_is_a_client_of_its_daemon(
     driver's nvidia-cuda-mps-control, as CUDA's would) reaches the claim's daemon through the
     mounted pipe and is told the claim's limits; /dev/shm is the claim's shm directory."""
     kubelet, plugins = node
-    plugin = _plugin(tmp_path, sim_driver, apiserver, kubelet, plugins, CDI_DIR).start()
+    plugin = node_plugin(tmp_path / "plugin", sim_driver, apiserver, node, CDI_DIR).start()
     uuid = sim_driver.spec.gpus[3].uuid
     config = mps_config(defaultActiveThreadPercentage=25, defaultPinnedDeviceMemoryLimit="4Gi")
     claim = put_claim(apiserver, allocated_claim("mps-pod", {"gpu": ["gpu-3"]}, config=config))
@@ -237,22 +208,17 @@ def test_without_cap_sys_admin_an_mps_claim_is_refused_naming_the_fix(
     apiserver: APIServer,  # noqa: F811 - the fixture's name
     node: tuple[DraKubelet, Path],
 ) -> None:
-    """The chart's plugin drops every capability unless dra.mps: the daemon's mount namespace
+    """The chart's plugin drops every capability unless dra.sharing: the daemon's mount namespace
     cannot be made, and the claim says what to give the plugin."""
     kubelet, plugins = node
-    setpriv = shutil.which("setpriv")
-    if setpriv is None:
-        pytest.skip("no setpriv (util-linux)")
-    plugin = DraPluginProcess(
-        tmp_path / "plugin", sim_driver, apiserver, registry_dir=kubelet.registry_dir,
-        plugins_dir=plugins, cdi_root=tmp_path / "cdi",
-        program=(setpriv, "--bounding-set=-sys_admin", sys.executable, "-m", "nvct.dra"),
-    ).start()  # fmt: skip
+    plugin = node_plugin(
+        tmp_path / "plugin", sim_driver, apiserver, node, tmp_path / "cdi", *without_sys_admin()
+    ).start()
     claim = put_claim(apiserver, allocated_claim("no-cap", {"gpu": ["gpu-0"]}, config=mps_config()))
     try:
         assert until(lambda: kubelet.registrations >= 1, 30), plugin.output()
         error = kubelet.prepare(DRIVER, [claim])[claim[1]].error
-        assert "(fix: give nvct-dra-plugin CAP_SYS_ADMIN (the chart's dra.mps=true))" in error
+        assert "(fix: give nvct-dra-plugin CAP_SYS_ADMIN (the chart's dra.sharing=true))" in error
         assert "\n" not in error
         assert not (plugins / DRIVER / "mps" / claim[1]).exists()
         assert not list((tmp_path / "cdi").glob("*.json"))

@@ -57,6 +57,8 @@ class Prepared:
     devices: tuple[PreparedDevice, ...]
     spec: str
     mps: MpsRecord | None = None
+    # (GPU UUID, interval) of the GPUs whose time-slice this claim set (Default at unprepare)
+    timeslice: tuple[tuple[str, str], ...] = ()
 
 
 class Checkpoint:
@@ -111,4 +113,5 @@ def _prepared(entry: Mapping[str, Any]) -> Prepared:
             mps["root"], tuple(mps["uuids"]), mps["threads"],
             tuple((u, m) for u, m in mps["limits"]), mps["pid"],
         )  # fmt: skip
-    return Prepared(entry["namespace"], entry["name"], devices, entry["spec"], record)
+    timeslice = tuple((u, i) for u, i in entry.get("timeslice", ()))
+    return Prepared(entry["namespace"], entry["name"], devices, entry["spec"], record, timeslice)

@@ -7,7 +7,7 @@ A ResourceClaim (or its DeviceClass) may carry ``{"driver": "gpu.nvct.io", "para
     kind: GpuConfig            # whole GPUs; MigDeviceConfig for MIG devices
     sharing:
       strategy: TimeSlicing    # or MPS
-      timeSlicingConfig: {interval: Default}
+      timeSlicingConfig: {interval: Default}   # Short, Medium, Long
       # with strategy MPS instead (every field optional):
       mpsConfig:
         defaultActiveThreadPercentage: 50       # 1..100, each client's share of the SMs
@@ -18,12 +18,12 @@ A ResourceClaim (or its DeviceClass) may carry ``{"driver": "gpu.nvct.io", "para
 A claim's devices are given to every container of every pod that references the claim: that
 is how pods share a GPU under DRA; ``sharing`` says how they share it. ``TimeSlicing`` at the
 ``Default`` interval is what a GPU does when several processes use it, and changes nothing on
-the node. ``MPS`` gets the claim an MPS control daemon of its own for its GPUs, with these
-limits (NVIDIA's DRA driver's ``MpsConfig`` fields; its per-device keys may also be an index
-into the claim's devices, which nvct refuses: the claim's order is not one a user sees).
-Other intervals (set through ``nvidia-smi compute-policy`` by NVIDIA's driver) are refused at
-prepare with one line saying so: nvct does not pretend to apply them. Anything else that is not
-the shape above is refused the same way, so a typo never silently gives a claim the default.
+the node; another interval is set on the claim's GPUs at prepare (``nvct.dra.timeslice``) and
+Default restored at unprepare. ``MPS`` gets the claim an MPS control daemon of its own for its
+GPUs, with these limits (NVIDIA's DRA driver's ``MpsConfig`` fields; its per-device keys may
+also be an index into the claim's devices, which nvct refuses: the claim's order is not one a
+user sees). Anything that is not the shape above is refused at prepare with one line, so a
+typo never silently gives a claim the default.
 """
 
 from __future__ import annotations
@@ -62,6 +62,7 @@ class DeviceConfig:
     kind: str = ""  # gpu | mig; "" when no configuration was given
     sharing: str = "TimeSlicing"
     mps: MpsConfig | None = None  # strategy MPS only
+    interval: str = "Default"  # strategy TimeSlicing only
 
 
 def parse_config(parameters: Any, *, where: str) -> DeviceConfig:
@@ -122,15 +123,9 @@ def parse_config(parameters: Any, *, where: str) -> DeviceConfig:
         raise ClaimConfigError(
             f"{where}: time-slice interval {interval!r} is not one of {', '.join(INTERVALS)}"
         )
-    if interval != "Default":
-        raise ClaimConfigError(
-            f"{where}: time-slice interval {interval} is not set by nvct-dra-plugin (the "
-            "GPU's scheduler runs at its default)",
-            hint="use interval: Default, or leave timeSlicingConfig out",
-        )
     if "mpsConfig" in sharing:
         raise ClaimConfigError(f"{where}: mpsConfig is given with strategy TimeSlicing")
-    return DeviceConfig(KINDS[kind], strategy)
+    return DeviceConfig(KINDS[kind], strategy, interval=interval)
 
 
 def _mps(table: Any, where: str) -> MpsConfig:

@@ -5,9 +5,11 @@ removed meanwhile); otherwise the ResourceClaim is read from the API server, its
 this driver and pool are checked against what this node offers and their configuration, its
 CDI spec is written, and the claim is recorded, then answered. A claim configured for MPS
 gets its control daemon first (``nvct.dra.mps``), and its spec the daemon's pipe, shm and
-limits. Unprepare stops the claim's daemon, removes the spec and forgets the claim; a claim
-never prepared (or already unprepared) is done at once, as the kubelet's retries need. A
-claim's failure is its own one-line error; the others go on.
+limits; one time-sliced at another interval than Default gets it set on its GPUs
+(``nvct.dra.timeslice``). Unprepare stops the claim's daemon, sets its GPUs back to Default,
+removes the spec and forgets the claim; a claim never prepared (or already unprepared) is done
+at once, as the kubelet's retries need. A claim's failure is its own one-line error; the
+others go on.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from nvct.dra.claimspec import NodeSpec, cdi_id, spec_path, valid_uid, write_cla
 from nvct.dra.config import MpsConfig
 from nvct.dra.devices import DraDevice
 from nvct.dra.mps import ClaimDaemons
+from nvct.dra.timeslice import TimeSliceError, TimeSlices
 
 log = structlog.get_logger("nvct-dra-plugin")
 
@@ -57,6 +60,7 @@ class Driver:
         checkpoint: Checkpoint,
         fetch: FetchClaim,
         mps: ClaimDaemons | None = None,
+        timeslices: TimeSlices | None = None,
     ) -> None:
         self.name = name
         self.pool = pool
@@ -66,6 +70,7 @@ class Driver:
         self.checkpoint = checkpoint
         self.fetch = fetch
         self.mps = mps
+        self.timeslices = timeslices
         # One claim at a time: two retries of one claim must not interleave their writes.
         self.lock = threading.Lock()
 
@@ -92,6 +97,10 @@ class Driver:
                 )
                 log.warning("unprepare_failed", claim=_ref(claim), error=line)
                 return line
+            except TimeSliceError as err:
+                line = f"claim {_ref(claim)}: {err.one_line()}"
+                log.warning("unprepare_failed", claim=_ref(claim), error=line)
+                return line
         log.info("unprepared", claim=_ref(claim))
         return ""
 
@@ -101,6 +110,8 @@ class Driver:
         known = self.checkpoint.claims.get(claim.uid)
         if known is not None:
             if not Path(known.spec).exists():  # removed by hand or a reboot's tmpfs
+                for uuid, interval in known.timeslice:  # a reboot set the GPUs back too
+                    self._set_timeslice(claim, [uuid], interval)
                 self._write_spec(claim.uid, [d.device for d in known.devices], known.mps)
             return known.devices
         found = allocated(
@@ -127,6 +138,7 @@ class Driver:
             if device.name not in requests:
                 names.append(device.name)
             requests.setdefault(device.name, []).append(result.request)
+        timeslice = self._timeslices(claim, found)
         mps = self._start_mps(claim, names, found)
         try:
             path = self._write_spec(claim.uid, names, mps)
@@ -134,13 +146,53 @@ class Driver:
                 PreparedDevice(tuple(requests[n]), self.pool, n, (cdi_id(claim.uid, n),))
                 for n in names
             )
-            prepared = Prepared(claim.namespace, claim.name, devices, str(path), mps)
+            prepared = Prepared(claim.namespace, claim.name, devices, str(path), mps, timeslice)
             self.checkpoint.record(claim.uid, prepared)
         except BaseException:
             if mps is not None and self.mps is not None:  # never a daemon no claim records
                 self.mps.stop(claim.uid, mps)
+            self._restore_timeslices(claim, timeslice)
             raise
         return devices
+
+    def _timeslices(
+        self, claim: ClaimRef, found: Sequence[Allocated]
+    ) -> tuple[tuple[str, str], ...]:
+        """Set the intervals the claim's config asks for (not Default) on its GPUs; the
+        (UUID, interval) pairs set. A failure sets the ones already done back."""
+        wanted = {
+            self.devices[r.device].uuid: r.config.interval
+            for r in found
+            if r.config.sharing == "TimeSlicing" and r.config.interval != "Default"
+        }
+        done: list[tuple[str, str]] = []
+        try:
+            for uuid, interval in wanted.items():
+                self._set_timeslice(claim, [uuid], interval)
+                done.append((uuid, interval))
+        except ClaimError:
+            self._restore_timeslices(claim, tuple(done))
+            raise
+        return tuple(done)
+
+    def _set_timeslice(self, claim: ClaimRef, uuids: Sequence[str], interval: str) -> None:
+        if self.timeslices is None:
+            raise ClaimError(
+                f"claim {_ref(claim)}: time-slice interval {interval} is not available on this node"
+            )
+        try:
+            self.timeslices.set(uuids, interval)
+        except TimeSliceError as err:
+            raise ClaimError(f"claim {_ref(claim)}: {err.message}", hint=err.hint) from err
+
+    def _restore_timeslices(self, claim: ClaimRef, timeslice: Sequence[tuple[str, str]]) -> None:
+        """Default again on the GPUs ``timeslice`` names (errors are logged: a failed prepare
+        keeps its own error)."""
+        if timeslice and self.timeslices is not None:
+            try:
+                self.timeslices.set([u for u, _ in timeslice], "Default")
+            except TimeSliceError as err:
+                log.warning("timeslice_not_restored", claim=_ref(claim), error=err.one_line())
 
     def _start_mps(
         self, claim: ClaimRef, names: Sequence[str], found: Sequence[Allocated]
@@ -183,6 +235,8 @@ class Driver:
             paths.add(Path(known.spec))
             if known.mps is not None and self.mps is not None:
                 self.mps.stop(claim.uid, known.mps)
+            if known.timeslice and self.timeslices is not None:  # a failure: the kubelet retries
+                self.timeslices.set([u for u, _ in known.timeslice], "Default")
         for path in paths:
             path.unlink(missing_ok=True)
         self.checkpoint.forget(claim.uid)

@@ -79,7 +79,7 @@ class ClaimDaemons:
             line = err.message
             hint = err.hint
             if "unshare" in line or "mount" in line:  # no CAP_SYS_ADMIN for the namespace
-                hint = "give nvct-dra-plugin CAP_SYS_ADMIN (the chart's dra.mps=true)"
+                hint = "give nvct-dra-plugin CAP_SYS_ADMIN (the chart's dra.sharing=true)"
             raise ClaimError(f"{where}: {line}", hint=hint) from err
         self.daemons[uid] = daemon
         self.watch.add(Supervised(daemon, (), ready=True))

@@ -17,6 +17,7 @@ from nvct.dra.devices import Pair, dra_devices
 from nvct.dra.driver import Driver
 from nvct.dra.mps import MPS_DIR, ClaimDaemons
 from nvct.dra.server import Sockets
+from nvct.dra.timeslice import TimeSlices
 from nvct.host.inventory import Inventory
 
 log = structlog.get_logger("nvct-dra-plugin")
@@ -69,7 +70,7 @@ def start(config: Config, settings: Settings, stop: threading.Event | None = Non
     driver = Driver(
         name=settings.driver, pool=settings.node, devices=devices,
         node_spec=NodeSpec.from_spec(spec), cdi_dir=settings.cdi_root, checkpoint=checkpoint,
-        fetch=claim_reader(access), mps=mps,
+        fetch=claim_reader(access), mps=mps, timeslices=timeslices(config, inventory),
     )  # fmt: skip
     log.info(
         "devices",
@@ -93,6 +94,17 @@ def claim_daemons(config: Config, inventory: Inventory, root: Path) -> ClaimDaem
     except SharingConfigError as err:
         program = err.one_line()
     return ClaimDaemons(root, program)
+
+
+def timeslices(config: Config, inventory: Inventory) -> TimeSlices:
+    """Time-slice intervals, set with the host driver's nvidia-smi (a node without it still
+    serves claims at Default; others are refused saying so)."""
+    from nvct.node.driverbin import driver_binary, driver_library_path
+
+    smi = driver_binary(inventory, "nvidia-smi")
+    if smi is None:
+        return TimeSlices(f"no nvidia-smi under {config.driver_root}")
+    return TimeSlices((smi, driver_library_path(config, inventory)))
 
 
 def nvlinks(config: Config, inventory: Inventory) -> dict[Pair, int]:

@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 from nvct.base.errors import NvctError
 from nvct.config import Config
 from nvct.host.inventory import Inventory
+from nvct.node.driverbin import driver_library_path
 from nvct.node.sharing import MPS_CONTROL, Share, SharingConfigError, mps_control_binary
 
 PID_FILE = "nvidia-cuda-mps-control.pid"
@@ -450,10 +451,5 @@ def mps_program(config: Config, inventory: Inventory) -> tuple[Path, str]:
             f"no nvidia-cuda-mps-control under {config.driver_root}",
             hint="install the driver's MPS control program, or use time-slicing",
         )
-    # The daemon starts MPS servers that load libcuda: from a pod, the node's driver is
-    # under the driver root, not where the image's loader looks.
-    library_path = ""
-    if Path(config.driver_root) != Path("/"):
-        dirs = dict.fromkeys(os.path.dirname(f.host_path) for f in inventory.files_of("lib"))
-        library_path = ":".join(dirs)
-    return binary, library_path
+    # The daemon starts MPS servers that load libcuda.
+    return binary, driver_library_path(config, inventory)

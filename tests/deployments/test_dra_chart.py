@@ -205,11 +205,10 @@ def test_the_chart_with_dra_lints_without_a_finding_above_info() -> None:
     assert [m for m in report["messages"] if m["severity"] > 1] == []
 
 
-def test_dra_mps_gives_the_plugin_sys_admin_and_the_pod_policy_admits_it_for_the_plugin_alone() -> (
-    None
-):
-    """MPS claims' daemons get a mount namespace each (unshare + bind mount): CAP_SYS_ADMIN
-    for nvct-dra-plugin with dra.mps, and for no other DaemonSet; without it, none."""
+def test_dra_sharing_gives_the_plugin_sys_admin_and_the_pod_policy_admits_it_for_it_alone() -> None:
+    """MPS claims' daemons get a mount namespace each (unshare + bind mount) and intervals are
+    the driver's privileged compute policy: CAP_SYS_ADMIN for nvct-dra-plugin with dra.sharing,
+    and for no other DaemonSet; without it, none."""
 
     def capabilities(values: dict[str, Any]) -> dict[str, Any]:
         (container,) = daemonset_pods(rendered(values))["nvct-dra-plugin"]["containers"]
@@ -217,7 +216,7 @@ def test_dra_mps_gives_the_plugin_sys_admin_and_the_pod_policy_admits_it_for_the
         return caps
 
     assert capabilities(ON) == {"drop": ["ALL"]}
-    mps = {"dra": {"enabled": True, "mps": True}}
+    mps = {"dra": {"enabled": True, "sharing": True}}
     assert capabilities(mps) == {"drop": ["ALL"], "add": ["SYS_ADMIN"]}
     docs = rendered(mps)
     pods = find(docs, "ValidatingAdmissionPolicy", "nvct-system-pods")

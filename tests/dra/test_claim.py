@@ -78,6 +78,18 @@ def _mps(**fields: Any) -> Any:
     }
 
 
+@pytest.mark.parametrize("interval", ["Default", "Short", "Medium", "Long"])
+def test_every_interval_of_nvidias_driver_is_read(interval: str) -> None:
+    parameters = {
+        "apiVersion": "dra.nvct.io/v1alpha1",
+        "kind": "GpuConfig",
+        "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": interval}},
+    }
+    assert parse_config(parameters, where="w") == DeviceConfig(
+        "gpu", "TimeSlicing", interval=interval
+    )
+
+
 def test_mps_config_is_read_in_mib_with_per_device_limits() -> None:
     config = parse_config(
         _mps(
@@ -120,8 +132,8 @@ def test_mps_config_is_read_in_mib_with_per_device_limits() -> None:
         ),
         (
             {"apiVersion": "dra.nvct.io/v1alpha1", "kind": "GpuConfig",
-             "sharing": {"timeSlicingConfig": {"interval": "Long"}}},
-            "interval Long is not set",
+             "sharing": {"timeSlicingConfig": {"interval": "long"}}},
+            "interval 'long' is not one of Default, Short, Medium, Long",
         ),
         ({"apiVersion": "dra.nvct.io/v1alpha1", "kind": "MigDeviceConfig"}, "MIG device"),
         ("text", "must be an object"),

@@ -177,3 +177,20 @@ def test_mps_on_a_plugin_without_daemons_is_refused(tmp_path: Path) -> None:
     found, error = _driver(tmp_path, claims).prepare(claims.put("c", ["gpu-0"], _mps()))
     assert found == ()
     assert "sharing strategy MPS is not available on this node" in error
+
+
+def test_an_interval_without_nvidia_smi_is_refused_and_default_runs_nothing(tmp_path: Path) -> None:
+    from nvct.dra.timeslice import TimeSlices
+
+    claims = Claims()
+    driver = _driver(tmp_path, claims)
+    driver.timeslices = TimeSlices("no nvidia-smi under /drv")
+    sharing = {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Medium"}}
+    parameters = {"apiVersion": "dra.nvct.io/v1alpha1", "kind": "GpuConfig", "sharing": sharing}
+    config = [{"opaque": {"driver": "gpu.nvct.io", "parameters": parameters}}]
+    found, error = driver.prepare(claims.put("c", ["gpu-0"], config))
+    assert found == ()
+    assert "time-slice interval Medium: no nvidia-smi under /drv (fix: install" in error
+    sharing["timeSlicingConfig"]["interval"] = "Default"  # nothing to run: prepared
+    found, error = driver.prepare(claims.put("c", ["gpu-0"], config))
+    assert error == "" and driver.checkpoint.claims[UID].timeslice == ()
