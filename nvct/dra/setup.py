@@ -13,12 +13,13 @@ import structlog
 from nvct.config import Config
 from nvct.dra.checkpoint import Checkpoint
 from nvct.dra.claimspec import NodeSpec
-from nvct.dra.devices import Pair, dra_devices
+from nvct.dra.devices import dra_devices
 from nvct.dra.driver import Driver
 from nvct.dra.mps import MPS_DIR, ClaimDaemons
 from nvct.dra.server import Sockets
 from nvct.dra.timeslice import TimeSlices
 from nvct.host.inventory import Inventory
+from nvct.node.topology import Topology, read_topology
 
 log = structlog.get_logger("nvct-dra-plugin")
 
@@ -52,8 +53,9 @@ def start(config: Config, settings: Settings, stop: threading.Event | None = Non
     from nvct.plan.cdi_spec import SpecOptions, kubelet_plugin_spec
 
     inventory = load_inventory(config, use_cache=False)
+    links = topology(config, inventory)
     devices = dra_devices(
-        inventory, sysfs_root=settings.sysfs_root, nvlinks=nvlinks(config, inventory)
+        inventory, sysfs_root=settings.sysfs_root, nvlinks=links.nvlinks, switches=links.switches
     )
     options = SpecOptions(strategy="uuid", vendor=DRA_VENDOR, cls=DRA_CLASS)
     # The device plugin's writer: the same edits, and host paths under host-driver-root.
@@ -107,15 +109,15 @@ def timeslices(config: Config, inventory: Inventory) -> TimeSlices:
     return TimeSlices((smi, driver_library_path(config, inventory)))
 
 
-def nvlinks(config: Config, inventory: Inventory) -> dict[Pair, int]:
-    """NVLink links between the GPUs, through NVML (none where NVML does not answer: the
-    devices then have no NVLink domain, which only narrows what claims can match)."""
+def topology(config: Config, inventory: Inventory) -> Topology:
+    """NVLink links between the GPUs and the NVSwitches they reach, through NVML (none where
+    NVML does not answer: the devices then have no NVLink domain, which only narrows what
+    claims can match)."""
     from nvct.base.errors import NvctError
     from nvct.host.arch import host_arch
     from nvct.host.discover.libraries import driver_nvml_library
     from nvct.host.discover.nvml import open_nvml
     from nvct.node.devices import PluginDevice
-    from nvct.node.topology import read_topology
 
     gpus = [
         PluginDevice(g.uuid, g.uuid, str(g.index), g.index, g.pci_bus_id, None, g.minor)
@@ -125,8 +127,8 @@ def nvlinks(config: Config, inventory: Inventory) -> dict[Pair, int]:
         nvml = open_nvml(driver_nvml_library(Path(config.driver_root), host_arch()))
     except (NvctError, OSError) as err:
         log.warning("no_topology", error=str(err))
-        return {}
+        return Topology({}, {})
     try:
-        return dict(read_topology(nvml, gpus).nvlinks)
+        return read_topology(nvml, gpus)
     finally:
         nvml.nvmlShutdown()
