@@ -224,3 +224,49 @@ def test_without_cap_sys_admin_an_mps_claim_is_refused_naming_the_fix(
         assert not list((tmp_path / "cdi").glob("*.json"))
     finally:
         assert plugin.stop() == 0, plugin.output()
+
+
+def test_a_mig_device_claim_gets_a_daemon_of_its_mig_device(
+    tmp_path: Path,
+    sim_driver: Any,
+    apiserver: APIServer,  # noqa: F811 - the fixture's name
+    node: tuple[DraKubelet, Path],
+) -> None:
+    """MigDeviceConfig with MPS (as NVIDIA's driver takes it): the daemon's device is the MIG
+    device (its UUID), its limits within the MIG device's memory."""
+    from integration.simdriver import cached_driver, preset
+
+    # sim_driver: root and gcc checked; the same cache, another preset
+    sim = cached_driver(preset("a100x8-570-mig"), Path("/tmp/nvct-test-simdrivers"))
+    mig = sim.spec.gpus[0].migs[0]
+    name = f"gpu-0-mig-{mig.profile.replace('.', '-')}-{mig.gi}-{mig.ci}"
+    kubelet, plugins = node
+    plugin = node_plugin(tmp_path / "plugin", sim, apiserver, node, tmp_path / "cdi").start()
+
+    def mig_config(**fields: Any) -> list[dict[str, Any]]:
+        config = gpu_config({"strategy": "MPS", "mpsConfig": fields})
+        config[0]["opaque"]["parameters"]["kind"] = "MigDeviceConfig"
+        return config
+
+    config = mig_config(defaultActiveThreadPercentage=40, defaultPinnedDeviceMemoryLimit="5Gi")
+    claim = put_claim(apiserver, allocated_claim("mig-mps", {"mig": [name]}, config=config))
+    too_big = put_claim(apiserver, allocated_claim("mig-big", {"mig": [name]}, config=mig_config(
+        defaultPinnedDeviceMemoryLimit=f"{mig.memory_mib + 1}Mi")))  # fmt: skip
+    base = plugins / DRIVER / "mps" / claim[1]
+    try:
+        assert until(lambda: kubelet.registrations >= 1, 30), plugin.output()
+        answer = kubelet.prepare(DRIVER, [claim])[claim[1]]
+        assert answer.error == "", answer.error
+        pid = int((base / "pipe" / MPS_PID_FILE).read_text())
+        assert environ(pid)["CUDA_VISIBLE_DEVICES"] == mig.uuid
+        mine = [c for p, c in inject.mps_commands(plugin.control) if p == str(base / "pipe")]
+        assert mine[:2] == [
+            f"set_default_device_pinned_mem_limit {mig.uuid} 5120M",
+            "set_default_active_thread_percentage 40",
+        ]
+        refused = kubelet.prepare(DRIVER, [too_big])[too_big[1]].error
+        assert f"pinned-memory limit {mig.memory_mib + 1}Mi exceeds {name}'s" in refused
+        assert kubelet.unprepare(DRIVER, [claim])[claim[1]].error == ""
+        assert not running(pid) and not base.exists()
+    finally:
+        assert plugin.stop() == 0, plugin.output()

@@ -4,7 +4,8 @@ A ResourceClaim (or its DeviceClass) may carry ``{"driver": "gpu.nvct.io", "para
 {...}}`` for some or all of its requests. nvct reads::
 
     apiVersion: dra.nvct.io/v1alpha1
-    kind: GpuConfig            # whole GPUs; MigDeviceConfig for MIG devices
+    kind: GpuConfig            # whole GPUs; MigDeviceConfig for MIG devices (MPS, or
+                               # TimeSlicing without an interval: a MIG device has none)
     sharing:
       strategy: TimeSlicing    # or MPS
       timeSlicingConfig: {interval: Default}   # Short, Medium, Long
@@ -97,23 +98,22 @@ def parse_config(parameters: Any, *, where: str) -> DeviceConfig:
             f"{where}: sharing strategy {strategy!r} is not one of {', '.join(STRATEGIES)}",
             hint="write strategy: TimeSlicing or MPS",
         )
-    if KINDS[kind] == "mig" and strategy == "MPS":
-        raise ClaimConfigError(
-            f"{where}: MPS on MIG devices (MigDeviceConfig) is not applied by nvct-dra-plugin",
-            hint="drop the config for MIG devices (a MIG device is already a share of a GPU), "
-            "or share a whole GPU with GpuConfig",
-        )
     if strategy == "MPS":
         if "timeSlicingConfig" in sharing:
             raise ClaimConfigError(f"{where}: timeSlicingConfig is given with strategy MPS")
         mps = _mps(sharing.get("mpsConfig") or {}, f"{where}: mpsConfig")
         return DeviceConfig(KINDS[kind], strategy, mps)
     if KINDS[kind] == "mig":
-        raise ClaimConfigError(
-            f"{where}: a MIG device cannot be time-sliced with other MIG devices' work; "
-            "MigDeviceConfig takes only MPS",
-            hint="drop the config for MIG devices (a MIG device is already a share of a GPU)",
-        )
+        # The processes on a MIG device share it as on a GPU; its interval is its GPU's.
+        if "timeSlicingConfig" in sharing:
+            raise ClaimConfigError(
+                f"{where}: a MIG device has no time-slice interval of its own (its GPU's is "
+                "every MIG device's)",
+                hint="drop timeSlicingConfig from the MigDeviceConfig",
+            )
+        if "mpsConfig" in sharing:
+            raise ClaimConfigError(f"{where}: mpsConfig is given with strategy TimeSlicing")
+        return DeviceConfig(KINDS[kind], strategy)
     slicing = sharing.get("timeSlicingConfig") or {}
     if not isinstance(slicing, Mapping):
         raise ClaimConfigError(f"{where}: timeSlicingConfig must be an object")

@@ -90,6 +90,16 @@ def test_every_interval_of_nvidias_driver_is_read(interval: str) -> None:
     )
 
 
+def test_a_mig_device_takes_mps_or_time_slicing_without_an_interval() -> None:
+    mig = {"apiVersion": "dra.nvct.io/v1alpha1", "kind": "MigDeviceConfig"}
+    assert parse_config(mig, where="w") == DeviceConfig("mig", "TimeSlicing")
+    mps = {
+        **mig,
+        "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 20}},
+    }
+    assert parse_config(mps, where="w") == DeviceConfig("mig", "MPS", MpsConfig(20))
+
+
 def test_mps_config_is_read_in_mib_with_per_device_limits() -> None:
     config = parse_config(
         _mps(
@@ -113,8 +123,8 @@ def test_mps_config_is_read_in_mib_with_per_device_limits() -> None:
         ({"apiVersion": "dra.nvct.io/v1alpha1", "kind": "GpuConfig", "share": {}}, "'share'"),
         (
             {"apiVersion": "dra.nvct.io/v1alpha1", "kind": "MigDeviceConfig",
-             "sharing": {"strategy": "MPS"}},
-            "MPS on MIG devices",
+             "sharing": {"timeSlicingConfig": {"interval": "Short"}}},
+            "a MIG device has no time-slice interval of its own",
         ),
         (_mps(defaultActiveThreadPercentage=0), "defaultActiveThreadPercentage 0 is not"),
         (_mps(defaultActiveThreadPercentage=True), "defaultActiveThreadPercentage True"),
@@ -135,7 +145,6 @@ def test_mps_config_is_read_in_mib_with_per_device_limits() -> None:
              "sharing": {"timeSlicingConfig": {"interval": "long"}}},
             "interval 'long' is not one of Default, Short, Medium, Long",
         ),
-        ({"apiVersion": "dra.nvct.io/v1alpha1", "kind": "MigDeviceConfig"}, "MIG device"),
         ("text", "must be an object"),
     ],
 )  # fmt: skip

@@ -105,7 +105,7 @@ def test_a_checkpointed_claim_whose_gpu_left_is_refused_not_shrunk(tmp_path: Pat
             ["gpu-0"],
             [{"opaque": {"driver": "gpu.nvct.io", "parameters": {
                 "apiVersion": "dra.nvct.io/v1alpha1", "kind": "MigDeviceConfig"}}}],
-            "MIG device",
+            "got gpu device gpu-0 but its config is for mig devices",
         ),
     ],
 )  # fmt: skip
