@@ -85,6 +85,17 @@ def test_a_claims_interval_is_set_on_its_gpus_and_default_restored_at_unprepare(
             [uuids[2], "Long"],
         ]
 
+        # A claim that cannot be prepared after its interval was set gives the GPU back.
+        mixed = sliced("Medium")
+        mixed[0]["requests"] = ["a"]
+        mps = gpu_config({"strategy": "MPS"})
+        mps[0]["requests"] = ["b"]
+        bad = put_claim(apiserver, allocated_claim(
+            "mixed", {"a": ["gpu-0"], "b": ["gpu-3"]}, config=mixed + mps))  # fmt: skip
+        error = kubelet.prepare(DRIVER, [bad])[bad[1]].error
+        assert "1 MPS config(s) and 1 device(s) without MPS" in error
+        assert inject.timeslice(control, 0) == 0
+
         # A reboot: the driver forgot the interval, /var/run/cdi is empty; the kubelet's
         # prepare (from the checkpoint) sets it again with the spec.
         inject.reset(control)

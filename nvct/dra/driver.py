@@ -139,8 +139,9 @@ class Driver:
                 names.append(device.name)
             requests.setdefault(device.name, []).append(result.request)
         timeslice = self._timeslices(claim, found)
-        mps = self._start_mps(claim, names, found)
+        mps = None
         try:
+            mps = self._start_mps(claim, names, found)
             path = self._write_spec(claim.uid, names, mps)
             devices = tuple(
                 PreparedDevice(tuple(requests[n]), self.pool, n, (cdi_id(claim.uid, n),))

@@ -75,7 +75,7 @@ class ClaimDaemons:
             daemon.start()
         except MpsError as err:
             daemon.stop()
-            self._remove_dirs(uid)
+            _remove_dirs(daemon.paths)
             line = err.message
             hint = err.hint
             if "unshare" in line or "mount" in line:  # no CAP_SYS_ADMIN for the namespace
@@ -118,7 +118,7 @@ class ClaimDaemons:
             daemon.adopted = True  # another PID namespace's: quit through the pipe alone
         daemon.stop()
         log.info("mps_daemon_stopped", claim=uid)
-        self._remove_dirs(uid)
+        _remove_dirs(daemon.paths)
 
     def edits(self, uid: str, record: MpsRecord) -> dict[str, Any]:
         """What claim ``uid``'s containers need to be its daemon's clients (CDI container
@@ -189,10 +189,11 @@ class ClaimDaemons:
             library_path=library_path, devices=record.uuids, limits=dict(record.limits),
         )  # fmt: skip
 
-    def _remove_dirs(self, uid: str) -> None:
-        base = self.root / uid
-        if base.exists():
-            shutil.rmtree(base)
+
+def _remove_dirs(paths: MpsPaths) -> None:
+    """The claim's pipe, log and shm directories (``<root>/<claim uid>``)."""
+    if Path(paths.base).exists():
+        shutil.rmtree(paths.base)
 
 
 def _control(pid: int | None) -> int | None:
