@@ -134,6 +134,7 @@ MORE_METRICS = {
     "gpm_dram": 0,
     "gpm_pcie_tx_mibs": 0,
     "gpm_pcie_rx_mibs": 0,
+    "vgpu_licensed": 1,  # a vGPU guest's licence: 0 expired or never granted
 }
 # What a MIG device reports of its own (set_mig_metrics), stored as <key>_gi<gi>.
 MIG_KEYS = ("memory_used_mib", "gpm_graphics", "gpm_tensor", "gpm_dram")
