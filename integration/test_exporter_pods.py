@@ -173,7 +173,7 @@ def test_each_pod_on_mps_replicas_gets_its_own_usage_not_the_mps_servers(
     gets its client's memory and SM %, and the server's memory, in the MPS daemon's pod that
     holds no GPU, goes to no pod."""
     uuid = sim_driver.spec.gpus[1].uuid
-    work = node.plugin_work(sim_driver) / "mps-exporter"
+    work = node.plugin_work(sim_driver)  # its cdi/ is the one the runtime handler reads
     plugin, control_argv, mounts = mps_setup(node, sim_driver, work, MPS_RULE)
     with pods_and_kubelet(node, tmp_path) as (kubelet, pods):
         control_pod = node.cri.run_pod("nvct-mps-control", namespace="nvct-system",

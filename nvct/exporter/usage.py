@@ -68,6 +68,7 @@ class ProcessReader:
         self.handle = handle
         self._last_seen = 0  # NVML's sample timestamp (µs) of the previous round
         self._mps = True  # MPS clients asked for until the driver says it never answers
+        self._utilization = True  # likewise, utilization samples
 
     def read(self) -> dict[int, Running]:
         """pid (in this PID namespace) → its SM % (mean of the new samples), memory and GPU
@@ -86,12 +87,8 @@ class ProcessReader:
             memory[p.pid] = max(memory.get(p.pid, 0.0), (p.usedGpuMemory or 0) / MIB)
             instance = getattr(p, "gpuInstanceId", NO_INSTANCE)
             gi[p.pid] = None if instance == NO_INSTANCE else int(instance)
-        try:
-            samples = nvml.nvmlDeviceGetProcessUtilization(self.handle, self._last_seen)
-        except nvml.NVMLError_NotFound:
-            samples = []  # no sample since the last round
         sm: dict[int, list[float]] = {}
-        for s in samples:
+        for s in self._samples():
             sm.setdefault(s.pid, []).append(float(s.smUtil))
             self._last_seen = max(self._last_seen, int(s.timeStamp))
         return {
@@ -101,6 +98,21 @@ class ProcessReader:
             )
             for pid in memory.keys() | sm.keys()
         }
+
+    def _samples(self) -> list[Any]:
+        """Utilization samples since the last round; none where the driver answers none
+        (NOT_SUPPORTED, asked no more), and the processes' memory is attributed all the same."""
+        if not self._utilization:
+            return []
+        nvml = self.nvml
+        try:
+            return list(nvml.nvmlDeviceGetProcessUtilization(self.handle, self._last_seen))
+        except nvml.NVMLError_NotFound:
+            return []  # no sample since the last round
+        except nvml.NVMLError as err:
+            if never(err):
+                self._utilization = False
+            return []
 
     def _mps_clients(self) -> list[Any]:
         """MPS clients (empty where the driver has no such call, e.g. before Volta)."""

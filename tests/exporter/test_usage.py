@@ -99,9 +99,10 @@ def _proc(pid: int, mib: int, gi: int = 0xFFFFFFFF) -> SimpleNamespace:
     return SimpleNamespace(pid=pid, usedGpuMemory=mib * 1024 * 1024, gpuInstanceId=gi)
 
 
-def _nvml(compute: list[Any], mps: list[Any] | int) -> SimpleNamespace:
-    """NVML whose MPS call answers ``mps``, or fails with that NVML error code."""
-    asked = {"mps": 0}
+def _nvml(compute: list[Any], mps: list[Any] | int, samples: int = 6) -> SimpleNamespace:
+    """NVML whose MPS call answers ``mps``, or fails with that NVML error code; utilization
+    samples fail with ``samples`` (6: NOT_FOUND, none since the last round)."""
+    asked = {"mps": 0, "samples": 0}
 
     def mps_call(_h: Any) -> list[Any]:
         asked["mps"] += 1
@@ -110,7 +111,8 @@ def _nvml(compute: list[Any], mps: list[Any] | int) -> SimpleNamespace:
         return mps
 
     def utilization(_h: Any, _last: int) -> list[Any]:
-        raise _NotFound(6)
+        asked["samples"] += 1
+        raise (_NotFound if samples == 6 else _Error)(samples)
 
     return SimpleNamespace(
         NVMLError=_Error, NVMLError_NotFound=_NotFound, asked=asked,
@@ -146,3 +148,11 @@ def test_a_driver_without_the_mps_call_is_asked_once() -> None:
     reader.read()
     reader.read()
     assert flaky.asked["mps"] == 2
+
+
+def test_memory_is_attributed_where_the_driver_gives_no_utilization_samples() -> None:
+    nvml = _nvml([_proc(1, 100, gi=2)], [], samples=3)  # NOT_SUPPORTED
+    reader = ProcessReader(nvml, "h")
+    for _ in range(3):
+        assert reader.read() == {1: Running(Usage(0.0, 100), gi=2)}
+    assert nvml.asked["samples"] == 1
