@@ -18,8 +18,7 @@ from typing import Any
 import pytest
 
 from integration.apiserver import cluster_env, service_account
-from integration.apiserver.crds import NODE_FEATURES, problems, validating
-from integration.apiserver.rbac import Rule
+from integration.apiserver.crds import NODE_FEATURES, WRITER, problems, validating
 from integration.apiserver.server import APIServer
 from integration.apiserver.store import Kind, NotFound
 from integration.harness.apiserver import (
@@ -36,8 +35,6 @@ from tests.cli.test_cli import roots
 NODE, NAMESPACE = "gpu-node-1", "nvct-system"
 OBJECT = f"nvidia-features-for-{NODE}"
 USER = "system:serviceaccount:nvct-system:nvct-labeller"
-# the chart's Role for the labeller (deployments/helm/nvct/templates/labeller-nodefeature.yaml)
-WRITER = (Rule("nfd.k8s-sigs.io", "nodefeatures", frozenset({"get", "create", "update"})),)
 N = "nvidia.com/"
 LABELS = {f"{N}gpu.present": "true", f"{N}gpu.count": "4", f"{N}gfd.timestamp": "1700000000"}
 

@@ -15,10 +15,14 @@ from typing import Any
 
 import yaml
 
+from integration.apiserver.rbac import Rule
 from integration.apiserver.store import Kind
 
 CRDS = Path(__file__).resolve().parent / "crds"
 NODE_FEATURES = Kind("nfd.k8s-sigs.io", "v1alpha1", "nodefeatures", "NodeFeature", namespaced=True)
+# The labeller's Role (deployments/helm/nvct/templates/labeller-nodefeature.yaml): the tests of
+# its writer run under it, and the chart's test checks the two are the same.
+WRITER = (Rule("nfd.k8s-sigs.io", "nodefeatures", frozenset({"get", "create", "update"})),)
 
 
 @functools.cache
