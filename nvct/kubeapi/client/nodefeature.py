@@ -4,8 +4,9 @@ named ``nvidia-features-for-<node>`` in the labeller's namespace, labelled
 ``nfd.node.kubernetes.io/node-name: <node>`` (what nfd-master selects a node's objects by),
 ``spec.labels`` the labels and ``spec.features`` empty.
 
-GFD's name is kept on purpose: a node moving from GFD to nvct has its one object taken over
-(its labels replaced), not a second one beside it whose stale labels nfd-master would merge.
+GFD's name is kept on purpose: in GFD's namespace a node moving from GFD to nvct has its one
+object taken over (its labels replaced), not a second one beside it whose stale labels
+nfd-master would merge with nvct's.
 
 Written by get, then create or replace with the stored resourceVersion (a concurrent writer is a
 409 and a new get); a round whose labels equal the stored ones writes nothing. The labels are
