@@ -262,6 +262,14 @@ def test_the_labeller_keeps_its_nodes_nodefeature_as_nvct_cli_labels_prints_it(
     said = lambda: [ln["event"] for ln in _lines(log) if ln.get("level") == "info"]  # noqa: E731
     assert until(lambda: len(said()) == 3, 5), log.read_text()  # logged after the answer
     assert said() == ["nodefeature_created", "nodefeature_updated", "nodefeature_updated"]
+    # a config that does not read: one JSON line, the object keeps the last labels
+    before = writes(apiserver)
+    config.write_text("version: v9\n")
+    proc.send_signal(signal.SIGHUP)
+    kept = lambda: [ln for ln in _lines(log) if ln.get("event") == "labels_kept"]  # noqa: E731
+    assert until(kept, 10), log.read_text()
+    assert "version" in kept()[0]["error"] and writes(apiserver) == before
+    assert _labels(apiserver).get(f"{N}gpu.replicas") == "1" and proc.poll() is None
     # on SIGTERM it exits cleanly and the object stays (NFD keeps the node's labels)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0

@@ -21,7 +21,7 @@ from pathlib import Path
 import click
 
 from nvct.base.atomic import write_atomic
-from nvct.base.errors import ConfigError, DiscoveryError
+from nvct.base.errors import ConfigError, DiscoveryError, NvctError
 from nvct.cli.main import CliContext
 from nvct.config import Config, with_settings
 from nvct.config.kubernetes import MIG_STRATEGIES
@@ -201,7 +201,7 @@ def _keep_labelling(
                 found = render()
             # the driver answers again later, the config-manager writes a good config later
             except (DiscoveryError, ConfigError) as err:
-                click.echo(f"nvct-cli labels: warning: {err.one_line()}; {KEPT}", err=True)
+                out.kept(err)
             else:
                 try:
                     out.publish(found)
@@ -258,6 +258,10 @@ class _NodeFeatureOutput:
                 labels=len(found),
             )
 
+    def kept(self, err: NvctError) -> None:
+        """A round without labels (NVML, the config): the object keeps the last ones."""
+        self.log.warning("labels_kept", error=err.one_line(), said=KEPT)
+
     def failed(self, err: KubeApiError) -> None:
         self.log.warning(
             "nodefeature_failed",
@@ -283,6 +287,9 @@ class _FileOutput:
         else:
             self.output.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(str(self.output), text.encode(), 0o644)
+
+    def kept(self, err: NvctError) -> None:
+        click.echo(f"nvct-cli labels: warning: {err.one_line()}; {KEPT}", err=True)
 
     def failed(self, err: KubeApiError) -> None:  # a file write raises no API error
         raise err
