@@ -20,15 +20,14 @@ from pathlib import Path
 
 import click
 
-from nvct.base.atomic import write_atomic
-from nvct.base.errors import ConfigError, DiscoveryError, NvctError
+from nvct.base.errors import ConfigError, DiscoveryError
+from nvct.cli.labels_outputs import FileOutput, NodeFeatureOutput
 from nvct.cli.main import CliContext
 from nvct.config import Config, with_settings
 from nvct.config.kubernetes import MIG_STRATEGIES
 from nvct.host.load import load_inventory
 from nvct.kubeapi.client.access import SERVICE_ACCOUNT_DIR
 from nvct.kubeapi.client.errors import KubeApiError
-from nvct.node.labels import feature_file
 from nvct.node.offer import offer
 
 DEFAULT_OUTPUT = "/etc/kubernetes/node-feature-discovery/features.d/nvct"
@@ -139,14 +138,14 @@ def labels(
     when they changed (not counting gfd.timestamp); a refused write is one line and is tried
     again with backoff; the object stays when the labeller stops (NFD keeps the labels).
     """
-    out: _FileOutput | _NodeFeatureOutput = _FileOutput(output)
+    out: FileOutput | NodeFeatureOutput = FileOutput(output)
     if use_node_feature_api:
         if output is not None:
             raise click.UsageError(
                 "--output and --use-node-feature-api (or GFD_USE_NODE_FEATURE_API) both set: "
                 "the labels go to one place; drop one"
             )
-        out = _NodeFeatureOutput(node_name, namespace, kubeconfig, service_account_dir)
+        out = NodeFeatureOutput(node_name, namespace, kubeconfig, service_account_dir)
     env = dict(os.environ)
     if config_file:  # flag > environment, as the plugin
         env["CONFIG_FILE"] = config_file
@@ -179,7 +178,7 @@ def labels(
 
 def _keep_labelling(
     render: Callable[[], dict[str, str]],
-    out: _FileOutput | _NodeFeatureOutput,
+    out: FileOutput | NodeFeatureOutput,
     interval: float,
 ) -> None:
     """A round every ``interval`` seconds and on SIGHUP, until SIGTERM or SIGINT."""
@@ -214,86 +213,3 @@ def _keep_labelling(
                 return
     finally:
         out.close()
-
-
-KEPT = "the last labels stay until the next round"
-
-
-class _NodeFeatureOutput:
-    """The NodeFeature writer of ``--use-node-feature-api``, each write's outcome one JSON
-    line on stdout; usage and connection errors (no node name, no in-cluster token) at once."""
-
-    def __init__(
-        self, node: str, namespace: str, kubeconfig: str, service_account_dir: str
-    ) -> None:
-        import structlog
-
-        from nvct.base.log import configure_stdout_structlog
-        from nvct.kubeapi.client.access import ClusterAccess
-        from nvct.kubeapi.client.nodefeature import NodeFeatureWriter
-
-        if not node:
-            raise click.UsageError(
-                "--use-node-feature-api needs the node's name: set --node-name or NODE_NAME "
-                "(in a pod: from the downward API's spec.nodeName)"
-            )
-        configure_stdout_structlog()
-        self.log = structlog.get_logger("nvct-cli labels")
-        access = ClusterAccess(kubeconfig, service_account_dir)
-        client = access.connect()  # KubeApiError: one line, exit 1
-        self.writer = NodeFeatureWriter(
-            client,
-            node,
-            namespace or client.namespace,
-            server=access.server(),
-            token_file=access.token_file,
-        )
-
-    def publish(self, found: dict[str, str]) -> None:
-        done = self.writer.publish(found)  # KubeApiError: see failed
-        if done != "unchanged":
-            self.log.info(
-                f"nodefeature_{done}",
-                object=f"{self.writer.namespace}/{self.writer.name}",
-                labels=len(found),
-            )
-
-    def kept(self, err: NvctError) -> None:
-        """A round without labels (NVML, the config): the object keeps the last ones."""
-        self.log.warning("labels_kept", error=err.one_line(), said=KEPT)
-
-    def failed(self, err: KubeApiError) -> None:
-        self.log.warning(
-            "nodefeature_failed",
-            object=f"{self.writer.namespace}/{self.writer.name}",
-            error=err.one_line(),
-        )
-
-    def close(self) -> None:
-        """Nothing: the object stays (NFD keeps the node's labels, as GFD leaves it)."""
-
-
-class _FileOutput:
-    """NFD's feature file at ``output`` (stdout without one), removed when the labeller stops:
-    an uninstalled labeller leaves no labels behind."""
-
-    def __init__(self, output: Path | None) -> None:
-        self.output = output
-
-    def publish(self, found: dict[str, str]) -> None:
-        text = feature_file(found)
-        if self.output is None:
-            click.echo(text, nl=False)
-        else:
-            self.output.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(str(self.output), text.encode(), 0o644)
-
-    def kept(self, err: NvctError) -> None:
-        click.echo(f"nvct-cli labels: warning: {err.one_line()}; {KEPT}", err=True)
-
-    def failed(self, err: KubeApiError) -> None:  # a file write raises no API error
-        raise err
-
-    def close(self) -> None:
-        if self.output is not None:
-            self.output.unlink(missing_ok=True)
