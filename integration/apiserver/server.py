@@ -212,6 +212,7 @@ class APIServer:
 class _Handler(BaseHTTPRequestHandler):
     api: APIServer
     protocol_version = "HTTP/1.1"
+    _raw = b""
     # As Go's net/http (the real server): headers and body go out as two writes, and with
     # Nagle on the body waits for the client's delayed ACK, 40 ms per request on keep-alive.
     disable_nagle_algorithm = True
@@ -244,8 +245,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(code, status(code, reason, message))
 
     def _body(self) -> Any:
-        length = int(self.headers.get("Content-Length") or 0)
-        return json.loads(self.rfile.read(length) or b"{}")
+        return json.loads(self._raw or b"{}")
 
     def _authorize(self, verb: str, route: _Route) -> str | None:
         header = self.headers.get("Authorization", "")
@@ -271,6 +271,9 @@ class _Handler(BaseHTTPRequestHandler):
         return token
 
     def _dispatch(self, method: str) -> None:
+        # read the body first: a request refused before it is read (404, 401, 403) would
+        # leave it in the kept-alive connection, where it would garble the next request
+        self._raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         url = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         route = self.api.route(url.path)
