@@ -14,6 +14,13 @@ ROOT = Path(__file__).resolve().parents[2]
 PIP = [sys.executable, "-m", "pip"]
 
 
+def build_wheel(out: Path) -> Path:
+    """``pip wheel .`` of this checkout into ``out``; the wheel."""
+    subprocess.run([*PIP, "wheel", "-q", "--no-deps", "-w", str(out), str(ROOT)], check=True)
+    (wheel,) = out.glob("nvct-*.whl")
+    return wheel
+
+
 def install_wheel(wheel: Path, venv: Path) -> Path:
     """A fresh venv on the system's python3 holding ``wheel`` (``--no-deps``: its libraries
     come from this venv through a ``.pth``, as pip would have fetched them); its bin dir."""
@@ -36,22 +43,27 @@ def install_wheel(wheel: Path, venv: Path) -> Path:
 
 
 def requirements(name: str = "nvct") -> list[str]:
-    """The distributions ``name`` needs at run time (no extras), itself excluded, from this
-    venv's metadata: what pip would fetch with it."""
+    """The distributions ``name`` needs at run time, itself excluded, with the extras its
+    requirements ask for (lightkube's ``httpx2[http2,ws]``), from this venv's metadata: what
+    pip would fetch with it."""
     from packaging.requirements import Requirement
 
     found: list[str] = []
-    todo = [name]
+    todo: list[tuple[str, frozenset[str]]] = [(name, frozenset())]
+    asked: set[tuple[str, frozenset[str]]] = set()
     while todo:
-        dist = metadata.distribution(todo.pop())
+        wanted, extras = todo.pop()
+        dist = metadata.distribution(wanted)
         key = dist.metadata["Name"].lower()
-        if key in found:
+        if (key, extras) in asked:
             continue
-        found.append(key)
+        asked.add((key, extras))
+        if key not in found:
+            found.append(key)
         for line in dist.requires or []:
             req = Requirement(line)
-            if req.marker is None or req.marker.evaluate({"extra": ""}):
-                todo.append(req.name)
+            if req.marker is None or any(req.marker.evaluate({"extra": e}) for e in {"", *extras}):
+                todo.append((req.name, frozenset(req.extras)))
     return [n for n in found if n != name.lower()]
 
 
