@@ -18,11 +18,14 @@ Per round, in a seeded random order of the installs:
 
 - ``written_ms``: process start to the config file written (the file's mtime, which the
   kernel stamps with its coarse clock: a few ms of resolution); ``exit_ms``: to its exit;
+  ``cpu_ms``: the CPU time (user + system) the process used, which a busy machine moves far
+  less than the wall times;
 - ``import_ms``: every import of a run under ``-X importtime`` (the launcher's interpreter
   and flags), summed; ``imports``: the biggest top-level imports' medians (lightkube and
   httpx2 come in lazily, when the client is made);
 - ``interpreter_ms``: the same interpreter and flags running nothing (``-c pass``);
-- ``paired_written_ms``: per pair of installs, the median of the rounds' differences.
+- ``paired_written_ms``, ``paired_cpu_ms``: per pair of installs, the median of the rounds'
+  differences.
 
 The results go to ``bench/results-configmanager.json``; the figures to bench/README.md.
 """
@@ -33,6 +36,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import shutil
 import statistics
 import subprocess
@@ -107,13 +111,23 @@ def interpreter_of(script: Path, root: Path | None = None) -> list[str]:
     return first[2:].split()
 
 
+def children_cpu_s() -> float:
+    """User + system CPU of this process's waited-for children so far (the one run waited
+    for between two reads: its own CPU, which the machine's load moves far less than its
+    wall time)."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
 def one_run(install: Install) -> None:
     """The oneshot run: start to file written, start to exit."""
     install.pod.dst.unlink(missing_ok=True)
+    cpu = children_cpu_s()
     began = time.time_ns()
     proc = install.spawn([install.program], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, err = proc.communicate(timeout=60)
     ended = time.time_ns()
+    install.sample("cpu_ms", (children_cpu_s() - cpu) * 1000)
     if proc.returncode != 0 or install.pod.dst.read_text() != CONFIGS["ts4"]:
         raise SystemExit(f"bench: {install.name}'s manager failed ({proc.returncode}): {err!r}")
     install.sample("written_ms", (install.pod.dst.stat().st_mtime_ns - began) / 1e6)
@@ -182,6 +196,14 @@ def deb_root(work: Path, deb: Path, name: str = "deb") -> Path:
     inside = root / work.relative_to("/")
     inside.mkdir(parents=True, exist_ok=True)
     run("mount", "--bind", work, inside)
+    # Other jobs may install or purge nvct on this host meanwhile, and an overlay's lower layer
+    # must not change under it: nvct's directories are this root's own tmpfs, and an nvct the
+    # host has is purged from this root (only) first.
+    for private in ("usr/share/nvct", "usr/lib/nvct"):
+        (root / private).mkdir(parents=True, exist_ok=True)
+        run("mount", "-t", "tmpfs", "nvct-bench", root / private)
+    purge = ["dpkg", "--root", str(root), "--purge", "--force-all", "nvct-oci-hook", "nvct"]
+    subprocess.run(purge, capture_output=True, check=False)
     run("dpkg", "--root", root, "-i", deb)
     return root
 
@@ -266,6 +288,7 @@ def main() -> int:
     )  # fmt: skip
     args = parser.parse_args()
     debs = named_debs(args.deb)
+    keep = bool(os.environ.get("NVCT_BENCH_KEEP"))  # look into the roots after a failure
     chosen = [i.strip() for i in args.installs.split(",") if i.strip()]
     unknown = [i for i in chosen if i not in INSTALLS]
     if unknown:
@@ -299,6 +322,8 @@ def main() -> int:
         load.append(os.getloadavg()[0])
     finally:
         server.stop()
+        if not keep:
+            remove(work)
     results = {
         "rounds": args.rounds,
         "seed": args.seed,
@@ -306,25 +331,27 @@ def main() -> int:
         "cpu_count": os.cpu_count(),
         "load_average_1m": {"start": load[0], "end": load[-1]},
         "installs": {each.name: summary(each) for each in chosen_installs},
-        # the rounds' own differences: the load moves both sides of a pair alike
-        "paired_written_ms": {
-            f"{a.name} - {b.name}": round(
-                statistics.median(
-                    x - y
-                    for x, y in zip(a.samples["written_ms"], b.samples["written_ms"], strict=True)
-                ),
-                1,
-            )
-            for i, a in enumerate(chosen_installs)
-            for b in chosen_installs[i + 1 :]
+        # the rounds' own differences (a - b): the load moves both sides of a pair alike
+        **{
+            f"paired_{key}": {
+                f"{a.name} - {b.name}": round(
+                    statistics.median(
+                        x - y for x, y in zip(a.samples[key], b.samples[key], strict=True)
+                    ),
+                    1,
+                )
+                for i, a in enumerate(chosen_installs)
+                for b in chosen_installs[i + 1 :]
+            }
+            for key in ("written_ms", "cpu_ms")
         },
     }
     args.output.write_text(json.dumps(results, indent=2) + "\n")
-    remove(work)
     for each in chosen_installs:
         s = results["installs"][each.name]
         print(
-            f"{each.name:14} written {s['written_ms']['median']:7.1f} ms  exit "
+            f"{each.name:14} written {s['written_ms']['median']:7.1f} ms  cpu "
+            f"{s['cpu_ms']['median']:6.1f} ms  exit "
             f"{s['exit_ms']['median']:7.1f} ms  imports {s['import_ms']['median']:6.1f} ms  "
             f"interpreter {s['interpreter_ms']['median']:5.1f} ms"
         )
