@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from integration.cri import runtime_v1_pb2 as cri
-from integration.harness.crinode import IMAGE, Node, running_node
+from integration.harness.crinode import IMAGE, Node
 from integration.harness.deviceplugin import PluginProcess, uuids
 from integration.harness.processes import until
 from integration.kubelet.cri import Pod, container_config, read_cri_log
@@ -32,11 +31,8 @@ MPS_RULE = '[{devices = ["1"], strategy = "mps", replicas = 2}]'
 
 
 @pytest.fixture(scope="module")
-def node(
-    tmp_path_factory: pytest.TempPathFactory, sim_driver: Any, glibc_rootfs_dir: Path
-) -> Iterator[Node]:
-    with running_node(tmp_path_factory.mktemp("cri-mps"), sim_driver, glibc_rootfs_dir) as node:
-        yield node
+def node(cri_node: Node) -> Node:
+    return cri_node
 
 
 def host_python_mounts(*writable: Path) -> list[tuple[str, str, bool]]:

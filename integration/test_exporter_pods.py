@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from integration.cri import runtime_v1_pb2 as cri
-from integration.harness.crinode import IMAGE, Node, running_node
+from integration.harness.crinode import IMAGE, Node
 from integration.kubelet.cri import container_config
 from integration.kubelet.podresources import Container, PodResources
 from integration.simdriver import inject
@@ -34,12 +33,8 @@ SHARING = {
 
 
 @pytest.fixture(scope="module")
-def node(
-    tmp_path_factory: pytest.TempPathFactory, sim_driver: Any, glibc_rootfs_dir: Path
-) -> Iterator[Node]:
-    work = tmp_path_factory.mktemp("cri-exporter")
-    with running_node(work, sim_driver, glibc_rootfs_dir) as node:
-        yield node
+def node(cri_node: Node) -> Node:
+    return cri_node
 
 
 def host_pid(container_id: str, comm: str = "") -> int:
