@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
