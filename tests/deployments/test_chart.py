@@ -685,7 +685,8 @@ def test_a_values_file_written_for_nvidias_chart_installs_nvct() -> None:
         assert admitted(docs, pod, NFD_GPU_NODE) == [], name
     assert admitted(docs, plugin, FRESH_GPU_NODE) != []  # NVIDIA's affinity needs NFD
     assert "No node-feature-discovery" not in notes(NVIDIA_VALUES)
-    assert "No node-feature-discovery" in notes({})
+    assert f"kubectl get nodes -l {READY_LABEL}=true" in notes({})
+    assert "No node-feature-discovery" in notes({"installer": {"labelNodes": False}})
     names = {(d["kind"], d["metadata"]["name"]) for d in docs}
     assert names >= {(d["kind"], d["metadata"]["name"]) for d in rendered({})}
 
