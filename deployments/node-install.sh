@@ -12,8 +12,8 @@
 #                              SIGTERM (pod deletion)
 #
 # Once nvct's handlers are registered (and the engine restarted), the node's Node object gets
-# the label $NODE_LABEL=true (nvct.io/runtime.ready), which nvct's other DaemonSets require:
-# they never start on a node without nvct's handlers. uninstall, and install on a node without
+# the label $NODE_LABEL=true (nvct.io/runtime.ready), which nvct's DaemonSets on those handlers
+# require: they never start on a node without them. uninstall, and install on a node without
 # a GPU, remove it. Through `nvct-cli node-label` with the pod's token ($NVCT_SERVICE_ACCOUNT_DIR),
 # which may change only that label of its own Node ($NODE_NAME). Without a token (the chart's
 # installer.labelNodes=false, or run outside a pod) it says so once and goes on.

@@ -51,6 +51,9 @@ AFFINITY = {
 }
 # What the installer puts on its Node once nvct's handlers run there (node-install.sh).
 READY_LABEL = "nvct.io/runtime.ready"
+# The DaemonSets that do not require it: the installer (it sets it) and mps-control (no nvct
+# handler; its MPS daemons must outlive an installer upgrade, which removes the label a moment).
+UNBOUND = {"nvct-installer", "nvct-mps-control"}
 # The installer's API access (installer.labelNodes): its role, binding, policy and egress.
 INSTALLER_API = {
     ("ClusterRole", "nvct-installer"),
@@ -462,7 +465,7 @@ def daemonset_pods(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 def test_scheduling_image_and_priority_values_reach_every_daemonset() -> None:
     for name, pod in daemonset_pods(rendered(MATRIX["custom-scheduling"])).items():
-        ready = {} if name == "nvct-installer" else {READY_LABEL: "true"}
+        ready = {} if name in UNBOUND else {READY_LABEL: "true"}
         assert pod["nodeSelector"] == {"pool": "gpu", **ready}, name
         assert pod["affinity"] == AFFINITY, name
         assert pod["tolerations"] == MATRIX["custom-scheduling"]["tolerations"], name
@@ -518,16 +521,17 @@ def admitted(docs: list[dict[str, Any]], pod: dict[str, Any], node: dict[str, An
 
 
 def test_with_default_values_every_daemonset_runs_on_a_fresh_gpu_node_without_nfd() -> None:
-    """A fresh node (the kubelet's labels alone, GPU or not) gets the installer only, so a
-    CPU-only node has no pod waiting for a handler its installer never registers (helm
+    """A fresh node (the kubelet's labels alone, GPU or not) gets no pod on nvct's handler, so
+    a CPU-only node has none waiting for a handler its installer never registers (helm
     install --wait finishes); once the installer labelled a GPU node, every DaemonSet runs."""
     docs = rendered({})
     pods = daemonset_pods(docs)
     assert len(pods) == 5
     fresh = {n for n, p in pods.items() if admitted(docs, p, FRESH_GPU_NODE) == []}
-    assert fresh == {"nvct-installer"}
+    assert fresh == UNBOUND
+    assert not any(pods[n].get("runtimeClassName") for n in fresh)
     for name, pod in pods.items():
-        if name != "nvct-installer":
+        if name not in UNBOUND:
             assert admitted(docs, pod, FRESH_GPU_NODE) == [f"nodeSelector {READY_LABEL}=true"]
     for node in (READY_GPU_NODE, TAINTED):
         for name, pod in pods.items():
@@ -550,7 +554,7 @@ def test_with_nfd_the_daemonsets_need_nfds_pci_label_as_nvidias_do() -> None:
                                                        READY_LABEL: "true"}}}  # fmt: skip
         assert admitted(docs, pod, forced) == [], name
         unready = {"metadata": {"name": "x", "labels": NFD_LABEL}}  # NFD alone: installer only
-        assert (admitted(docs, pod, unready) == []) is (name == "nvct-installer"), name
+        assert (admitted(docs, pod, unready) == []) is (name in UNBOUND), name
     nvidia = find(docs, "RuntimeClass", "nvidia")
     assert nvidia["scheduling"]["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
 

@@ -14,6 +14,7 @@ from tests.deployments.test_admission import refusals
 from tests.deployments.test_chart import (
     FRESH_GPU_NODE,
     READY_LABEL,
+    UNBOUND,
     admitted,
     containers,
     daemonset_pods,
@@ -167,7 +168,7 @@ def test_the_label_is_required_whatever_affinity_or_nfd_say() -> None:
         docs = rendered(values)
         for name, pod in daemonset_pods(docs).items():
             assert (pod.get("nodeSelector", {}).get(READY_LABEL) == "true") is (
-                name != "nvct-installer"
+                name not in UNBOUND
             ), (values, name)
     docs = rendered({"affinity": anywhere})
     plugin = daemonset_pods(docs)["nvct-device-plugin"]

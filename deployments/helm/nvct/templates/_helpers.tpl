@@ -219,8 +219,8 @@ nvct-system
 
 {{- /*
 The label the installer puts on its Node once the node's engine runs nvct's handlers (RuntimeClasses
-nvidia and nvct-system), and takes off when it undoes that: every DaemonSet but the installer
-requires it. "" with installer.enabled or installer.labelNodes false (nothing sets it then).
+nvidia and nvct-system), and takes off when it undoes that: the DaemonSets on the RuntimeClass
+nvct-system (device plugin, labeller, exporter, DRA plugin) require it. "" with installer.enabled or installer.labelNodes false (nothing sets it then).
 */ -}}
 {{- define "nvct.readyLabel" -}}
 {{- if and .Values.installer.enabled .Values.installer.labelNodes -}}
