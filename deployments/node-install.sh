@@ -234,6 +234,8 @@ case ${1:-run} in
         # once they are; a node that never has one is never touched.
         if ! has_gpu; then
             log "no NVIDIA GPU on this node ($DEV_ROOT/dev/nvidia*): waiting for one, $ENGINE left alone"
+            # a label an earlier install left (the GPU is gone)
+            mark remove || log "the label $NODE_LABEL could not be removed"
             until has_gpu; do nap "$GPU_POLL"; done
         fi
         install

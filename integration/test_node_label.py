@@ -179,13 +179,14 @@ def test_node_install_labels_after_installing_and_unlabels_on_uninstall(
     assert LABEL not in labels(apiserver)
 
 
-def test_node_install_run_labels_only_once_a_gpu_is_there(
+def test_node_install_run_unlabels_a_gpu_less_node_and_labels_once_a_gpu_is_there(
     node_root: Path,
     tmp_path: Path,
     env: dict[str, str],
     apiserver: APIServer,  # noqa: F811
 ) -> None:
     (node_root / "dev/nvidia0").unlink()
+    apiserver.set_node_labels(NODE, {LABEL: "true"})  # an earlier install's, the GPU gone since
     full, _ = _installer(node_root, tmp_path, env)
     proc = subprocess.Popen(
         [str(SCRIPT), "run"],
@@ -195,8 +196,10 @@ def test_node_install_run_labels_only_once_a_gpu_is_there(
         text=True,
     )
     try:
+        assert until(lambda: LABEL not in labels(apiserver), 30)
         time.sleep(1)
-        assert proc.poll() is None and patches(apiserver) == 0 and LABEL not in labels(apiserver)
+        assert proc.poll() is None and patches(apiserver) == 1  # the removal, nothing set
+        assert LABEL not in labels(apiserver) and not (node_root / "usr").exists()
         (node_root / "dev/nvidia0").touch()
         assert until(lambda: labels(apiserver).get(LABEL) == "true", 30)
         assert (node_root / "usr/bin/nvct-runtime").exists()  # installed before labelled
