@@ -81,6 +81,7 @@ MATRIX: dict[str, dict[str, Any]] = {
     "exporter-off": {"exporter": {"enabled": False}},
     "per-pod-usage-crio": {"exporter": {"perPodUsage": True}, "installer": {"engine": "crio"}},
     "installer-off": {"installer": {"enabled": False}},
+    "label-nodes-off": {"installer": {"labelNodes": False}},
     "all-optional-off": {
         "exporter": {"enabled": False},
         "installer": {"enabled": False},
