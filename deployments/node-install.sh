@@ -206,7 +206,7 @@ install() {
 }
 
 uninstall() {
-    # first: the other DaemonSets' pods leave before their handler goes
+    # first: the pods on nvct's handlers leave before the handlers go
     mark remove || log "the label $NODE_LABEL could not be removed: remove it by hand (kubectl label node $NODE_NAME $NODE_LABEL-)"
     before=$(config_sum)
     if [ -f "$LIST" ]; then configure --undo; fi
@@ -239,7 +239,7 @@ case ${1:-run} in
             until has_gpu; do nap "$GPU_POLL"; done
         fi
         install
-        # the engine runs nvct's handlers now: the label lets the other DaemonSets come (tried
+        # the engine runs nvct's handlers now: the label lets the pods on them come (tried
         # again, the pause doubling, while the API server is away or refuses)
         pause=$LABEL_RETRY
         until mark set; do
