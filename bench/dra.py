@@ -7,6 +7,11 @@ over HTTPS. Each round creates a fresh allocated ResourceClaim, so a prepare doe
 (GET the claim, check it, write its CDI spec, record the checkpoint with fsync), then
 unprepares it. p50/p99 over gRPC, for a claim of one GPU and of eight, the kubelet's retry of a
 prepared claim (answered from the checkpoint), and unprepare. Goal: one GPU under 20 ms p99.
+
+``--sharing`` measures claims that share their GPU instead (``bench/results-dra-sharing.json``):
+one GPU with MPS (the claim's control daemon started, limits set and read back; at unprepare
+quit and its directories removed) and one GPU at time-slice Long (nvidia-smi compute-policy at
+prepare, Default again at unprepare), on the simulated driver's programs.
 """
 
 from __future__ import annotations
@@ -22,7 +27,14 @@ from pathlib import Path
 from bench.deviceplugin import percentiles, rss_mib, timed_ms
 from integration.apiserver.certs import make_certs
 from integration.apiserver.server import APIServer
-from integration.harness.dra import CLAIMS, DRIVER, DraPluginProcess, allocated_claim, put_claim
+from integration.harness.dra import (
+    CLAIMS,
+    DRIVER,
+    DraPluginProcess,
+    allocated_claim,
+    gpu_config,
+    put_claim,
+)
 from integration.kubelet.dra import DraKubelet
 from integration.simdriver import cached_driver, preset
 
@@ -32,8 +44,11 @@ PRESET = "h100pcie-x8-nvlink-pairs"
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.dra")
     parser.add_argument("--rounds", type=int, default=300)
-    parser.add_argument("--output", type=Path, default=Path("bench/results-dra.json"))
+    parser.add_argument("--output", type=Path, default=None)
+    parser.add_argument("--sharing", action="store_true", help="MPS and time-slice claims")
     args = parser.parse_args()
+    name = "results-dra-sharing.json" if args.sharing else "results-dra.json"
+    output = args.output or Path("bench") / name
     if os.geteuid() != 0:
         print("bench: needs root (the simulated driver's device nodes)", file=sys.stderr)
         return 1
@@ -53,7 +68,11 @@ def main() -> int:
             return 1
         gpus = [f"gpu-{i}" for i in range(len(sim.spec.gpus))]
         results: dict[str, object] = {"gpus": len(gpus), "preset": PRESET}
-        for label, devices in (("1 GPU", gpus[:1]), (f"{len(gpus)} GPUs", gpus)):
+        if args.sharing:
+            results |= _sharing(server, kubelet, args.rounds)
+        for label, devices in (
+            () if args.sharing else (("1 GPU", gpus[:1]), (f"{len(gpus)} GPUs", gpus))
+        ):
             prepare, retry, unprepare = [], [], []
             for n in range(args.rounds):
                 claim = put_claim(
@@ -72,8 +91,32 @@ def main() -> int:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(results, indent=2))
-    args.output.write_text(json.dumps(results, indent=2) + "\n")
+    output.write_text(json.dumps(results, indent=2) + "\n")
     return 0
+
+
+def _sharing(server: APIServer, kubelet: DraKubelet, rounds: int) -> dict[str, object]:
+    """Prepare and unprepare of one-GPU claims with MPS and with time-slice Long."""
+    mps = {
+        "strategy": "MPS",
+        "mpsConfig": {
+            "defaultActiveThreadPercentage": 50,
+            "defaultPinnedDeviceMemoryLimit": "10Gi",
+        },
+    }
+    sliced = {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}}
+    out: dict[str, object] = {}
+    for label, sharing in (("MPS", mps), ("time-slice Long", sliced)):
+        prepare, unprepare = [], []
+        for n in range(rounds):
+            config = gpu_config(sharing)
+            name = f"s-{label[:3].lower()}-{n}"
+            claim = put_claim(server, allocated_claim(name, {"gpu": ["gpu-1"]}, config=config))
+            prepare.append(timed_ms(lambda c=claim: _ok(kubelet.prepare(DRIVER, [c]), c)))
+            unprepare.append(timed_ms(lambda c=claim: _ok(kubelet.unprepare(DRIVER, [c]), c)))
+        out[f"NodePrepareResources 1 GPU, {label}"] = percentiles(prepare)
+        out[f"NodeUnprepareResources 1 GPU, {label}"] = percentiles(unprepare)
+    return out
 
 
 def _ok(answers: dict[str, object], claim: tuple[str, str, str]) -> None:

@@ -2,7 +2,8 @@
 the test allocator (real CEL: cel-python with Kubernetes' extensions; matchAttribute as the
 scheduler applies it) against the ResourceSlices nvct's publisher wrote to the stand-in API
 server for the simulated presets' GPUs: each example selects the devices it should and no
-other, and the NVLink example gets a pair on the NVLink-pairs preset."""
+other, and the NVLink example gets a pair on the NVLink-pairs preset and any two GPUs of an
+HGX board's NVSwitches."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from integration.harness.apiserver import (
 from integration.harness.processes import until
 from integration.harness.slices import Running, make_publisher, published
 from integration.simdriver import preset
+from integration.simdriver.spec import NVSWITCH_BUS_IDS
 from integration.simdriver.sysfs import write_sysfs
 from nvct.dra.devices import device_name, dra_devices
 from nvct.host.inventory import Inventory
@@ -52,18 +54,25 @@ def device_classes() -> dict[str, dict[str, Any]]:
     }
 
 
-def nvlink_pairs(name: str, inventory: Inventory) -> dict[tuple[int, int], int]:
-    """What NVML tells the plugin of NVLink: links per pair of GPU indices (the simulated
-    driver's spec holds each GPU's links by the far end's PCI bus ID)."""
+def nvlink_topology(
+    name: str, inventory: Inventory
+) -> tuple[dict[tuple[int, int], int], dict[int, frozenset[str]]]:
+    """What NVML tells the plugin of NVLink: links per pair of GPU indices, and the NVSwitches
+    each GPU's links reach (the simulated driver's spec holds each GPU's links by the far
+    end's PCI bus ID; its NVSwitches are NVSWITCH_BUS_IDS)."""
     index = {g.pci_bus_id.lower(): g.index for g in inventory.gpus}
+    switch_ids = {b.lower() for b in NVSWITCH_BUS_IDS}
     pairs: dict[tuple[int, int], int] = {}
+    switches: dict[int, frozenset[str]] = {}
     for sim, gpu in zip(preset(name).gpus, inventory.gpus, strict=True):
         for remote in sim.nvlinks:
             other = index.get(remote.lower())
             if other is not None:
                 key = (min(gpu.index, other), max(gpu.index, other))
                 pairs[key] = pairs.get(key, 0) + 1
-    return pairs
+            elif remote.lower() in switch_ids:
+                switches[gpu.index] = switches.get(gpu.index, frozenset()) | {remote.lower()}
+    return pairs, switches
 
 
 class Node:
@@ -73,9 +82,8 @@ class Node:
         sysfs = root / "sys"
         write_sysfs(preset(name), sysfs)
         self.inventory = Inventory.from_dict(read_fixture(name))
-        devices = dra_devices(
-            self.inventory, sysfs_root=sysfs, nvlinks=nvlink_pairs(name, self.inventory)
-        )
+        pairs, switches = nvlink_topology(name, self.inventory)
+        devices = dra_devices(self.inventory, sysfs_root=sysfs, nvlinks=pairs, switches=switches)
         self.publisher = make_publisher(root, server, monkeypatch)
         self.run = Running(self.publisher, [d.slice_entry() for d in devices])
         assert self.publisher.in_sync.wait(10), self.run.failure
@@ -148,6 +156,16 @@ def test_the_nvlink_example_gets_a_bridged_pair(node: Node) -> None:
     # with one GPU of each of the first two pairs taken, the next whole pair is given
     again = node.allocate("nvlink-pair.yaml", in_use=("gpu-1", "gpu-2"))
     assert again == {"gpus": ["gpu-4", "gpu-5"]}
+
+
+@pytest.mark.parametrize("node", ["h100x8-nvswitch"], indirect=True)
+def test_the_nvlink_example_gets_two_gpus_of_an_nvswitch_board(node: Node) -> None:
+    """HGX: every GPU reaches the same four NVSwitches, so any two are on one domain."""
+    got = node.allocate("nvlink-pair.yaml")
+    assert got is not None and len(set(got["gpus"])) == 2
+    taken = tuple(f"gpu-{i}" for i in range(6))  # the two left, whichever they are
+    assert node.allocate("nvlink-pair.yaml", in_use=taken) == {"gpus": ["gpu-6", "gpu-7"]}
+    assert node.allocate("nvlink-pair.yaml", in_use=(*taken, "gpu-7")) is None
 
 
 @pytest.mark.parametrize("node", ["h100x4-550"], indirect=True)

@@ -7,6 +7,7 @@ unpreparing what the first one prepared."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -184,31 +185,66 @@ def test_a_prepared_claim_runs_a_container_that_sees_exactly_its_gpus(
         shutil.rmtree(short, ignore_errors=True)
 
 
+def _published_domains(name: str, tmp_path: Path) -> tuple[list[Any], Any]:
+    """The devices the plugin makes of preset ``name`` with the topology it reads from the
+    simulated NVML (a subprocess: NVML stays loaded in a process), and the preset."""
+    import pickle
+    import subprocess
+    import sys
+
+    from integration.harness.nvct_config import write_nvct_config
+    from integration.simdriver import cached_driver, preset
+
+    sim = cached_driver(preset(name), Path("/tmp/nvct-test-simdrivers"))
+    config = write_nvct_config(tmp_path / "config.toml", sim)
+    script = (
+        "import pickle, sys\n"
+        "from pathlib import Path\n"
+        "from nvct.config import load_config\n"
+        "from nvct.dra.devices import dra_devices\n"
+        "from nvct.dra.setup import topology\n"
+        "from nvct.host.load import load_inventory\n"
+        "config = load_config(sys.argv[1], use_cache=False)\n"
+        "inventory = load_inventory(config, use_cache=False)\n"
+        "links = topology(config, inventory)\n"
+        "devices = dra_devices(inventory, sysfs_root=Path(sys.argv[2]), nvlinks=links.nvlinks,\n"
+        "                      switches=links.switches)\n"
+        "sys.stdout.buffer.write(pickle.dumps([dict(d.attributes) for d in devices]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(config), str(sim.sys_root)],
+        env=os.environ | sim.env(), capture_output=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()
+    return pickle.loads(done.stdout), sim  # noqa: S301 - our own child's output
+
+
 def test_nvlink_pairs_read_through_nvml_make_one_domain_per_pair(
     sim_driver: Any, tmp_path: Path
 ) -> None:
     """On 8 H100 PCIe bridged in pairs (0-1, 2-3, ...), what the plugin reads from the
     simulated NVML gives each pair a domain of its own: a claim's matchAttribute on
     nvlinkDomain gets a bridged pair."""
-    from integration.harness.nvct_config import write_nvct_config
-    from integration.simdriver import cached_driver, preset
-    from nvct.config import load_config
-    from nvct.dra.devices import dra_devices
-    from nvct.dra.setup import nvlinks
-    from nvct.host.load import load_inventory
-
     # sim_driver: root and gcc checked; the same cache, another preset
-    sim = cached_driver(preset("h100pcie-x8-nvlink-pairs"), Path("/tmp/nvct-test-simdrivers"))
-    config = load_config(str(write_nvct_config(tmp_path / "config.toml", sim)), use_cache=False)
-    inventory = load_inventory(config, use_cache=False)
-    devices = dra_devices(inventory, sysfs_root=sim.sys_root, nvlinks=nvlinks(config, inventory))
-    domains = [d.attributes["nvlinkDomain"]["string"] for d in devices]
+    attributes, _ = _published_domains("h100pcie-x8-nvlink-pairs", tmp_path)
+    domains = [a["nvlinkDomain"]["string"] for a in attributes]
     assert len(domains) == 8
     assert [domains[i] == domains[i ^ 1] for i in range(8)] == [True] * 8
     assert len(set(domains)) == 4
-    roots = {d.attributes["resource.kubernetes.io/pcieRoot"]["string"] for d in devices}
+    roots = {a["resource.kubernetes.io/pcieRoot"]["string"] for a in attributes}
     assert roots == {"pci0000:00", "pci0000:01"}  # two host bridges, four GPUs each
-    assert [d.attributes["numaNode"]["int"] for d in devices] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert [a["numaNode"]["int"] for a in attributes] == [0, 0, 0, 0, 1, 1, 1, 1]
+
+
+def test_an_hgx_boards_gpus_reach_the_same_nvswitches_and_share_one_domain(
+    sim_driver: Any, tmp_path: Path
+) -> None:
+    """8 H100 SXM on 4 NVSwitches: NVML names no GPU at the far end of any link, only
+    switches (NvLinkRemoteDeviceType SWITCH); all eight are one NVLink domain."""
+    attributes, sim = _published_domains("h100x8-nvswitch", tmp_path)
+    domains = {a["nvlinkDomain"]["string"] for a in attributes}
+    assert len(attributes) == 8
+    assert domains == {sim.spec.gpus[0].uuid}
 
 
 def test_a_driver_container_node_gets_specs_with_the_hosts_paths(

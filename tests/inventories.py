@@ -29,7 +29,13 @@ from nvct.host.fingerprint import inventory_fingerprint
 from nvct.host.inventory import Inventory
 from nvct.host.load import write_inventory
 
-PRESETS = ("h100x4-550", "a100x8-570-mig", "h100pcie-x8-nvlink-pairs", "mixed-ecc-x3")
+PRESETS = (
+    "h100x4-550",
+    "a100x8-570-mig",
+    "h100pcie-x8-nvlink-pairs",
+    "mixed-ecc-x3",
+    "h100x8-nvswitch",
+)
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 ROOT = "@ROOT@"
 REGENERATE = "python -m tests.inventories --write (as root, with gcc)"

@@ -5,8 +5,14 @@ them."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
 import sys
+import tempfile
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +24,7 @@ from integration.harness.deviceplugin import SimProcess
 from integration.harness.nvct_config import write_nvct_config
 from integration.harness.slices import SLICE_WRITER
 
+MPS_PID_FILE = "nvidia-cuda-mps-control.pid"
 CLAIMS = Kind("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", namespaced=True)
 DRIVER = "gpu.nvct.io"
 NODE = "gpu-node-1"
@@ -130,3 +137,59 @@ def claim_specs(cdi_root: Path) -> list[str]:
     return (
         sorted(p.name for p in cdi_root.glob("nvct-dra-claim-*.json")) if cdi_root.exists() else []
     )
+
+
+def gpu_config(sharing: dict[str, Any]) -> list[dict[str, Any]]:
+    """A claim's config entry (every request) of a ``GpuConfig`` with ``sharing``."""
+    parameters = {"apiVersion": "dra.nvct.io/v1alpha1", "kind": "GpuConfig", "sharing": sharing}
+    opaque = {"driver": DRIVER, "parameters": parameters}
+    return [{"source": "FromClaim", "requests": [], "opaque": opaque}]
+
+
+@contextmanager
+def dra_node(server: APIServer) -> Iterator[tuple[Any, Path]]:
+    """The DRA kubelet stand-in watching a private plugins_registry, and the plugins directory
+    beside it (short, as the kubelet's own: sockets' paths have at most 107 bytes; MPS claims'
+    pipes live there too). Afterwards an MPS daemon a failed test left there is killed by its
+    pid."""
+    from integration.kubelet.dra import DraKubelet
+
+    short = Path(tempfile.mkdtemp(prefix="dra-"))
+    kubelet = DraKubelet(short / "plugins_registry").start()
+    server.add_kind(CLAIMS)
+    try:
+        yield kubelet, short / "plugins"
+    finally:
+        kubelet.stop()
+        for pid_file in (short / "plugins").glob(f"{DRIVER}/mps/*/pipe/{MPS_PID_FILE}"):
+            pid = int(pid_file.read_text())
+            try:
+                argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+            except OSError:
+                continue
+            if argv0.endswith(b"nvidia-cuda-mps-control"):
+                os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(short, ignore_errors=True)
+
+
+def node_plugin(
+    work: Path, sim: Any, server: APIServer, node: tuple[Any, Path], cdi: Path, *program: str
+) -> DraPluginProcess:
+    """``DraPluginProcess`` for ``dra_node``'s kubelet and plugins directory (``program``: the
+    command, default ``python -m nvct.dra``)."""
+    kubelet, plugins = node
+    return DraPluginProcess(
+        work, sim, server, registry_dir=kubelet.registry_dir, plugins_dir=plugins,
+        cdi_root=cdi, program=program or (sys.executable, "-m", "nvct.dra"),
+    )  # fmt: skip
+
+
+def without_sys_admin() -> tuple[str, ...]:
+    """``python -m nvct.dra`` without CAP_SYS_ADMIN (as the chart runs it unless
+    dra.sharing), through setpriv; the test is skipped where setpriv is missing."""
+    import pytest
+
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("no setpriv (util-linux)")
+    return (setpriv, "--bounding-set=-sys_admin", sys.executable, "-m", "nvct.dra")

@@ -294,10 +294,17 @@ def reset(target: Target) -> None:
     ctl = _ctl(target)
     for name in ("events", "slow_ms"):
         (ctl / name).unlink(missing_ok=True)
-    for sub in ("metrics", "flaky", "processes"):
+    for sub in ("metrics", "flaky", "processes", "timeslice"):
         if (ctl / sub).is_dir():
             for f in (ctl / sub).iterdir():
                 f.unlink()
+
+
+def timeslice(target: Target, gpu: int) -> int:
+    """GPU `gpu`'s compute time-slice as `nvidia-smi compute-policy --set-timeslice` left it
+    (0 Default, 1 Short, 2 Medium, 3 Long; 0 when never set)."""
+    path = _ctl(target) / "timeslice" / str(gpu)
+    return int(path.read_text()) if path.exists() else 0
 
 
 def mps_commands(target: Target) -> list[tuple[str, str]]:

@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 
 from nvct.base.errors import NvctError
 from nvct.cdi.names import PLUGIN_KIND
-from nvct.deviceplugin.mps import CONTAINER_SHM, MpsPaths
 from nvct.node.devices import PluginDevice
 from nvct.node.health.state import HEALTHY
+from nvct.node.mps import CONTAINER_SHM, MpsPaths
 
 DEVICE_MOUNT_DIR = "/var/run/nvidia-container-devices"
 ANNOTATION_PREFIX = "cdi.k8s.io/"

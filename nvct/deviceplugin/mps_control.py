@@ -4,7 +4,7 @@ kept running by a process of their own, so that they outlive the device plugin.
 It reads the same config as the device plugin (``[device-plugin.sharing]``), starts each GPU's
 daemon with its limits (or keeps one an earlier run left that answers with them; one with other
 limits is replaced), restarts a dead one, and ``quit``s them all on SIGTERM. The plugin only asks
-them for their limits (``nvct.deviceplugin.mps.MpsProbe``). Where it runs: a DaemonSet of its own
+them for their limits (``nvct.node.mps.MpsProbe``). Where it runs: a DaemonSet of its own
 (``deployments/mps-control.yaml``), as NVIDIA's mps-control-daemon; a restart of the plugin's
 pod — the common case: a crash, an upgrade, a config change — then leaves every daemon and its
 clients' work alone.
@@ -23,10 +23,10 @@ import structlog
 
 from nvct.base.errors import NvctError
 from nvct.config import Config
-from nvct.deviceplugin.mps import MpsDaemon, gpu_daemons
-from nvct.deviceplugin.mps_watch import MpsWatch, Supervised
 from nvct.deviceplugin.watchers import Verdicts, Watcher
 from nvct.node.health.state import Health, Transition
+from nvct.node.mps import MpsDaemon, gpu_daemons
+from nvct.node.mps_watch import MpsWatch, Supervised
 from nvct.node.nogpu import wait_for_a_gpu
 from nvct.node.sharing import SharingConfigError, plan_sharing
 

@@ -24,7 +24,6 @@ from nvct.cdi.names import PLUGIN_CLASS, PLUGIN_SPEC_NAME, PLUGIN_VENDOR
 from nvct.config import Config
 from nvct.config.declare import recorded
 from nvct.deviceplugin.allocate import SharingPolicy
-from nvct.deviceplugin.mps_watch import MpsWatch
 from nvct.deviceplugin.preferred import pcie_score
 from nvct.deviceplugin.server import Endpoint, ResourceService
 from nvct.deviceplugin.status import StatusWriter
@@ -33,6 +32,7 @@ from nvct.node.devices import DeviceConfigError, PluginDevice
 from nvct.node.files import KUBELET_SOCKET, STATUS_FILE
 from nvct.node.health.latches import LatchFile, boot_id
 from nvct.node.health.state import Health, Transition
+from nvct.node.mps_watch import MpsWatch
 from nvct.node.offer import offer
 from nvct.node.sharing import SharingPlan
 from nvct.node.status import Devices
@@ -174,8 +174,8 @@ class Plugin:
         """The MPS GPUs' daemons, asked before anything is advertised: their replicas are
         advertised Healthy once the daemon answers with the limits (``nvct-cli mps-control``
         runs them, so they outlive this process)."""
-        from nvct.deviceplugin.mps import MpsProbe, gpu_daemons
-        from nvct.deviceplugin.mps_watch import Supervised
+        from nvct.node.mps import MpsProbe, gpu_daemons
+        from nvct.node.mps_watch import Supervised
 
         probes = gpu_daemons(MpsProbe, self.config, inventory, plan.shares.values())
         if not probes:

@@ -87,7 +87,7 @@ def cli(
             sysfs_root=Path(sysfs_root or config.device_plugin.sysfs_root),
             kubeconfig=kubeconfig, service_account_dir=service_account_dir,
         )  # fmt: skip
-        sockets = start(config, settings)
+        sockets = start(config, settings, stop)
         start_publishing(
             config, ClusterAccess(kubeconfig, service_account_dir), node=node_name,
             driver=driver_name, devices=list(sockets.driver.devices.values()),

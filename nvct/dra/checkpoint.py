@@ -37,13 +37,28 @@ class PreparedDevice:
 
 
 @dataclass(frozen=True, slots=True)
+class MpsRecord:
+    """A claim's MPS control daemon: where it lives (``<root>/<claim uid>/``), its GPUs, its
+    limits and its pid when it was started (unprepare stops it by pid)."""
+
+    root: str
+    uuids: tuple[str, ...]
+    threads: int
+    limits: tuple[tuple[str, int], ...]  # (UUID, MiB) of the limited GPUs
+    pid: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class Prepared:
-    """A prepared claim: whose, its devices and the CDI spec written for it."""
+    """A prepared claim: whose, its devices, the CDI spec written for it and its MPS daemon."""
 
     namespace: str
     name: str
     devices: tuple[PreparedDevice, ...]
     spec: str
+    mps: MpsRecord | None = None
+    # (GPU UUID, interval) of the GPUs whose time-slice this claim set (Default at unprepare)
+    timeslice: tuple[tuple[str, str], ...] = ()
 
 
 class Checkpoint:
@@ -91,4 +106,12 @@ def _prepared(entry: Mapping[str, Any]) -> Prepared:
         )
         for d in entry["devices"]
     )
-    return Prepared(entry["namespace"], entry["name"], devices, entry["spec"])
+    mps = entry.get("mps")  # absent: a claim without MPS, or a checkpoint from before MPS
+    record = None
+    if mps is not None:
+        record = MpsRecord(
+            mps["root"], tuple(mps["uuids"]), mps["threads"],
+            tuple((u, m) for u, m in mps["limits"]), mps["pid"],
+        )  # fmt: skip
+    timeslice = tuple((u, i) for u, i in entry.get("timeslice", ()))
+    return Prepared(entry["namespace"], entry["name"], devices, entry["spec"], record, timeslice)

@@ -52,9 +52,17 @@ def cdi_id(uid: str, device: str) -> str:
 
 
 def write_claim_spec(
-    directory: Path, node: NodeSpec, uid: str, devices: Sequence[tuple[str, str]]
+    directory: Path,
+    node: NodeSpec,
+    uid: str,
+    devices: Sequence[tuple[str, str]],
+    extra: Mapping[str, Sequence[Any]] | None = None,
 ) -> Path:
-    """Write the spec of claim ``uid`` for ``devices`` ((device name, UUID) pairs)."""
+    """Write the spec of claim ``uid`` for ``devices`` ((device name, UUID) pairs); ``extra``:
+    container edits of the claim's own (its MPS daemon's), appended to the common ones."""
+    common = dict(node.common)
+    for key, values in (extra or {}).items():
+        common[key] = [*(common.get(key) or ()), *values]
     spec = {
         "cdiVersion": node.version,
         "kind": DRA_KIND,
@@ -62,7 +70,7 @@ def write_claim_spec(
             {"name": f"{uid}-{name}", "containerEdits": node.by_uuid[uuid]}
             for name, uuid in devices
         ],
-        "containerEdits": node.common,
+        "containerEdits": common,
     }
     path = spec_path(directory, uid)
     directory.mkdir(parents=True, exist_ok=True)

@@ -19,8 +19,9 @@ Attributes NVIDIA's DRA driver has keep its names (``type``, ``uuid``, ``product
 ``brand``, ``architecture``, ``cudaComputeCapability``, ``driverVersion``,
 ``cudaDriverVersion``, ``pciBusID``, ``resource.kubernetes.io/pcieRoot``, ``index``,
 ``minor``; MIG: ``profile``, ``parentUUID``, ``parentIndex``); nvct adds ``numaNode`` and
-``nvlinkDomain``: GPUs joined by NVLink, directly or through others, share a domain (the
-fabric's clique ID where the GPU is on a completed NVLink fabric), so a claim's
+``nvlinkDomain``: GPUs joined by NVLink, directly, through others or through the NVSwitches
+of an HGX board, share a domain (the fabric's clique ID where the GPU is on a completed NVLink
+fabric), so a claim's
 ``matchAttribute`` on it gets GPUs that talk over NVLink. A GPU with no NVLink has no such
 attribute, and the scheduler then never pairs it under that constraint.
 """
@@ -55,6 +56,11 @@ class DraDevice:
     nodes: tuple[DeviceNode, ...]  # the device's own nodes (control nodes are common edits)
     attributes: Mapping[str, Mapping[str, Any]]
     capacity: Mapping[str, Mapping[str, str]]
+
+    @property
+    def memory_mib(self) -> int:
+        """The device's memory (its ``memory`` capacity, written in Mi)."""
+        return int(self.capacity["memory"]["value"].removesuffix("Mi"))
 
     def slice_entry(self) -> dict[str, Any]:
         """The device as a ResourceSlice's ``spec.devices[]`` item (``resource.k8s.io/v1``)."""
@@ -93,9 +99,15 @@ def pcie_root(sysfs_root: Path, bus_id: str) -> str | None:
     return parts[0] if parts and parts[0].startswith("pci") else None
 
 
-def nvlink_domains(inventory: Inventory, nvlinks: Mapping[Pair, int]) -> dict[int, str]:
+def nvlink_domains(
+    inventory: Inventory,
+    nvlinks: Mapping[Pair, int],
+    switches: Mapping[int, frozenset[str]] | None = None,
+) -> dict[int, str]:
     """Each GPU index on an NVLink domain -> the domain's name: the fabric clique where the
-    GPU has one, else the UUID of the lowest-indexed GPU of its linked group."""
+    GPU has one, else the UUID of the lowest-indexed GPU of its linked group. GPUs are linked
+    directly (``nvlinks``: links per pair) or through an NVSwitch both reach (``switches``:
+    each GPU's switches by bus ID, HGX boards)."""
     parent = {g.index: g.index for g in inventory.gpus}
 
     def root(i: int) -> int:
@@ -105,8 +117,13 @@ def nvlink_domains(inventory: Inventory, nvlinks: Mapping[Pair, int]) -> dict[in
         return i
 
     linked: set[int] = set()
-    for (a, b), count in nvlinks.items():
-        if count > 0 and a in parent and b in parent:
+    joined = [(a, b) for (a, b), count in nvlinks.items() if count > 0]
+    first_on: dict[str, int] = {}  # each switch -> the first GPU seen on it
+    for gpu, reached in sorted((switches or {}).items()):
+        for switch in sorted(reached):
+            joined.append((first_on.setdefault(switch, gpu), gpu))
+    for a, b in joined:
+        if a in parent and b in parent and a != b:
             linked.update((a, b))
             ra, rb = root(a), root(b)
             parent[max(ra, rb)] = min(ra, rb)
@@ -121,10 +138,12 @@ def dra_devices(
     *,
     sysfs_root: Path,
     nvlinks: Mapping[Pair, int] | None = None,
+    switches: Mapping[int, frozenset[str]] | None = None,
 ) -> list[DraDevice]:
     """The node's DRA devices, by GPU index then MIG device; ``nvlinks`` (links per pair of
-    GPU indices, as the device plugin's topology reads them from NVML) gives the domains."""
-    domains = nvlink_domains(inventory, nvlinks or {})
+    GPU indices) and ``switches`` (each GPU's NVSwitches), as the device plugin's topology
+    reads them from NVML, give the domains."""
+    domains = nvlink_domains(inventory, nvlinks or {}, switches)
     out: list[DraDevice] = []
     for gpu in inventory.gpus:
         common = _gpu_attributes(inventory, gpu, sysfs_root, domains.get(gpu.index))

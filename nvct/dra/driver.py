@@ -3,9 +3,13 @@
 Prepare: a claim already in the checkpoint is answered as before (its spec rewritten if it was
 removed meanwhile); otherwise the ResourceClaim is read from the API server, its devices of
 this driver and pool are checked against what this node offers and their configuration, its
-CDI spec is written, and the claim is recorded, then answered. Unprepare removes the spec and
-forgets the claim; a claim never prepared (or already unprepared) is done at once, as the
-kubelet's retries need. A claim's failure is its own one-line error; the others go on.
+CDI spec is written, and the claim is recorded, then answered. A claim configured for MPS
+gets its control daemon first (``nvct.dra.mps``), and its spec the daemon's pipe, shm and
+limits; one time-sliced at another interval than Default gets it set on its GPUs
+(``nvct.dra.timeslice``). Unprepare stops the claim's daemon, sets its GPUs back to Default,
+removes the spec and forgets the claim; a claim never prepared (or already unprepared) is done
+at once, as the kubelet's retries need. A claim's failure is its own one-line error; the
+others go on.
 """
 
 from __future__ import annotations
@@ -19,10 +23,13 @@ from typing import Any
 import structlog
 
 from nvct.base.errors import NvctError
-from nvct.dra.checkpoint import Checkpoint, Prepared, PreparedDevice
-from nvct.dra.claim import ClaimError, allocated
+from nvct.dra.checkpoint import Checkpoint, MpsRecord, Prepared, PreparedDevice
+from nvct.dra.claim import Allocated, ClaimError, allocated
 from nvct.dra.claimspec import NodeSpec, cdi_id, spec_path, valid_uid, write_claim_spec
+from nvct.dra.config import MpsConfig
 from nvct.dra.devices import DraDevice
+from nvct.dra.mps import ClaimDaemons
+from nvct.dra.timeslice import TimeSliceError, TimeSlices
 
 log = structlog.get_logger("nvct-dra-plugin")
 
@@ -52,6 +59,8 @@ class Driver:
         cdi_dir: Path,
         checkpoint: Checkpoint,
         fetch: FetchClaim,
+        mps: ClaimDaemons | None = None,
+        timeslices: TimeSlices | None = None,
     ) -> None:
         self.name = name
         self.pool = pool
@@ -60,6 +69,8 @@ class Driver:
         self.cdi_dir = cdi_dir
         self.checkpoint = checkpoint
         self.fetch = fetch
+        self.mps = mps
+        self.timeslices = timeslices
         # One claim at a time: two retries of one claim must not interleave their writes.
         self.lock = threading.Lock()
 
@@ -80,7 +91,14 @@ class Driver:
             try:
                 self._unprepare(claim)
             except OSError as err:
-                line = f"cannot remove the CDI spec of claim {_ref(claim)}: {err.strerror}"
+                line = (
+                    f"cannot remove the CDI spec or MPS directory of claim {_ref(claim)}: "
+                    f"{err.strerror} ({err.filename})"
+                )
+                log.warning("unprepare_failed", claim=_ref(claim), error=line)
+                return line
+            except TimeSliceError as err:
+                line = f"claim {_ref(claim)}: {err.one_line()}"
                 log.warning("unprepare_failed", claim=_ref(claim), error=line)
                 return line
         log.info("unprepared", claim=_ref(claim))
@@ -92,7 +110,9 @@ class Driver:
         known = self.checkpoint.claims.get(claim.uid)
         if known is not None:
             if not Path(known.spec).exists():  # removed by hand or a reboot's tmpfs
-                self._write_spec(claim.uid, [d.device for d in known.devices])
+                for uuid, interval in known.timeslice:  # a reboot set the GPUs back too
+                    self._set_timeslice(claim, [uuid], interval)
+                self._write_spec(claim.uid, [d.device for d in known.devices], known.mps)
             return known.devices
         found = allocated(
             self.fetch(claim.namespace, claim.name), uid=claim.uid, driver=self.name,
@@ -118,14 +138,87 @@ class Driver:
             if device.name not in requests:
                 names.append(device.name)
             requests.setdefault(device.name, []).append(result.request)
-        path = self._write_spec(claim.uid, names)
-        devices = tuple(
-            PreparedDevice(tuple(requests[n]), self.pool, n, (cdi_id(claim.uid, n),)) for n in names
-        )
-        self.checkpoint.record(claim.uid, Prepared(claim.namespace, claim.name, devices, str(path)))
+        timeslice = self._timeslices(claim, found)
+        mps = None
+        try:
+            mps = self._start_mps(claim, names, found)
+            path = self._write_spec(claim.uid, names, mps)
+            devices = tuple(
+                PreparedDevice(tuple(requests[n]), self.pool, n, (cdi_id(claim.uid, n),))
+                for n in names
+            )
+            prepared = Prepared(claim.namespace, claim.name, devices, str(path), mps, timeslice)
+            self.checkpoint.record(claim.uid, prepared)
+        except BaseException:
+            if mps is not None and self.mps is not None:  # never a daemon no claim records
+                self.mps.stop(claim.uid, mps)
+            self._restore_timeslices(claim, timeslice)
+            raise
         return devices
 
-    def _write_spec(self, uid: str, names: Sequence[str]) -> Path:
+    def _timeslices(
+        self, claim: ClaimRef, found: Sequence[Allocated]
+    ) -> tuple[tuple[str, str], ...]:
+        """Set the intervals the claim's config asks for (not Default) on its GPUs; the
+        (UUID, interval) pairs set. A failure sets the ones already done back."""
+        wanted = {
+            self.devices[r.device].uuid: r.config.interval
+            for r in found
+            if r.config.sharing == "TimeSlicing" and r.config.interval != "Default"
+        }
+        done: list[tuple[str, str]] = []
+        try:
+            for uuid, interval in wanted.items():
+                self._set_timeslice(claim, [uuid], interval)
+                done.append((uuid, interval))
+        except ClaimError:
+            self._restore_timeslices(claim, tuple(done))
+            raise
+        return tuple(done)
+
+    def _set_timeslice(self, claim: ClaimRef, uuids: Sequence[str], interval: str) -> None:
+        if self.timeslices is None:
+            raise ClaimError(
+                f"claim {_ref(claim)}: time-slice interval {interval} is not available on this node"
+            )
+        try:
+            self.timeslices.set(uuids, interval)
+        except TimeSliceError as err:
+            raise ClaimError(f"claim {_ref(claim)}: {err.message}", hint=err.hint) from err
+
+    def _restore_timeslices(self, claim: ClaimRef, timeslice: Sequence[tuple[str, str]]) -> None:
+        """Default again on the GPUs ``timeslice`` names (errors are logged: a failed prepare
+        keeps its own error)."""
+        if timeslice and self.timeslices is not None:
+            try:
+                self.timeslices.set([u for u, _ in timeslice], "Default")
+            except TimeSliceError as err:
+                log.warning("timeslice_not_restored", claim=_ref(claim), error=err.one_line())
+
+    def _start_mps(
+        self, claim: ClaimRef, names: Sequence[str], found: Sequence[Allocated]
+    ) -> MpsRecord | None:
+        """The claim's MPS daemon, where its config asks for one (for all its devices)."""
+        configs: dict[str, MpsConfig | None] = {}
+        for result in found:
+            configs[result.device] = result.config.mps if result.config.sharing == "MPS" else None
+        wanted = {c for c in configs.values() if c is not None}
+        if not wanted:
+            return None
+        where = f"claim {_ref(claim)}"
+        if len(wanted) > 1 or None in configs.values():
+            raise ClaimError(
+                f"{where}: its devices are configured with {len(wanted)} MPS config(s) and "
+                f"{sum(c is None for c in configs.values())} device(s) without MPS",
+                hint="give all of a claim's devices one MPS config (a daemon per claim), or "
+                "make two claims",
+            )
+        if self.mps is None:
+            raise ClaimError(f"{where}: sharing strategy MPS is not available on this node")
+        gpus = [(n, self.devices[n].uuid, self.devices[n].memory_mib) for n in names]
+        return self.mps.start(claim.uid, gpus, wanted.pop(), where)
+
+    def _write_spec(self, uid: str, names: Sequence[str], mps: MpsRecord | None) -> Path:
         gone = [n for n in names if n not in self.devices]
         if gone:  # a checkpointed claim whose GPU left the node: never a spec without it
             raise ClaimError(
@@ -133,13 +226,18 @@ class Driver:
                 hint="delete the pod; its claim is allocated again from the current devices",
             )
         pairs = [(n, self.devices[n].uuid) for n in names]
-        return write_claim_spec(self.cdi_dir, self.node_spec, uid, pairs)
+        extra = self.mps.edits(uid, mps) if mps is not None and self.mps is not None else {}
+        return write_claim_spec(self.cdi_dir, self.node_spec, uid, pairs, extra)
 
     def _unprepare(self, claim: ClaimRef) -> None:
         known = self.checkpoint.claims.get(claim.uid)
         paths = {spec_path(self.cdi_dir, claim.uid)} if valid_uid(claim.uid) else set()
         if known is not None:
             paths.add(Path(known.spec))
+            if known.mps is not None and self.mps is not None:
+                self.mps.stop(claim.uid, known.mps)
+            if known.timeslice and self.timeslices is not None:  # a failure: the kubelet retries
+                self.timeslices.set([u for u, _ in known.timeslice], "Default")
         for path in paths:
             path.unlink(missing_ok=True)
         self.checkpoint.forget(claim.uid)

@@ -1,8 +1,10 @@
 """nvct-dra-plugin's start: discover the GPUs, render the node's CDI edits once, read the
-checkpoint, connect to the API server, and serve the kubelet's sockets."""
+checkpoint, take over the MPS daemons of the claims it names, connect to the API server, and
+serve the kubelet's sockets."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,10 +13,13 @@ import structlog
 from nvct.config import Config
 from nvct.dra.checkpoint import Checkpoint
 from nvct.dra.claimspec import NodeSpec
-from nvct.dra.devices import Pair, dra_devices
+from nvct.dra.devices import dra_devices
 from nvct.dra.driver import Driver
+from nvct.dra.mps import MPS_DIR, ClaimDaemons
 from nvct.dra.server import Sockets
+from nvct.dra.timeslice import TimeSlices
 from nvct.host.inventory import Inventory
+from nvct.node.topology import Topology, read_topology
 
 log = structlog.get_logger("nvct-dra-plugin")
 
@@ -33,8 +38,9 @@ class Settings:
     service_account_dir: str
 
 
-def start(config: Config, settings: Settings) -> Sockets:
-    """Serving, registered as soon as the kubelet dials.
+def start(config: Config, settings: Settings, stop: threading.Event | None = None) -> Sockets:
+    """Serving, registered as soon as the kubelet dials; the claims' MPS daemons supervised
+    until ``stop``.
 
     Raises:
         NvctError: no driver, no nvct-cdi-hook, an unreadable checkpoint, or no API access.
@@ -47,18 +53,26 @@ def start(config: Config, settings: Settings) -> Sockets:
     from nvct.plan.cdi_spec import SpecOptions, kubelet_plugin_spec
 
     inventory = load_inventory(config, use_cache=False)
+    links = topology(config, inventory)
     devices = dra_devices(
-        inventory, sysfs_root=settings.sysfs_root, nvlinks=nvlinks(config, inventory)
+        inventory, sysfs_root=settings.sysfs_root, nvlinks=links.nvlinks, switches=links.switches
     )
     options = SpecOptions(strategy="uuid", vendor=DRA_VENDOR, cls=DRA_CLASS)
     # The device plugin's writer: the same edits, and host paths under host-driver-root.
     spec = kubelet_plugin_spec(inventory, config, options)
     checkpoint = Checkpoint(settings.plugins_dir / settings.driver)
     access = ClusterAccess(settings.kubeconfig, settings.service_account_dir)
+    mps = claim_daemons(config, inventory, settings.plugins_dir / settings.driver / MPS_DIR)
+    for uid, prepared in checkpoint.claims.items():
+        if prepared.mps is not None:
+            mps.resume(uid, prepared.mps)
+    threading.Thread(
+        target=mps.run, args=(stop or threading.Event(),), name="mps", daemon=True
+    ).start()
     driver = Driver(
         name=settings.driver, pool=settings.node, devices=devices,
         node_spec=NodeSpec.from_spec(spec), cdi_dir=settings.cdi_root, checkpoint=checkpoint,
-        fetch=claim_reader(access),
+        fetch=claim_reader(access), mps=mps, timeslices=timeslices(config, inventory),
     )  # fmt: skip
     log.info(
         "devices",
@@ -71,15 +85,39 @@ def start(config: Config, settings: Settings) -> Sockets:
     return sockets
 
 
-def nvlinks(config: Config, inventory: Inventory) -> dict[Pair, int]:
-    """NVLink links between the GPUs, through NVML (none where NVML does not answer: the
-    devices then have no NVLink domain, which only narrows what claims can match)."""
+def claim_daemons(config: Config, inventory: Inventory, root: Path) -> ClaimDaemons:
+    """The claims' MPS daemons, run with the host driver's ``nvidia-cuda-mps-control`` (a node
+    without it still serves claims without MPS; MPS claims are refused saying so)."""
+    from nvct.node.mps import mps_program
+    from nvct.node.sharing import SharingConfigError
+
+    try:
+        program: tuple[Path, str] | str = mps_program(config, inventory)
+    except SharingConfigError as err:
+        program = err.one_line()
+    return ClaimDaemons(root, program)
+
+
+def timeslices(config: Config, inventory: Inventory) -> TimeSlices:
+    """Time-slice intervals, set with the host driver's nvidia-smi (a node without it still
+    serves claims at Default; others are refused saying so)."""
+    from nvct.node.driverbin import driver_binary, driver_library_path
+
+    smi = driver_binary(inventory, "nvidia-smi")
+    if smi is None:
+        return TimeSlices(f"no nvidia-smi under {config.driver_root}")
+    return TimeSlices((smi, driver_library_path(config, inventory)))
+
+
+def topology(config: Config, inventory: Inventory) -> Topology:
+    """NVLink links between the GPUs and the NVSwitches they reach, through NVML (none where
+    NVML does not answer: the devices then have no NVLink domain, which only narrows what
+    claims can match)."""
     from nvct.base.errors import NvctError
     from nvct.host.arch import host_arch
     from nvct.host.discover.libraries import driver_nvml_library
     from nvct.host.discover.nvml import open_nvml
     from nvct.node.devices import PluginDevice
-    from nvct.node.topology import read_topology
 
     gpus = [
         PluginDevice(g.uuid, g.uuid, str(g.index), g.index, g.pci_bus_id, None, g.minor)
@@ -89,8 +127,8 @@ def nvlinks(config: Config, inventory: Inventory) -> dict[Pair, int]:
         nvml = open_nvml(driver_nvml_library(Path(config.driver_root), host_arch()))
     except (NvctError, OSError) as err:
         log.warning("no_topology", error=str(err))
-        return {}
+        return Topology({}, {})
     try:
-        return dict(read_topology(nvml, gpus).nvlinks)
+        return read_topology(nvml, gpus)
     finally:
         nvml.nvmlShutdown()

@@ -47,7 +47,28 @@ def test_the_dra_objects_and_examples_validate_strictly(version: str) -> None:
     assert invalid(named + examples(), version) == []
     kinds = {d["kind"] for _, d in examples()}
     assert kinds == {"ResourceClaimTemplate", "ResourceClaim", "Pod"}
-    assert len([n for n, _ in examples() if n.endswith("#0")]) == 5
+    assert len([n for n, _ in examples() if n.endswith("#0")]) == 6
+
+
+def test_every_examples_config_is_one_the_plugin_applies() -> None:
+    """The opaque configs of the examples (and of the chart's classes) parse as nvct-dra-plugin
+    parses them at prepare: an example a user copies is never refused."""
+    from nvct.dra.config import DeviceConfig, MpsConfig, parse_config
+
+    found = {}
+    for name, doc in [*examples(), *((d["metadata"]["name"], d) for d in dra_docs())]:
+        spec = doc.get("spec") or {}
+        spec = spec.get("spec", spec)  # a template's claim spec
+        # a claim's config is in spec.devices, a DeviceClass's in its spec
+        entries = (spec.get("devices") or {}).get("config") or spec.get("config") or ()
+        for n, entry in enumerate(entries):
+            opaque = entry.get("opaque") or {}
+            if opaque.get("driver") == "gpu.nvct.io":
+                found[name] = parse_config(opaque["parameters"], where=f"{name} config[{n}]")
+    assert found == {
+        "mps-gpu.yaml#0": DeviceConfig("gpu", "MPS", MpsConfig(50, 20480)),
+        "shared-gpu.yaml#0": DeviceConfig("gpu", "TimeSlicing"),
+    }
 
 
 def test_off_by_default_and_on_it_brings_the_plugin_classes_rbac_and_policy() -> None:
@@ -203,3 +224,29 @@ def test_the_chart_with_dra_lints_without_a_finding_above_info() -> None:
     report = helm.lint(CHART, ON, namespace="nvct-system", strict=True)
     assert report["errors"] == []
     assert [m for m in report["messages"] if m["severity"] > 1] == []
+
+
+def test_dra_sharing_gives_the_plugin_sys_admin_and_the_pod_policy_admits_it_for_it_alone() -> None:
+    """MPS claims' daemons get a mount namespace each (unshare + bind mount) and intervals are
+    the driver's privileged compute policy: CAP_SYS_ADMIN for nvct-dra-plugin with dra.sharing,
+    and for no other DaemonSet; without it, none."""
+
+    def capabilities(values: dict[str, Any]) -> dict[str, Any]:
+        (container,) = daemonset_pods(rendered(values))["nvct-dra-plugin"]["containers"]
+        caps: dict[str, Any] = container["securityContext"]["capabilities"]
+        return caps
+
+    assert capabilities(ON) == {"drop": ["ALL"]}
+    mps = {"dra": {"enabled": True, "sharing": True}}
+    assert capabilities(mps) == {"drop": ["ALL"], "add": ["SYS_ADMIN"]}
+    docs = rendered(mps)
+    pods = find(docs, "ValidatingAdmissionPolicy", "nvct-system-pods")
+    templates = {
+        d["metadata"]["name"]: d["spec"]["template"] for d in docs if d["kind"] == "DaemonSet"
+    }
+    assert refusals(pods, templates["nvct-dra-plugin"], "nvct-system") == []
+    labeller = templates["nvct-labeller"]
+    labeller["spec"]["containers"][0]["securityContext"]["capabilities"]["add"] = ["SYS_ADMIN"]
+    assert any("add none" in m for m in refusals(pods, labeller, "nvct-system"))
+    without = find(rendered(ON), "ValidatingAdmissionPolicy", "nvct-system-pods")
+    assert refusals(without, templates["nvct-dra-plugin"], "nvct-system")

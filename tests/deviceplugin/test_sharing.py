@@ -12,11 +12,11 @@ from nvct.base.errors import ConfigError
 from nvct.cdi.names import PLUGIN_KIND
 from nvct.config import Config, parse_config
 from nvct.deviceplugin.allocate import AllocationError, Answer, SharingPolicy, allocate
-from nvct.deviceplugin.mps import MpsPaths, memory_limit_is
 from nvct.deviceplugin.preferred import preferred
 from nvct.host.inventory import Inventory
 from nvct.node.devices import PluginDevice, replica_id, resources
 from nvct.node.health.state import Health
+from nvct.node.mps import MpsPaths, memory_limit_is
 from nvct.node.sharing import SharingConfigError, mps_max_replicas, plan_sharing
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nvct.dra.checkpoint import Checkpoint, CheckpointError, Prepared, PreparedDevice
+from nvct.dra.checkpoint import Checkpoint, CheckpointError, MpsRecord, Prepared, PreparedDevice
 
 CLAIM = Prepared(
     "ns", "c", (PreparedDevice(("gpu",), "node-1", "gpu-0", ("k8s.gpu.nvct.io/claim=u-gpu-0",)),),
@@ -24,6 +24,17 @@ def test_what_one_plugin_records_the_next_reads(tmp_path: Path) -> None:
     first.forget("u")
     assert Checkpoint(tmp_path).claims == {}
     assert list(tmp_path.iterdir()) == [tmp_path / "checkpoint.json"]  # no temp left
+
+
+def test_a_claims_mps_daemon_is_recorded_and_older_entries_have_none(tmp_path: Path) -> None:
+    mps = MpsRecord("/plugins/mps", ("GPU-a", "GPU-b"), 30, (("GPU-b", 20480),), 4242)
+    with_mps = Prepared(CLAIM.namespace, "m", CLAIM.devices, CLAIM.spec, mps)
+    Checkpoint(tmp_path).record("m", with_mps)
+    assert Checkpoint(tmp_path).claims == {"m": with_mps}
+    data = json.loads((tmp_path / "checkpoint.json").read_text())
+    del data["claims"]["m"]["mps"]  # as the plugin before MPS per claim wrote it
+    (tmp_path / "checkpoint.json").write_text(json.dumps(data))
+    assert Checkpoint(tmp_path).claims["m"].mps is None
 
 
 @pytest.mark.parametrize(

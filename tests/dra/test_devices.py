@@ -80,6 +80,18 @@ def test_gpus_joined_by_nvlink_share_a_domain_and_lone_gpus_have_none(tmp_path: 
     assert nvlink_domains(inventory, {(0, 1): 0}) == {}
 
 
+def test_gpus_on_the_same_nvswitches_share_a_domain(tmp_path: Path) -> None:
+    """HGX: no link joins two GPUs, every link reaches a switch; GPUs sharing a switch (even
+    through a third GPU's) are one domain, a GPU alone on its switch is on none."""
+    inventory = _inventory("h100x4-550", tmp_path)
+    c3, c4, c9 = "00000000:c3:00.0", "00000000:c4:00.0", "00000000:c9:00.0"
+    switches = {0: frozenset({c3, c4}), 1: frozenset({c4}), 2: frozenset({c3}), 3: frozenset({c9})}
+    domains = nvlink_domains(inventory, {}, switches)
+    assert domains == {i: inventory.gpus[0].uuid for i in (0, 1, 2)}
+    together = nvlink_domains(inventory, {(2, 3): 2}, switches)  # and a bridge to GPU 3
+    assert set(together.values()) == {inventory.gpus[0].uuid} and len(together) == 4
+
+
 def test_pcie_root_is_read_through_the_bus_link_and_absent_where_sysfs_is_flat(
     tmp_path: Path,
 ) -> None:

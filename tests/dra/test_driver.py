@@ -14,6 +14,7 @@ from nvct.dra.checkpoint import Checkpoint
 from nvct.dra.claimspec import NodeSpec
 from nvct.dra.devices import dra_devices
 from nvct.dra.driver import ClaimRef, Driver
+from nvct.dra.mps import ClaimDaemons
 from nvct.host.inventory import Inventory
 from tests.inventories import read_fixture
 
@@ -44,14 +45,16 @@ class Claims:
         return self.objects[(namespace, name)]
 
 
-def _driver(tmp_path: Path, claims: Claims, gpus: int = 4) -> Driver:
+def _driver(
+    tmp_path: Path, claims: Claims, gpus: int = 4, mps: ClaimDaemons | None = None
+) -> Driver:
     inventory = Inventory.from_dict(read_fixture("h100x4-550"))
     devices = dra_devices(inventory, sysfs_root=tmp_path / "sys")[:gpus]
     by_uuid = {d.uuid: {"deviceNodes": [{"path": d.nodes[0].path}]} for d in devices}
     return Driver(
         name="gpu.nvct.io", pool="node-1", devices=devices,
         node_spec=NodeSpec("0.5.0", COMMON, by_uuid), cdi_dir=tmp_path / "cdi",
-        checkpoint=Checkpoint(tmp_path / "plugin"), fetch=claims,
+        checkpoint=Checkpoint(tmp_path / "plugin"), fetch=claims, mps=mps,
     )  # fmt: skip
 
 
@@ -102,7 +105,7 @@ def test_a_checkpointed_claim_whose_gpu_left_is_refused_not_shrunk(tmp_path: Pat
             ["gpu-0"],
             [{"opaque": {"driver": "gpu.nvct.io", "parameters": {
                 "apiVersion": "dra.nvct.io/v1alpha1", "kind": "MigDeviceConfig"}}}],
-            "MIG device",
+            "got gpu device gpu-0 but its config is for mig devices",
         ),
     ],
 )  # fmt: skip
@@ -127,3 +130,67 @@ def test_unprepare_is_done_for_claims_never_or_already_unprepared(tmp_path: Path
     assert driver.unprepare(ref) == ""  # the kubelet's retry
     assert not list((tmp_path / "cdi").iterdir())
     assert Checkpoint(tmp_path / "plugin").claims == {}
+
+
+def _mps(requests: list[str] | None = None, **fields: Any) -> list[Any]:
+    parameters = {
+        "apiVersion": "dra.nvct.io/v1alpha1",
+        "kind": "GpuConfig",
+        "sharing": {"strategy": "MPS", "mpsConfig": fields},
+    }
+    return [
+        {"requests": requests or [], "opaque": {"driver": "gpu.nvct.io", "parameters": parameters}}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("program", "config", "message"),
+    [
+        ("no nvidia-cuda-mps-control under /drv", _mps(),
+         "sharing strategy MPS: no nvidia-cuda-mps-control under /drv"),
+        ((Path("/nonexistent"), ""), _mps(defaultPinnedDeviceMemoryLimit="100Gi"),
+         "pinned-memory limit 102400Mi exceeds gpu-0's 81559Mi"),
+        ((Path("/nonexistent"), ""), _mps(defaultPerDevicePinnedMemoryLimit={"gpu-3": "1Gi"}),
+         "defaultPerDevicePinnedMemoryLimit names 'gpu-3', not a device of this claim (gpu-0, "
+         "gpu-1)"),
+        ((Path("/nonexistent"), ""), _mps(["other"]),
+         "configured with 1 MPS config(s) and 1 device(s) without MPS"),
+    ],
+)  # fmt: skip
+def test_mps_a_claim_cannot_have_is_refused_before_any_daemon_starts(
+    tmp_path: Path, program: Any, config: Any, message: str
+) -> None:
+    claims = Claims()
+    driver = _driver(tmp_path, claims, mps=ClaimDaemons(tmp_path / "mps", program))
+    ref = claims.put("c", ["gpu-0", "gpu-1"], config)
+    claims.objects[("ns", "c")]["status"]["allocation"]["devices"]["results"][1]["request"] = (
+        "other"
+    )
+    found, error = driver.prepare(ref)
+    assert (found, message in error, "\n" in error) == ((), True, False), error
+    assert not (tmp_path / "mps").exists()
+    assert driver.checkpoint.claims == {}
+
+
+def test_mps_on_a_plugin_without_daemons_is_refused(tmp_path: Path) -> None:
+    claims = Claims()
+    found, error = _driver(tmp_path, claims).prepare(claims.put("c", ["gpu-0"], _mps()))
+    assert found == ()
+    assert "sharing strategy MPS is not available on this node" in error
+
+
+def test_an_interval_without_nvidia_smi_is_refused_and_default_runs_nothing(tmp_path: Path) -> None:
+    from nvct.dra.timeslice import TimeSlices
+
+    claims = Claims()
+    driver = _driver(tmp_path, claims)
+    driver.timeslices = TimeSlices("no nvidia-smi under /drv")
+    sharing = {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Medium"}}
+    parameters = {"apiVersion": "dra.nvct.io/v1alpha1", "kind": "GpuConfig", "sharing": sharing}
+    config = [{"opaque": {"driver": "gpu.nvct.io", "parameters": parameters}}]
+    found, error = driver.prepare(claims.put("c", ["gpu-0"], config))
+    assert found == ()
+    assert "time-slice interval Medium: no nvidia-smi under /drv (fix: install" in error
+    sharing["timeSlicingConfig"]["interval"] = "Default"  # nothing to run: prepared
+    found, error = driver.prepare(claims.put("c", ["gpu-0"], config))
+    assert error == "" and driver.checkpoint.claims[UID].timeslice == ()

@@ -1,11 +1,18 @@
 /* Simulated nvidia-smi: a real NVML client, linked against libnvidia-ml.so.1 (found through
- * the dynamic loader, so in a container it runs only once the library was injected). */
+ * the dynamic loader, so in a container it runs only once the library was injected).
+ * `compute-policy` keeps each GPU's compute time-slice in the control directory
+ * (timeslice/<minor>: 0 Default, 1 Short, 2 Medium, 3 Long), as the driver keeps it until the
+ * next change or reboot; setting it needs CAP_SYS_ADMIN, as the driver's. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "nvml_api.h"
 #include "oldglibc.h"
+#include "simcommon.h"
+#include "simcontrol.h"
 
 #define NAME_LEN 96
 #define UUID_LEN 96
@@ -207,12 +214,127 @@ static int query(const char *fields, const char *format)
     return 0;
 }
 
+static const char *const timeslices[] = {"Default", "Short", "Medium", "Long"};
+
+/* The driver's administrator test on Linux: CAP_SYS_ADMIN (not the uid), as the real RM
+ * checks it for privileged controls such as the compute policy. */
+static int sys_admin(void)
+{
+    char line[256];
+    unsigned long long caps = 0;
+    FILE *f = fopen("/proc/self/status", "r");
+
+    if (f == NULL)
+        return 0;
+    while (fgets(line, sizeof(line), f) != NULL)
+        if (sscanf(line, "CapEff: %llx", &caps) == 1)
+            break;
+    fclose(f);
+    return (int)((caps >> 21) & 1); /* CAP_SYS_ADMIN */
+}
+
+/* The GPUs `id` (an index or a UUID; NULL: all) names, by index into found[]; their count. */
+static unsigned select_gpus(const char *id, nvmlDevice_t *found, unsigned max)
+{
+    unsigned n, i, k = 0;
+    nvmlDevice_t dev;
+    char uuid[UUID_LEN], index[16];
+
+    n = count_or_die();
+    for (i = 0; i < n && k < max; i++) {
+        nvmlDeviceGetHandleByIndex_v2(i, &dev);
+        nvmlDeviceGetUUID(dev, uuid, sizeof(uuid));
+        snprintf(index, sizeof(index), "%u", i);
+        if (id == NULL || strcmp(id, uuid) == 0 || strcmp(id, index) == 0)
+            found[k++] = dev;
+    }
+    return k;
+}
+
+/* compute-policy [-i ID] (--set-timeslice N | --set-timeslice=N | -l | --list) */
+static int compute_policy(int argc, char **argv)
+{
+    const char *id = NULL, *set = NULL;
+    int list = 0, i;
+    unsigned k, j, minor;
+    nvmlDevice_t found[SIM_MAX_MINOR];
+    char name[32], path[4608], uuid[UUID_LEN];
+    long value;
+    char *end;
+    FILE *f;
+
+    for (i = 0; i < argc; i++) {
+        if ((strcmp(argv[i], "-i") == 0 || strcmp(argv[i], "--id") == 0) && i + 1 < argc)
+            id = argv[++i];
+        else if (strncmp(argv[i], "--id=", 5) == 0)
+            id = argv[i] + 5;
+        else if (strcmp(argv[i], "--set-timeslice") == 0 && i + 1 < argc)
+            set = argv[++i];
+        else if (strncmp(argv[i], "--set-timeslice=", 16) == 0)
+            set = argv[i] + 16;
+        else if (strcmp(argv[i], "-l") == 0 || strcmp(argv[i], "--list") == 0)
+            list = 1;
+        else {
+            fprintf(stderr, "Invalid combination of input arguments. Please run 'nvidia-smi "
+                            "compute-policy -h' for help.\n");
+            return 2;
+        }
+    }
+    if ((set == NULL) == !list) {
+        fprintf(stderr, "Specify one of --set-timeslice or --list.\n");
+        return 2;
+    }
+    init_or_die();
+    k = select_gpus(id, found, SIM_MAX_MINOR);
+    if (k == 0) {
+        printf("No devices were found\n");
+        return 6;
+    }
+    if (set != NULL) {
+        value = strtol(set, &end, 10);
+        if (*set == '\0' || *end != '\0' || value < 0 || value > 3) {
+            fprintf(stderr, "Invalid timeslice value \"%s\": use 0 (default), 1 (short), 2 "
+                            "(medium) or 3 (long).\n", set);
+            return 2;
+        }
+        if (!sys_admin()) {
+            printf("Insufficient Permissions\n");
+            return 4;
+        }
+        sim_ctl_path(path, sizeof(path), "timeslice");
+        mkdir(path, 0755);
+    }
+    for (j = 0; j < k; j++) {
+        nvmlDeviceGetMinorNumber(found[j], &minor);
+        nvmlDeviceGetUUID(found[j], uuid, sizeof(uuid));
+        snprintf(name, sizeof(name), "timeslice/%u", minor);
+        if (set != NULL) {
+            sim_ctl_path(path, sizeof(path), name);
+            f = fopen(path, "w");
+            if (f == NULL) {
+                fprintf(stderr, "cannot record the timeslice: %s\n", strerror(errno));
+                return 255;
+            }
+            fprintf(f, "%ld\n", value);
+            fclose(f);
+            printf("Set compute timeslice to %s for GPU %s.\n", timeslices[value], uuid);
+        } else {
+            value = sim_read_long(name, 0);
+            printf("GPU %s: Timeslice: %s\n", uuid, timeslices[value >= 0 && value <= 3 ? value : 0]);
+        }
+    }
+    nvmlShutdown();
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *fields = NULL, *format = "csv";
     char driver[80], cuda[16];
     int i;
 
+    if (argc > 1 && strcmp(argv[1], "compute-policy") == 0)
+        return compute_policy(argc - 2, argv + 2);
     for (i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-L") == 0 || strcmp(argv[i], "--list-gpus") == 0)
             return list_gpus();

@@ -2,10 +2,11 @@
 answers with the limits applied, go Unhealthy when it dies, and Healthy again once it was
 restarted and the limits re-applied.
 
-Two users: ``nvct-cli mps-control`` supervises the daemons it runs (``MpsDaemon``, started and
+Three users: ``nvct-cli mps-control`` supervises the daemons it runs (``MpsDaemon``, started and
 restarted here, one "replica" per GPU); the device plugin supervises probes of them
 (``MpsProbe``: starting one only asks the daemon for its limits), so its replicas follow what
-the daemons answer without the plugin owning them."""
+the daemons answer without the plugin owning them; ``nvct-dra-plugin`` supervises its claims'
+daemons, added at prepare and removed at unprepare (no replicas: a claim has no health)."""
 
 from __future__ import annotations
 
@@ -16,15 +17,15 @@ from dataclasses import dataclass
 
 import structlog
 
-from nvct.deviceplugin.mps import PROBE_EVERY_S, MpsDaemon, MpsError
 from nvct.node.health.state import Health, Transition
+from nvct.node.mps import PROBE_EVERY_S, MpsDaemon, MpsError
 
 RETRY_MAX_S = 10.0
 # A dead daemon is restarted no sooner: the device plugin, which asks each daemon every
 # PROBE_EVERY_S, then hears of the death, and so does the kubelet.
 RESTART_AFTER_S = 2 * PROBE_EVERY_S
 
-log = structlog.get_logger("nvct-device-plugin")
+log = structlog.get_logger("nvct-mps")
 
 
 @dataclass
@@ -89,6 +90,16 @@ class MpsWatch:
         out = [t for r in s.replicas if (t := self.health.unblock(r, reason, now()))]
         self.hidden.difference_update(s.replicas)
         return out
+
+    def add(self, supervised: Supervised) -> None:
+        """Supervise one more daemon, started (``ready``) or to be started by the next step."""
+        with self.lock:
+            self.supervised.append(supervised)
+
+    def remove(self, daemon: MpsDaemon) -> None:
+        """Stop supervising ``daemon`` (stopping it is the caller's)."""
+        with self.lock:
+            self.supervised = [s for s in self.supervised if s.daemon is not daemon]
 
     def stop(self) -> None:
         """``quit`` every daemon (SIGKILL after a grace period)."""

@@ -1,5 +1,6 @@
-"""One MPS control daemon per MPS-shared GPU: started, limited and found again through its
-control pipe.
+"""MPS control daemons: started, limited and found again through their control pipe. One per
+MPS-shared GPU for the device plugin (``nvct-cli mps-control`` runs them), one per claim for
+``nvct-dra-plugin`` (its claim's GPUs, with the claim's limits per GPU).
 
 The driver's ``nvidia-cuda-mps-control -d`` runs as on a host, with ``CUDA_VISIBLE_DEVICES`` the
 GPU's UUID and its pipe and log directories under ``<mps-root>/<uuid>/``. Its clients' limits
@@ -27,7 +28,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -35,13 +36,14 @@ from typing import Any, TypeVar
 from nvct.base.errors import NvctError
 from nvct.config import Config
 from nvct.host.inventory import Inventory
+from nvct.node.driverbin import driver_library_path
 from nvct.node.sharing import MPS_CONTROL, Share, SharingConfigError, mps_control_binary
 
 PID_FILE = "nvidia-cuda-mps-control.pid"
 CONTAINER_ROOT = "/mps"  # where a container finds its GPU's pipe directory
 CONTAINER_SHM = "/dev/shm"  # noqa: S108 - the container's POSIX shm, the daemon's shm directory
 COMMAND_TIMEOUT_S = 5.0
-GET_MEMORY = "get_default_device_pinned_mem_limit 0"
+GET_MEMORY = "get_default_device_pinned_mem_limit"
 GET_THREADS = "get_default_active_thread_percentage"
 START_TIMEOUT_S = 5.0
 # The containers given a GPU's replicas mount its pipe and shm directories (CUDA clients connect
@@ -64,7 +66,8 @@ class MpsClientError(MpsError):
 
 @dataclass(frozen=True, slots=True)
 class MpsPaths:
-    """Where one GPU's daemon keeps its pipe, log and shared memory."""
+    """Where one daemon keeps its pipe, log and shared memory: ``uuid`` is its GPU's UUID (the
+    device plugin's daemons) or its claim's UID (a DRA claim's daemon)."""
 
     root: str
     uuid: str
@@ -96,26 +99,31 @@ class MpsPaths:
 
 
 class MpsDaemon:
-    """The control daemon of one GPU."""
+    """The control daemon of one GPU (``paths.uuid``), or of ``devices`` (UUIDs) with a
+    pinned-memory limit per device in ``limits`` (the daemon's device id: its index among
+    ``devices``, or a UUID -> MiB; default ``{"0": pinned_memory_mib}``)."""
 
     def __init__(
         self,
         binary: Path,
         paths: MpsPaths,
         *,
-        pinned_memory_mib: int,
+        pinned_memory_mib: int = 0,
         threads: int,
         library_path: str = "",
+        devices: Sequence[str] = (),
+        limits: Mapping[str, int] | None = None,
     ) -> None:
         self.binary = binary
         self.paths = paths
         self.pinned_memory_mib = pinned_memory_mib
+        self.limits = dict(limits) if limits is not None else {"0": pinned_memory_mib}
         self.threads = threads
         self.pid: int | None = None
         self.adopted = False
         self.env = {
             **os.environ,
-            "CUDA_VISIBLE_DEVICES": paths.uuid,
+            "CUDA_VISIBLE_DEVICES": ",".join(devices) or paths.uuid,
             "CUDA_MPS_PIPE_DIRECTORY": paths.pipe,
             "CUDA_MPS_LOG_DIRECTORY": paths.log,
         }
@@ -138,7 +146,7 @@ class MpsDaemon:
             os.chmod(directory, mode)  # makedirs obeys the umask and keeps an old directory's
         answer = self.limits_answered()
         if answer is not None and self.answers_limits(answer):
-            self.pid = self._visible_pid()  # an earlier supervisor's: kept, clients and all
+            self.pid = self.visible_pid()  # an earlier supervisor's: kept, clients and all
             self.adopted = True
             return
         if answer is not None:  # other limits: replaced, so the config holds
@@ -178,17 +186,23 @@ class MpsDaemon:
             raise
 
     def _limits(self) -> None:
-        memory = f"{self.pinned_memory_mib}M"
-        self._first_command(f"set_default_device_pinned_mem_limit 0 {memory}")
-        self.command(f"set_default_active_thread_percentage {self.threads}")
-        got_memory = self.command(GET_MEMORY)
-        got_threads = self.command(GET_THREADS)
-        if not self.answers_limits((got_memory, _number(got_threads))):
+        sets = [f"set_default_device_pinned_mem_limit {d} {m}M" for d, m in self.limits.items()]
+        first, *rest = [*sets, f"set_default_active_thread_percentage {self.threads}"]
+        self._first_command(first)
+        for line in rest:
+            self.command(line)
+        answer = self.limits_answered()
+        if answer is None or not self.answers_limits(answer):
             raise MpsError(
-                f"the MPS daemon of {self.paths.uuid} answers pinned memory {got_memory!r} and "
-                f"active threads {got_threads!r}, not {memory} and {self.threads}",
+                f"the MPS daemon of {self.paths.uuid} answers {answer!r} (pinned memory per "
+                f"device, active threads), not {self.describe_limits()}",
                 hint="check the driver's MPS (its log in " + self.paths.log + ")",
             )
+
+    def describe_limits(self) -> str:
+        """The configured limits as messages say them."""
+        memory = ", ".join(f"{d}: {m}M" for d, m in self.limits.items()) or "none"
+        return f"pinned memory {memory} and {self.threads}% active threads"
 
     def command(self, line: str) -> str:
         """Send one control command; its answer.
@@ -233,24 +247,27 @@ class MpsDaemon:
             return alive(self.pid)
         return self.adopted and self.limits_answered() is not None
 
-    def answers_limits(self, answer: tuple[str, float | None]) -> bool:
+    def answers_limits(self, answer: tuple[tuple[str, ...], float | None]) -> bool:
         """Whether a ``limits_answered`` answer is the configured limits."""
         memory, threads = answer
-        return memory_limit_is(memory, self.pinned_memory_mib) and threads == self.threads
+        return threads == self.threads and all(
+            memory_limit_is(got, mib) for got, mib in zip(memory, self.limits.values(), strict=True)
+        )
 
-    def limits_answered(self) -> tuple[str, float | None] | None:
-        """(pinned memory as the daemon prints it, active thread percentage), in one client
-        call; None when no daemon answers there."""
+    def limits_answered(self) -> tuple[tuple[str, ...], float | None] | None:
+        """(each limited device's pinned memory as the daemon prints it, the active thread
+        percentage), in one client call; None when no daemon answers there."""
         if not os.path.exists(os.path.join(self.paths.pipe, "control")):
             return None
+        asks = [f"{GET_MEMORY} {device}" for device in self.limits] + [GET_THREADS]
         try:
-            answer = self.command(f"{GET_MEMORY}\n{GET_THREADS}")
+            answer = self.command("\n".join(asks))
         except MpsError:
             return None
         lines = answer.splitlines()
-        if len(lines) != 2:
+        if len(lines) != len(asks):
             return None
-        return lines[0].strip(), _number(lines[1])
+        return tuple(line.strip() for line in lines[:-1]), _number(lines[-1])
 
     def quit(self, timeout: float = 5.0) -> None:
         """``quit`` through the pipe and wait until nothing answers there (a daemon found by
@@ -286,7 +303,7 @@ class MpsDaemon:
         except (OSError, ValueError, IndexError):
             return None
 
-    def _visible_pid(self) -> int | None:
+    def visible_pid(self) -> int | None:
         """The daemon's pid from its pid file when this process sees that very daemon."""
         pid = self._pid_file()
         return pid if pid is not None and alive(pid) and is_control(pid) else None
@@ -376,8 +393,8 @@ class MpsProbe(MpsDaemon):
         if not self.answers_limits(answer):
             raise MpsError(
                 f"the MPS control daemon of {self.paths.uuid} runs with pinned memory "
-                f"{memory} and {threads}% active threads, not {self.pinned_memory_mib}M "
-                f"and {self.threads}%",
+                f"{', '.join(memory)} and {threads}% active threads, not "
+                f"{self.describe_limits()}",
                 hint="give nvct-cli mps-control the device plugin's config",
             )
         self._answered_at = time.monotonic()
@@ -407,18 +424,7 @@ def gpu_daemons(
     Raises:
         SharingConfigError: the driver root has no ``nvidia-cuda-mps-control``.
     """
-    binary = mps_control_binary(Path(config.driver_root))
-    if binary is None:
-        raise SharingConfigError(
-            f"no nvidia-cuda-mps-control under {config.driver_root}",
-            hint="install the driver's MPS control program, or use time-slicing",
-        )
-    # The daemon starts MPS servers that load libcuda: from a pod, the node's driver is
-    # under the driver root, not where the image's loader looks.
-    library_path = ""
-    if Path(config.driver_root) != Path("/"):
-        dirs = dict.fromkeys(os.path.dirname(f.host_path) for f in inventory.files_of("lib"))
-        library_path = ":".join(dirs)
+    binary, library_path = mps_program(config, inventory)
     return [
         kind(
             binary,
@@ -430,3 +436,20 @@ def gpu_daemons(
         for s in shares
         if s.strategy == "mps"
     ]
+
+
+def mps_program(config: Config, inventory: Inventory) -> tuple[Path, str]:
+    """The host driver's ``nvidia-cuda-mps-control`` (never a binary of an image) and the
+    LD_LIBRARY_PATH its daemons need ("" where the driver root is /).
+
+    Raises:
+        SharingConfigError: the driver root has no ``nvidia-cuda-mps-control``.
+    """
+    binary = mps_control_binary(Path(config.driver_root))
+    if binary is None:
+        raise SharingConfigError(
+            f"no nvidia-cuda-mps-control under {config.driver_root}",
+            hint="install the driver's MPS control program, or use time-slicing",
+        )
+    # The daemon starts MPS servers that load libcuda.
+    return binary, driver_library_path(config, inventory)
