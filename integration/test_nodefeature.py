@@ -289,3 +289,23 @@ def test_the_api_output_needs_a_node_name_and_excludes_a_file(tmp_path: Path) ->
         (error,) = [ln for ln in done.stderr.splitlines() if ln.startswith("Error: ")]
         assert said in error  # click's usage error: one line with the fix
     assert not (tmp_path / "f").exists()
+
+
+def test_gfds_go_style_booleans_choose_the_output(sim_driver: Any, tmp_path: Path) -> None:
+    """GFD's ``--use-node-feature-api=false`` turns the API output off (a feature file is
+    written), ``=true`` turns it on (and then excludes --output), anything else is one line."""
+    env = {k: v for k, v in os.environ.items() if "NODE_FEATURE_API" not in k}
+    env.update(sim_driver.env())
+    base = [*_cli(sim_driver, tmp_path), "labels", "--output", str(tmp_path / "f")]
+    cases = (
+        ("--use-node-feature-api=false", 0, ""),
+        ("--use-node-feature-api=true", 2, "--output and --use-node-feature-api"),
+        ("--use-node-feature-api=maybe", 2, "use --use-node-feature-api=true or"),
+    )
+    for flag, rc, said in cases:
+        done = subprocess.run([*base, flag], env=env, capture_output=True, text=True, check=False)
+        assert done.returncode == rc, (flag, done.stderr)
+        if said:
+            (error,) = [ln for ln in done.stderr.splitlines() if ln.startswith("Error: ")]
+            assert said in error, error
+    assert "nvidia.com/gpu.present=" in (tmp_path / "f").read_text()

@@ -101,10 +101,28 @@ def cli(ctx: click.Context, /, config_file: str | None, no_cache: bool, **flags:
     ctx.obj = CliContext(config_file, flags, not no_cache)
 
 
+def _go_bools(argv: list[str] | None) -> list[str]:
+    """GFD's urfave/cli spelling ``--use-node-feature-api=false`` for ``labels``, which stands
+    in for gpu-feature-discovery: a chart or operator that passes GFD's arguments keeps working.
+
+    Raises:
+        click.BadParameter: a value other than Go's true or false spellings.
+    """
+    args = sys.argv[1:] if argv is None else list(argv)
+    if "labels" not in args:
+        return args
+    from nvct.config.flags import bool_values
+
+    at = args.index("labels") + 1
+    command = cli.get_command(click.Context(cli), "labels")
+    assert command is not None  # noqa: S101 - "labels" is in SUBCOMMANDS
+    return args[:at] + bool_values(args[at:], command)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: NvctError becomes one line on stderr and exit 1."""
     try:
-        rc = cli.main(args=argv, prog_name="nvct-cli", standalone_mode=False)
+        rc = cli.main(args=_go_bools(argv), prog_name="nvct-cli", standalone_mode=False)
     except NvctError as err:
         click.echo(f"nvct-cli: error: {err.one_line()}", err=True)
         return err.exit_code
