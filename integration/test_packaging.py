@@ -77,6 +77,7 @@ from integration.harness.packages import (
     build_packages,
     compiled_code_ids,
     daemon_answers,
+    deb_install_lock,
     deb_member,
     deb_paths,
     dpkg_installed,
@@ -112,9 +113,12 @@ def packages() -> Packages:
 
 @pytest.fixture(scope="module")
 def installed_deb(packages: Packages) -> Iterator[Installed]:
-    require(need_root(), need_binary("dpkg"), need_no_installed_nvct())
-    with install_debs(packages) as installed:
-        yield installed
+    require(need_root(), need_binary("dpkg"))
+    # The bench's packages path installs them too: wait for it rather than skip.
+    with deb_install_lock():
+        require(need_no_installed_nvct())
+        with install_debs(packages) as installed:
+            yield installed
 
 
 # --- the .deb -------------------------------------------------------------------------------

@@ -121,6 +121,7 @@ def test_daemon_prepares_the_bundle_and_the_launcher_execs_the_runtime(
     assert mounts >= 10
     event = json.loads((tmp_path / "nvct.log").read_text().splitlines()[-1])
     assert event["event"] == "container_prepared" and event["gpus"] == ["GPU 0"]
+    assert event["via"] == "daemon"  # what the bench counts to tell the two paths apart
 
 
 def test_working_directory_and_own_config_flag_reach_the_daemon(daemon, h100x4, tmp_path) -> None:
@@ -290,3 +291,6 @@ for bundle in ({str(first)!r}, {str(second)!r}):
     miss, hit = done.stdout.split("\n")[:2]
     assert not [m for m in miss.split() if m.startswith("nvct")], miss
     assert hit == ""
+    events = [json.loads(line) for line in (tmp_path / "nvct.log").read_text().splitlines()]
+    # decide() called as the Python shim calls it: its events say so (the daemon's, "daemon").
+    assert [e["via"] for e in events if e["event"] == "container_prepared"] == ["shim", "shim"]
