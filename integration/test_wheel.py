@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from integration.harness.bundles import BundleFactory, run_runc
+from integration.harness.bundles import BundleFactory, minimal_gpu_bundle, run_runc
 from integration.harness.nvct_config import write_nvct_config
 from integration.harness.packages import DAEMON_SOCKET, daemon_answers
 from integration.harness.skips import need_binary, need_cc, require
@@ -97,16 +97,7 @@ def test_a_cached_create_without_a_daemon_runs_no_site(
     try:
         for n in range(2):
             marker.unlink(missing_ok=True)
-            bundle = tmp_path / f"b{n}"
-            (bundle / "rootfs/etc").mkdir(parents=True)
-            spec = {
-                "ociVersion": "1.0.2",
-                "process": {"env": ["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=1"], "args": ["sh"]},
-                "root": {"path": "rootfs"},
-                "mounts": [],
-                "linux": {},
-            }
-            (bundle / "config.json").write_text(json.dumps(spec))
+            bundle = minimal_gpu_bundle(tmp_path / f"b{n}")
             done = subprocess.run(
                 [wheel_venv / "nvct-runtime", "create", "--bundle", bundle, "c"],
                 capture_output=True, text=True, env=env, timeout=60, check=False,

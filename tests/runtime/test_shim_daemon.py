@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from integration.harness.bundles import minimal_gpu_bundle
 from integration.harness.shimd import ShimDaemon
 from integration.harness.skips import need_cc, require
 from nvct.runtime.launch import build as launcher_mod
@@ -60,17 +61,7 @@ def gpu_config(sim, tmp_path: Path, bindir: Path) -> Path:
 
 
 def gpu_bundle(tmp_path: Path, devices: str = "0") -> Path:
-    b = tmp_path / "bundle"
-    (b / "rootfs/etc").mkdir(parents=True)
-    spec = {
-        "ociVersion": "1.0.2",
-        "process": {"env": ["PATH=/bin", f"NVIDIA_VISIBLE_DEVICES={devices}"], "args": ["sh"]},
-        "root": {"path": "rootfs"},
-        "mounts": [],
-        "linux": {},
-    }
-    (b / "config.json").write_text(json.dumps(spec))
-    return b
+    return minimal_gpu_bundle(tmp_path / "bundle", devices)
 
 
 def native(tmp_path: Path, python: str, config: Path | None, sock: Path | str) -> Path:
