@@ -17,6 +17,11 @@ if TYPE_CHECKING:
 
 def main() -> int:
     """Entry point; returns only on error (success replaces the process with runc)."""
+    import gc
+
+    # This process lives until it execs runc: collecting cycles while a create's imports
+    # allocate costs ~0.5 ms of CPU and frees nothing that matters.
+    gc.disable()
     rc, runtime, argv = decide(sys.argv[0], sys.argv[1:])
     if runtime is None:
         return rc
