@@ -4,7 +4,7 @@ As root from the repository root, after ``make venv`` (a C compiler, docker, dpk
 
     .venv/bin/python -m bench.gpus_goal [--install-path all|packages|wheel|venv ...]
         [--rounds N] [--seed N] [--storage-driver overlay2|vfs] [--image glibc|busybox]
-        [--nice N] [--cpus LIST] [--no-sync] [--output FILE]
+        [--nice N] [--cpus LIST] [--no-sync] [--podman] [--output FILE]
 
 One private dockerd (the simulated 4-GPU driver, nvct's config through ``NVCT_CONFIG`` in
 dockerd's environment) serves one phase per install path, in turn:
@@ -33,12 +33,17 @@ points at the phase's hook. Each round runs, in a fresh seeded random order and 
 - ``Python floor (only execs runc)``: a native launcher like the install's, no daemon to
   ask, whose "shim" is ``/usr/bin/python3 -I -S`` exec'ing runc: the least any start through a
   Python shim costs (the no-daemon path's floor; it does none of a GPU's work).
+- with ``--podman``, podman's hooks.d path (``podman`` with runc, private storage; each
+  compared with ``podman`` given an empty hooks directory): ``podman hooks.d, 1 GPU`` (a
+  hooks directory whose entry is the packages' ``oci-nvct-hook.json`` naming the install's
+  hook, its work in a daemon worker) and ``podman hooks.d, 1 GPU, Python hook``.
 
 nvct's log says which path each start took (``via``: a daemon worker, the shim, the Python
 hook); a phase whose starts did not all take their variant's path fails the run. Per variant:
 the median of per-round ratios to runc, its bootstrap 95 % interval (``bench.stats``) and, for
 the goals (1 GPU <= 1.05, 1 GPU without the daemon <= 1.08, ``--gpus`` <= 1.05, no GPU <=
-1.025), *met*, *not met* or *undecided* (the interval straddles the goal).
+1.025, podman's hooks.d <= 1.05 x podman), *met*, *not met* or *undecided* (the interval
+straddles the goal).
 
 Pinning: ``--nice N`` (default -5) and ``--cpus LIST`` apply to this process before anything
 starts, so dockerd, containerd, the shims, runc, nvct's daemon and the docker CLI inherit them;
@@ -71,6 +76,7 @@ from nvct.base.defaults import DEFAULT_SOCKET
 # The packages last: their phase is the only time nvct is installed on the host.
 INSTALL_PATHS = ("venv", "wheel", "packages")
 BIN = Path(sys.executable).parent
+ROOT = Path(__file__).resolve().parent.parent
 SOCKET = Path(DEFAULT_SOCKET)
 HIDDEN = SOCKET.with_name(SOCKET.name + ".bench-hidden")
 HOOK = "nvidia-container-runtime-hook"
@@ -88,7 +94,22 @@ VARIANTS: dict[str, tuple[list[str], bool, str | None]] = {
     "--gpus device=0, Python hook": (["--gpus", "device=0"], False, "hook:hook"),
     "Python floor (only execs runc)": (["--runtime", "python-floor", *GPU], True, None),
 }
-GOALS = {"1 GPU": 1.05, "1 GPU, no daemon": 1.08, "--gpus device=0": 1.05, "no GPU": 1.025}
+# With --podman: podman (runc, private storage) with an empty hooks directory, and with one
+# holding the install's hook as the packages' hooks.d entry names it (for every container; the
+# hook finds the GPU asked for); name -> (the hooks directory with the hook or the empty one,
+# docker-style extra arguments, daemon socket in place, path). Compared with "podman".
+PODMAN_VARIANTS: dict[str, tuple[bool, list[str], bool, str | None]] = {
+    "podman": (False, [], True, None),
+    "podman hooks.d, 1 GPU": (True, GPU, True, "hook:daemon"),
+    "podman hooks.d, 1 GPU, Python hook": (True, GPU, False, "hook:hook"),
+}
+GOALS = {
+    "1 GPU": 1.05,
+    "1 GPU, no daemon": 1.08,
+    "--gpus device=0": 1.05,
+    "no GPU": 1.025,
+    "podman hooks.d, 1 GPU": 1.05,
+}
 WARM = 2  # starts per variant before the rounds: inventory, work orders, page cache
 
 
@@ -153,6 +174,7 @@ def running_daemon(install: Install, log: Path) -> Iterator[None]:
         install.notes["daemon_started_by"] = "systemd"
         yield
         return
+    made = not SOCKET.parent.exists()
     SOCKET.parent.mkdir(parents=True, exist_ok=True)
     shimd = ShimDaemon(install.daemon_argv(), SOCKET, log).start()
     install.notes["daemon_started_by"] = "bench"
@@ -160,6 +182,9 @@ def running_daemon(install: Install, log: Path) -> Iterator[None]:
         yield
     finally:
         shimd.stop()
+        if made:  # the host as it was (a package's postrm would remove its own)
+            with contextlib.suppress(OSError):
+                SOCKET.parent.rmdir()
 
 
 def point_hook(link: Path, target: Path) -> None:
@@ -184,9 +209,22 @@ def start_paths(log: Path, skip_lines: int) -> dict[str, int]:
     return counts
 
 
+def hooks_dirs(work: Path, hook: Path) -> tuple[Path, Path]:
+    """An empty hooks.d and one whose entry runs ``hook`` as the packages' entry does, with
+    nvct's config (podman gives a hook only the entry's environment)."""
+    empty, full = work / "hooks-empty", work / "hooks-nvct"
+    empty.mkdir(exist_ok=True)
+    full.mkdir(exist_ok=True)
+    entry = json.loads((ROOT / "hooks" / "oci-nvct-hook.json").read_text())
+    entry["hook"]["path"] = str(hook)
+    entry["hook"]["env"].append(f"NVCT_CONFIG={os.environ['NVCT_CONFIG']}")
+    (full / "oci-nvct-hook.json").write_text(json.dumps(entry))
+    return empty, full
+
+
 def run_phase(
     install: Install, base: list[str], image: str, env: dict[str, str], args: argparse.Namespace,
-    log: Path, work: Path,
+    log: Path, work: Path, podman: list[str] | None,
 ) -> dict[str, object]:  # fmt: skip
     """Warm-up and interleaved rounds of every variant for one install; its results."""
     point_hook(work / "hookbin" / HOOK, install.hook)
@@ -194,18 +232,29 @@ def run_phase(
         name: (
             [*base, *[f"nvct-{install.name}" if a == "NVCT" else a for a in extra], image, "true"],
             served,
+            path,
         )
-        for name, (extra, served, _) in VARIANTS.items()
+        for name, (extra, served, path) in VARIANTS.items()
     }
+    if podman is not None:
+        from integration.harness.podman import RUN_FLAGS, TAG
+
+        empty, full = hooks_dirs(work, install.hook)
+        for name, (hooked, extra, served, path) in PODMAN_VARIANTS.items():
+            hooks = ["--hooks-dir", str(full if hooked else empty)]
+            argv = [*podman, *hooks, "run", "--rm", *RUN_FLAGS, *extra, TAG, "true"]
+            variants[name] = (argv, served, path)
+    # The docker CLI's environment names the private dockerd; podman's is this process's.
+    envs = {name: env if name in VARIANTS else None for name in variants}
     skip = len(log.read_text().splitlines()) if log.exists() else 0
     samples: dict[str, list[float]] = {name: [] for name in variants}
     began = time.monotonic()
     with running_daemon(install, work / f"shimd-{install.name}.log"):
-        for name, (argv, served) in variants.items():
+        for name, (argv, served, _) in variants.items():
             for _ in range(WARM):
                 with socket_hidden(not served):
                     done = subprocess.run(
-                        argv, env=env, capture_output=True, text=True, check=False
+                        argv, env=envs[name], capture_output=True, text=True, check=False
                     )
                 if done.returncode != 0:
                     raise SystemExit(f"bench.gpus_goal: {name}: {' '.join(argv)}:\n{done.stderr}")
@@ -214,12 +263,12 @@ def run_phase(
             if args.sync:
                 os.sync()
             for name in order.sample(list(variants), len(variants)):
-                argv, served = variants[name]
+                argv, served, _ = variants[name]
                 with socket_hidden(not served):
-                    samples[name].append(timed(argv, env))
+                    samples[name].append(timed(argv, envs[name]))
     paths = start_paths(log, skip)
     expected: dict[str, int] = {}
-    for _extra, _served, path in VARIANTS.values():
+    for _argv, _served, path in variants.values():
         if path:
             expected[path] = expected.get(path, 0) + WARM + args.rounds
     if paths != expected:
@@ -230,9 +279,11 @@ def run_phase(
     runc = samples["runc"]
     control = samples["runc, another runtime name"]
     compared = {
-        name: paired(s, runc, seed=args.seed).as_dict(GOALS.get(name))
+        name: paired(
+            s, samples["podman"] if name in PODMAN_VARIANTS else runc, seed=args.seed
+        ).as_dict(GOALS.get(name))
         for name, s in samples.items()
-        if name != "runc"
+        if name not in ("runc", "podman")
     }
     return {
         "install": install.describe(),
@@ -241,7 +292,7 @@ def run_phase(
         "paired_vs_control": {
             name: paired(s, control, seed=args.seed).as_dict()
             for name, s in samples.items()
-            if name not in ("runc", "runc, another runtime name")
+            if name in VARIANTS and name not in ("runc", "runc, another runtime name")
         },
         "start_paths": paths,
         "seconds": round(time.monotonic() - began),
@@ -342,6 +393,9 @@ def main() -> int:
     parser.add_argument("--nice", type=int, default=-5, help="niceness of the measured chain")
     parser.add_argument("--cpus", help="CPUs the measured chain runs on (taskset's list: 0,1)")
     parser.add_argument("--no-sync", dest="sync", action="store_false")
+    parser.add_argument(
+        "--podman", action="store_true", help="also podman's hooks.d path (about 1.5 x the time)"
+    )
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
     chosen = args.install_path or ["all"]
@@ -397,13 +451,22 @@ def main() -> int:
     phases: dict[str, object] = {}
     try:
         version = server_version(dockerd)
-        import_image(dockerd, args.image, work / "rootfs")
+        rootfs = import_image(dockerd, args.image, work / "rootfs")
         base = [dockerd.docker_cli, "-H", dockerd.host, "run", "--rm", "--network", "none"]
         env = dockerd.cli_env()
-        for name in paths:
-            with installed(name, debs):
-                phases[name] = run_phase(installs[name], base, GLIBC_TAG, env, args, log, work)
-            report(name, phases[name])
+        with contextlib.ExitStack() as stack:
+            podman = None
+            if args.podman:
+                from integration.harness.podman import private_podman
+
+                (work / "podman").mkdir()
+                podman = stack.enter_context(private_podman(work / "podman", rootfs))
+            for name in paths:
+                with installed(name, debs):
+                    phases[name] = run_phase(
+                        installs[name], base, GLIBC_TAG, env, args, log, work, podman
+                    )
+                report(name, phases[name])
     finally:
         dockerd.stop()
     results = {
@@ -418,6 +481,7 @@ def main() -> int:
         "rounds": args.rounds,
         "seed": args.seed,
         "pinning": {"nice": args.nice, "cpus": args.cpus or "all", "sync_each_round": args.sync},
+        "podman": args.podman,
         "goals": GOALS,
         "install_paths": phases,
         "seconds": round(time.monotonic() - began),
@@ -446,6 +510,8 @@ def report(name: str, phase: dict[str, object]) -> None:
             else ""
         )
         print(f"{variant:<32} {q['median']:8.1f} {q['p10']:8.1f} {q['p90']:8.1f}  {ratio}")
+    if "podman" in results:
+        print("(the podman hooks.d rows: ratio to podman with no hook)")
 
 
 if __name__ == "__main__":

@@ -70,3 +70,22 @@ def test_start_paths_counts_creates_and_hooks_by_who_did_them(tmp_path: Path) ->
         "hook:daemon": 1,
         "hook:hook": 2,
     }
+
+
+def test_podmans_hooks_dir_is_the_packages_entry_naming_the_installs_hook(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NVCT_CONFIG", "/x/config.toml")
+    hook = tmp_path / "venv/bin/nvidia-container-runtime-hook"
+    empty, full = gpus_goal.hooks_dirs(tmp_path, hook)
+    assert list(empty.iterdir()) == []
+    (entry_file,) = full.iterdir()
+    shipped = json.loads((gpus_goal.ROOT / "hooks" / entry_file.name).read_text())
+    entry = json.loads(entry_file.read_text())
+    assert entry["hook"]["path"] == str(hook)
+    assert entry["hook"]["env"] == [*shipped["hook"]["env"], "NVCT_CONFIG=/x/config.toml"]
+    assert (entry["when"], entry["stages"], entry["hook"]["args"]) == (
+        shipped["when"],
+        shipped["stages"],
+        shipped["hook"]["args"],
+    )
