@@ -6,7 +6,7 @@ baseline within a round cancels the machine's slow spells; the median of those r
 estimate, and resampling the rounds (with replacement) gives how far it could be off. A goal
 ``ratio <= limit`` is *met* when the whole interval is at or below the limit, *not met* when
 it is wholly above it, and *undecided* when it straddles it (more rounds, or a quieter
-machine, would decide it).
+machine, would decide it); with fewer than ``MIN_ROUNDS`` rounds every goal is undecided.
 """
 
 from __future__ import annotations
@@ -16,6 +16,10 @@ import statistics
 from dataclasses import dataclass
 
 MET, NOT_MET, UNDECIDED = "met", "not met", "undecided"
+# Below this many rounds a bootstrap interval of a median is little more than the range of
+# the samples (with 3 rounds, all three on one side of the goal happens 1 time in 8 by
+# chance): no verdict.
+MIN_ROUNDS = 10
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,8 @@ class Paired:
     rounds: int
 
     def verdict(self, limit: float) -> str:
+        if self.rounds < MIN_ROUNDS:
+            return UNDECIDED
         if self.high <= limit:
             return MET
         if self.low > limit:

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from bench.stats import MET, NOT_MET, UNDECIDED, paired
+from bench.stats import MET, MIN_ROUNDS, NOT_MET, UNDECIDED, paired
 
 
 def rounds(ratio: float, spread: float, n: int, seed: int = 1) -> tuple[list[float], list[float]]:
@@ -59,3 +59,10 @@ def test_resampling_is_seeded() -> None:
 def test_bad_rounds_are_refused(variant: list[float], base: list[float]) -> None:
     with pytest.raises(ValueError, match="round"):
         paired(variant, base)
+
+
+def test_too_few_rounds_decide_nothing() -> None:
+    few = paired(*rounds(1.2, 0.01, MIN_ROUNDS - 1))
+    assert few.low > 1.05  # every round far above the goal, and still
+    assert few.verdict(1.05) == UNDECIDED
+    assert paired(*rounds(1.2, 0.01, MIN_ROUNDS)).verdict(1.05) == NOT_MET
