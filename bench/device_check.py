@@ -261,6 +261,52 @@ print("client done", flush=True)
 """
 
 
+def mps_processes(report: Report, client_pid: int) -> None:
+    """What NVML lists on GPU 0 while an MPS client runs, the exporter's per-pod usage source:
+    the compute processes, the MPS clients and the utilization samples (pid, MiB or SM %), with
+    the client's pid and the MPS servers'. The simulated driver answers as nvidia-smi shows a
+    Volta-or-newer GPU (clients in both lists, the server in the compute list) and gives each
+    client its own samples; this records whether a real driver does."""
+    import pynvml as n
+
+    servers = sorted(
+        int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit()
+        and b"nvidia-cuda-mps-server" in _read_bytes(d / "cmdline")
+    )  # fmt: skip
+    n.nvmlInit()
+    try:
+        h = n.nvmlDeviceGetHandleByIndex(0)
+
+        def rows(call: Any) -> Any:
+            try:
+                return sorted([p.pid, (p.usedGpuMemory or 0) >> 20] for p in call(h))
+            except n.NVMLError as err:
+                return str(err)
+
+        try:
+            util: Any = sorted([u.pid, u.smUtil] for u in n.nvmlDeviceGetProcessUtilization(h, 0))
+        except n.NVMLError as err:
+            util = str(err)
+        found = {
+            "client_pid": client_pid,
+            "server_pids": servers,
+            "compute": rows(n.nvmlDeviceGetComputeRunningProcesses),
+            "mps": rows(n.nvmlDeviceGetMPSComputeRunningProcesses),
+            "utilization": util,
+        }
+    finally:
+        n.nvmlShutdown()
+    report.say(f"NVML's processes under MPS: {found}")
+    report.record("mps_nvml_processes", found)
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
+
+
 def mps(report: Report, cli: list[str], work: Path, torch_python: str | None) -> None:
     """GPU 0 shared by MPS (2 replicas): nvct-cli mps-control runs its daemon, the plugin
     advertises the replicas, a CUDA client (PyTorch) works through the daemon while the plugin
@@ -339,6 +385,7 @@ def mps(report: Report, cli: list[str], work: Path, torch_python: str | None) ->
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             )  # fmt: skip
             time.sleep(3)
+            mps_processes(report, client.pid)
         before = kubelet.plugins["nvidia.com/gpu"].at
         plugins[-1].kill()
         plugins[-1].wait()

@@ -33,20 +33,14 @@ from bench.bench import config_for, quantiles, timed
 from integration.harness.dockerd import Dockerd
 from integration.harness.images import GLIBC_TAG, docker_import, glibc_rootfs
 from integration.harness.shimd import ShimDaemon
-from integration.harness.wheel import ROOT, install_wheel
+from integration.harness.wheel import build_wheel, install_wheel
 from integration.simdriver import cached_driver, preset
 from nvct.base.defaults import DEFAULT_SOCKET
 
 
 def wheel_venv(work: Path) -> Path:
     """A fresh venv holding nvct from its wheel; returns its bin directory."""
-    dist = work / "dist"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(ROOT)],
-        check=True,
-    )
-    (wheel,) = dist.glob("nvct-*.whl")
-    return install_wheel(wheel, work / "venv")
+    return install_wheel(build_wheel(work / "dist"), work / "venv")
 
 
 def run_rounds(

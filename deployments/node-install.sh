@@ -11,6 +11,13 @@
 #   node-install.sh run        install (once the node has a GPU), then wait; uninstall on
 #                              SIGTERM (pod deletion)
 #
+# Once nvct's handlers are registered (and the engine restarted), the node's Node object gets
+# the label $NODE_LABEL=true (nvct.io/runtime.ready), which nvct's DaemonSets on those handlers
+# require: they never start on a node without them. uninstall, and install on a node without
+# a GPU, remove it. Through `nvct-cli node-label` with the pod's token ($NVCT_SERVICE_ACCOUNT_DIR),
+# which may change only that label of its own Node ($NODE_NAME). Without a token (the chart's
+# installer.labelNodes=false, or run outside a pod) it says so once and goes on.
+#
 # nvct goes where its packages put it (/usr/bin, /usr/libexec/nvct, /usr/share/nvct), so the
 # paths compiled into the native launcher hold on the node; the node needs /usr/bin/python3.
 # What was copied is listed in $HOST/var/lib/nvct/node-install.list, the uninstall's guide.
@@ -32,6 +39,12 @@ SRC=${SRC:-/}
 ENGINE=${ENGINE:-containerd}
 NVCT_CLI=${NVCT_CLI:-/usr/bin/nvct-cli}
 GPU_POLL=${GPU_POLL:-30}  # seconds between two looks for a GPU (run, on a node without one)
+NODE_LABEL=${NODE_LABEL-nvct.io/runtime.ready}  # "": no label
+NODE_NAME=${NODE_NAME:-}
+NVCT_SERVICE_ACCOUNT_DIR=${NVCT_SERVICE_ACCOUNT_DIR:-/var/run/secrets/kubernetes.io/serviceaccount}
+export NVCT_SERVICE_ACCOUNT_DIR
+# seconds before the first retry of a refused or failed label (run), doubling up to 600
+LABEL_RETRY=${LABEL_RETRY:-5}
 # The engine restart, run in the node's namespaces (the pod has hostPID).
 RESTART=${RESTART:-nsenter -t 1 -m -u -i -n -p -- systemctl restart $ENGINE}
 LIST=$HOST/var/lib/nvct/node-install.list
@@ -76,6 +89,25 @@ runtime_in_use() {
         [ -f "$options" ] && grep -q "\"/$1\"" "$options" && return 0
     done
     return 1
+}
+
+# Whether the Node can be labelled from here; says why not, once.
+api_said=
+api_access() {
+    [ -n "$NODE_LABEL" ] || return 1
+    if [ -n "$NODE_NAME" ] && [ -f "$NVCT_SERVICE_ACCOUNT_DIR/token" ]; then return 0; fi
+    if [ -z "$api_said" ]; then
+        log "no Kubernetes API access (NODE_NAME or $NVCT_SERVICE_ACCOUNT_DIR/token missing): the node is not labelled $NODE_LABEL (DaemonSets that require it do not start here)"
+        api_said=1
+    fi
+    return 1
+}
+
+# mark set|remove: the Node's label $NODE_LABEL=true set or removed (nothing without API access).
+mark() {
+    api_access || return 0
+    if [ "$1" = set ]; then change="$NODE_LABEL=true"; else change="$NODE_LABEL-"; fi
+    "$NVCT_CLI" node-label --node "$NODE_NAME" "$change"
 }
 
 config_sum() {
@@ -162,6 +194,8 @@ restart_if_changed() {
 install() {
     if ! has_gpu; then
         log "no NVIDIA GPU on this node ($DEV_ROOT/dev/nvidia*): nothing installed, $ENGINE left alone"
+        # a label an earlier install left (the GPU is gone)
+        mark remove || log "the label $NODE_LABEL could not be removed"
         return 0
     fi
     before=$(config_sum)
@@ -172,6 +206,8 @@ install() {
 }
 
 uninstall() {
+    # first: the pods on nvct's handlers leave before the handlers go
+    mark remove || log "the label $NODE_LABEL could not be removed: remove it by hand (kubectl label node $NODE_NAME $NODE_LABEL-)"
     before=$(config_sum)
     if [ -f "$LIST" ]; then configure --undo; fi
     remove_files
@@ -180,7 +216,10 @@ uninstall() {
 }
 
 case ${1:-run} in
-    install) install ;;
+    install)
+        install
+        if has_gpu; then mark set; fi
+        ;;
     uninstall) uninstall ;;
     run)
         # the pending sleep ends with the script: none outlives it
@@ -195,9 +234,19 @@ case ${1:-run} in
         # once they are; a node that never has one is never touched.
         if ! has_gpu; then
             log "no NVIDIA GPU on this node ($DEV_ROOT/dev/nvidia*): waiting for one, $ENGINE left alone"
+            # a label an earlier install left (the GPU is gone)
+            mark remove || log "the label $NODE_LABEL could not be removed"
             until has_gpu; do nap "$GPU_POLL"; done
         fi
         install
+        # the engine runs nvct's handlers now: the label lets the pods on them come (tried
+        # again, the pause doubling, while the API server is away or refuses)
+        pause=$LABEL_RETRY
+        until mark set; do
+            log "labelling the node failed: trying again in ${pause}s"
+            nap "$pause"
+            pause=$((pause * 2 > 600 ? 600 : pause * 2))
+        done
         while :; do nap 3600; done
         ;;
     *)

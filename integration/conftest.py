@@ -12,7 +12,8 @@ Each fixture skips its tests, saying what is missing, when not root or without d
 Fixtures only: what tests and harness modules share otherwise (``NVCT_BIN``,
 ``write_nvct_config``) is in integration/harness/nvct_config.py, and the device plugin's fixtures
 (``plugin_factory``, ``kubelet``) are defined in integration/harness/deviceplugin.py and
-imported here to register them.
+imported here to register them, as is ``cri_node`` (integration/harness/crinode.py: a private
+containerd driven over CRI, one per module).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import pytest
 
 from integration.harness import HarnessError
 from integration.harness.bundles import BundleFactory, make_bundle
+from integration.harness.crinode import cri_node  # noqa: F401 - fixture
 from integration.harness.deviceplugin import kubelet, plugin_factory  # noqa: F401 - fixtures
 from integration.harness.dockerd import Dockerd, DockerdFactory
 from integration.harness.images import GLIBC_TAG, ImageImporter, docker_import, glibc_rootfs

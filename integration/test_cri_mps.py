@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from integration.cri import runtime_v1_pb2 as cri
-from integration.harness.crinode import IMAGE, Node, running_node
+from integration.harness.crinode import IMAGE, Node
 from integration.harness.deviceplugin import PluginProcess, uuids
 from integration.harness.processes import until
 from integration.kubelet.cri import Pod, container_config, read_cri_log
@@ -32,11 +31,8 @@ MPS_RULE = '[{devices = ["1"], strategy = "mps", replicas = 2}]'
 
 
 @pytest.fixture(scope="module")
-def node(
-    tmp_path_factory: pytest.TempPathFactory, sim_driver: Any, glibc_rootfs_dir: Path
-) -> Iterator[Node]:
-    with running_node(tmp_path_factory.mktemp("cri-mps"), sim_driver, glibc_rootfs_dir) as node:
-        yield node
+def node(cri_node: Node) -> Node:
+    return cri_node
 
 
 def host_python_mounts(*writable: Path) -> list[tuple[str, str, bool]]:
@@ -61,6 +57,27 @@ def nvct_container(
     return config
 
 
+def mps_setup(
+    node: Node, sim: Any, work: Path, rule: str
+) -> tuple[PluginProcess, list[str], list[tuple[str, str, bool]]]:
+    """The device plugin (not started) with MPS sharing ``rule`` and its MPS root
+    ``work/mps``; the argv of ``nvct-cli mps-control`` for the same config and roots, and the
+    mounts a container running either needs."""
+    mps_root = work / "mps"
+    plugin = PluginProcess(
+        work, sim, node.plugins.plugin_dir,
+        "--device-list-strategy", "cdi-annotations", "--mps-root", str(mps_root),
+        **{"device-plugin.sharing.gpus": rule},
+    )  # fmt: skip
+    plugin.control.mkdir(parents=True, exist_ok=True)
+    mounts = host_python_mounts(work, node.plugins.plugin_dir, Path(sim.driver_root).parent)
+    control_argv = [
+        sys.executable, "-m", "nvct.cli.main", "--config", str(plugin.config), "--dev-root",
+        str(plugin.dev_root), "mps-control", "--mps-root", str(mps_root),
+    ]  # fmt: skip
+    return plugin, control_argv, mounts
+
+
 def start(node: Node, pod: Pod, config: Any) -> str:
     container = node.cri.create(pod, config)
     node.cri.runtime.StartContainer(cri.StartContainerRequest(container_id=container), timeout=60)
@@ -82,17 +99,7 @@ def test_a_plugin_container_restart_leaves_the_mps_daemon_and_its_client_alone(
     uuid = uuids(sim_driver)[1]
     work = node.plugin_work(sim_driver)
     mps_root = work / "mps"
-    plugin = PluginProcess(
-        work, sim_driver, node.plugins.plugin_dir,
-        "--device-list-strategy", "cdi-annotations", "--mps-root", str(mps_root),
-        **{"device-plugin.sharing.gpus": MPS_RULE},
-    )  # fmt: skip
-    plugin.control.mkdir(parents=True, exist_ok=True)
-    mounts = host_python_mounts(work, node.plugins.plugin_dir, Path(sim_driver.driver_root).parent)
-    control_argv = [
-        sys.executable, "-m", "nvct.cli.main", "--config", str(plugin.config), "--dev-root",
-        str(plugin.dev_root), "mps-control", "--mps-root", str(mps_root),
-    ]  # fmt: skip
+    plugin, control_argv, mounts = mps_setup(node, sim_driver, work, MPS_RULE)
     control_pod = node.cri.run_pod("nvct-mps-control", namespace="nvct-system", privileged=True)
     plugin_pod = node.cri.run_pod("nvct-device-plugin", namespace="nvct-system", privileged=True)
     client_pod = None

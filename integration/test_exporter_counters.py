@@ -160,3 +160,55 @@ def test_a_mig_device_has_its_own_memory_series(start) -> None:
     # A100 has no GPM: no DCGM_FI_PROF_* activity ratios at all
     assert not [s for s in exporter.scrape() if s.name in GPM]
     assert exporter.stop() == 0
+
+
+def test_gpm_per_mig_device_on_an_h100_in_mig_mode(start) -> None:
+    """Hopper's GPM per GPU instance (nvmlGpmMigSampleGet): the DCGM_FI_PROF_* ratios on each
+    MIG device's series, with its GPU_I_PROFILE and GPU_I_ID (an A100 has none: above)."""
+    exporter = start("h100x2-550-mig")
+    sim = _driver("h100x2-550-mig")
+    gpu = sim.spec.gpus[0]
+    for n, mig in enumerate(gpu.migs):
+        inject.set_mig_metrics(exporter.control, gpu.minor, mig.gi, gpm_graphics=10 * (n + 1),
+                               gpm_tensor=5 * (n + 1), gpm_dram=n + 1)  # fmt: skip
+    exporter.start()
+
+    def per_mig() -> dict[tuple[str, str, str], float]:
+        return {
+            (s.name, s.labels["GPU_I_ID"], s.labels["GPU_I_PROFILE"]): s.value
+            for s in exporter.scrape()
+            if s.name in GPM and s.labels["UUID"] == gpu.uuid and "GPU_I_ID" in s.labels
+        }
+
+    wait_for(lambda: len(per_mig()) == 3 * len(gpu.migs), 20)  # GPM needs two samples
+    expected = {}
+    for n, mig in enumerate(gpu.migs):
+        at = (str(mig.gi), mig.profile)
+        expected[("DCGM_FI_PROF_GR_ENGINE_ACTIVE", *at)] = 0.1 * (n + 1)
+        expected[("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", *at)] = 0.05 * (n + 1)
+        expected[("DCGM_FI_PROF_DRAM_ACTIVE", *at)] = 0.01 * (n + 1)
+    assert per_mig() == pytest.approx(expected)
+    # the whole GPU's ratios stay on its own series; GPU 1 (whole) has no MIG series
+    assert {s.name for s in exporter.scrape() if s.labels.get("UUID") == gpu.uuid
+            and "GPU_I_ID" not in s.labels} >= GPM  # fmt: skip
+    whole = sim.spec.gpus[1].uuid
+    assert not [s for s in exporter.scrape() if s.labels.get("UUID") == whole
+                and "GPU_I_ID" in s.labels]  # fmt: skip
+    assert not [e for e in exporter.events() if e["event"] == "series_dropped" and "mig" in e]
+    assert exporter.stop() == 0
+
+
+def test_a_vgpu_guests_licence_status(start) -> None:
+    """A vGPU guest's licence (nvmlDeviceGetGridLicensableFeatures_v4, the enabled feature's
+    state): 1 while licensed, 0 once it expired or was never granted (dcgm's 0/1)."""
+    exporter = start("l40s-vgpu-guest").start()
+    uuid = _driver("l40s-vgpu-guest").spec.gpus[0].uuid
+    wait_for(lambda: VGPU in names(exporter.scrape(), uuid), 10)
+    assert value(exporter.scrape(), VGPU, uuid) == 1
+    inject.set_metrics(exporter.control, 0, vgpu_licensed=0)  # the licence expired
+    wait_for(lambda: value(exporter.scrape(), VGPU, uuid) == 0, 10)
+    inject.set_metrics(exporter.control, 0, vgpu_licensed=1)  # renewed
+    wait_for(lambda: value(exporter.scrape(), VGPU, uuid) == 1, 10)
+    assert not [e for e in exporter.events()
+                if e["event"] == "series_dropped" and VGPU in e["fields"]]  # fmt: skip
+    assert exporter.stop() == 0

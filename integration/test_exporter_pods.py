@@ -1,13 +1,15 @@
-"""Per-pod usage of a time-sliced GPU from the real ``nvct-cli exporter``: two pods each hold a
-replica of one GPU, their containers really created by containerd's CRI (the CRI node of
-integration/harness/crinode) from the device plugin's Allocate answers; the simulated NVML says
-each container's process uses the GPU, and the exporter maps each process through its cgroup
-and the CRI to its pod, so each pod's series carry its own SM % and memory and a sum over pods
-is the GPU's, not twice it. Asked from another PID namespace (no hostPID), NVML shows no
-process, and the exporter says so."""
+"""Per-pod usage of a shared GPU from the real ``nvct-cli exporter``: two pods each hold a
+replica of one GPU (time-sliced, or MPS with the MPS daemon in a pod of its own), their
+containers really created by containerd's CRI (the CRI node of integration/harness/crinode)
+from the device plugin's Allocate answers; the simulated NVML says each container's process
+uses the GPU, and the exporter maps each process through its cgroup and the CRI to its pod, so
+each pod's series carry its own SM % and memory and a sum over pods is the GPU's, not twice it.
+Asked from another PID namespace (no hostPID), NVML shows no process, and the exporter says
+so. On a GPU in MIG mode, the same per MIG device (test_exporter_pods_mig.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,10 +18,11 @@ from typing import Any
 import pytest
 
 from integration.cri import runtime_v1_pb2 as cri
-from integration.harness.crinode import IMAGE, Node, running_node
+from integration.harness.crinode import IMAGE, Node
 from integration.kubelet.cri import container_config
 from integration.kubelet.podresources import Container, PodResources
 from integration.simdriver import inject
+from integration.test_cri_mps import mps_setup, nvct_container, start
 from integration.test_exporter import Exporter, Series, wait_for
 
 pytestmark = [pytest.mark.root, pytest.mark.runc]
@@ -31,27 +34,66 @@ SHARING = {
 
 
 @pytest.fixture(scope="module")
-def node(
-    tmp_path_factory: pytest.TempPathFactory, sim_driver: Any, glibc_rootfs_dir: Path
-) -> Iterator[Node]:
-    work = tmp_path_factory.mktemp("cri-exporter")
-    with running_node(work, sim_driver, glibc_rootfs_dir) as node:
-        yield node
+def node(cri_node: Node) -> Node:
+    return cri_node
 
 
-def host_pid(container_id: str) -> int:
-    """The pid (ours) of the container's process, found by its cgroup as the exporter does."""
+def host_pid(container_id: str, comm: str = "") -> int:
+    """The pid (ours) of the container's process (named ``comm``, when given), found by its
+    cgroup as the exporter does."""
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         for proc in Path("/proc").iterdir():
             if proc.name.isdigit():
                 try:
-                    if container_id in (proc / "cgroup").read_text():
+                    if container_id in (proc / "cgroup").read_text() and (
+                        not comm or (proc / "comm").read_text().strip() == comm
+                    ):
                         return int(proc.name)
                 except OSError:
                     continue
         time.sleep(0.1)
-    raise AssertionError(f"no process of container {container_id}")
+    raise AssertionError(f"no process {comm} of container {container_id}")
+
+
+@contextlib.contextmanager
+def pods_and_kubelet(node: Node, tmp_path: Path) -> Iterator[tuple[PodResources, list[Any]]]:
+    """The kubelet's pod-resources stand-in and a list for the pods a test starts: every pod
+    deleted and the stand-in stopped at the end."""
+    kubelet = PodResources(tmp_path / "pod-resources" / "kubelet.sock").start()
+    pods: list[Any] = []
+    try:
+        yield kubelet, pods
+    finally:
+        for pod in pods:
+            node.cri.delete_pod(pod)
+        kubelet.stop()
+
+
+@contextlib.contextmanager
+def usage_exporter(node: Node, sim: Any, kubelet: PodResources, work: Path) -> Iterator[Exporter]:
+    """``nvct-cli exporter --per-pod-usage`` asking ``kubelet`` and the node's containerd (not
+    started yet: inject its NVML state first); stopped at the end, cleanly after a pass."""
+    exporter = Exporter(work, sim, kubelet.socket, 0.3)
+    exporter.argv += ["--per-pod-usage", "--cri-socket", str(node.containerd.socket)]
+    try:
+        yield exporter
+    except BaseException:
+        if exporter.proc is not None:
+            exporter.stop()
+        raise
+    assert exporter.proc is None or exporter.stop() == 0
+
+
+def holder(node: Node, name: str, namespace: str, resource: str, device: str) -> tuple[Any, int]:
+    """A pod whose container (sleeping) the CRI created from the plugin's Allocate answer for
+    ``device``: the pod, and its process's pid (ours)."""
+    answer = node.plugins.allocate(resource, [device])
+    pod = node.cri.run_pod(name, handler="nvidia", namespace=namespace)
+    config = container_config(pod, "main", IMAGE, ["sleep", "300"], [answer])
+    cid = node.cri.create(pod, config)
+    node.cri.runtime.StartContainer(cri.StartContainerRequest(container_id=cid))
+    return pod, host_pid(cid)
 
 
 def per_pod(found: list[Series], name: str, uuid: str) -> dict[str, float]:
@@ -68,13 +110,8 @@ def test_each_pod_on_a_time_sliced_gpu_gets_its_own_usage(
         with node.plugin("--device-list-strategy", "cdi-annotations", **SHARING):
             held = {}
             for name, replica in (("train-a", 0), ("train-b", 1)):
-                answer = node.plugins.allocate(GPU, [f"{uuid}::{replica}"])
-                pod = node.cri.run_pod(name, handler="nvidia", namespace=f"team-{name[-1]}")
+                pod, held[name] = holder(node, name, f"team-{name[-1]}", GPU, f"{uuid}::{replica}")
                 pods.append(pod)
-                config = container_config(pod, "main", IMAGE, ["sleep", "300"], [answer])
-                cid = node.cri.create(pod, config)
-                node.cri.runtime.StartContainer(cri.StartContainerRequest(container_id=cid))
-                held[name] = host_pid(cid)
         kubelet.set_containers(
             [Container(n, f"team-{n[-1]}", "main", {GPU: [f"{uuid}::{r}"]})
              for n, r in (("train-a", 0), ("train-b", 1))]
@@ -119,3 +156,63 @@ def test_each_pod_on_a_time_sliced_gpu_gets_its_own_usage(
         for pod in pods:
             node.cri.delete_pod(pod)
         kubelet.stop()
+
+
+MPS_RULE = '[{devices = ["1"], strategy = "mps", replicas = 2}]'
+
+
+def test_each_pod_on_mps_replicas_gets_its_own_usage_not_the_mps_servers(
+    node: Node, sim_driver: Any, tmp_path: Path
+) -> None:
+    """Two pods on MPS replicas of GPU 1: NVML lists each client (the MPS and the compute
+    call, as a Volta-or-newer driver does) and the MPS server with its own context; each pod
+    gets its client's memory and SM %, and the server's memory, in the MPS daemon's pod that
+    holds no GPU, goes to no pod."""
+    uuid = sim_driver.spec.gpus[1].uuid
+    work = node.plugin_work(sim_driver)  # its cdi/ is the one the runtime handler reads
+    plugin, control_argv, mounts = mps_setup(node, sim_driver, work, MPS_RULE)
+    with pods_and_kubelet(node, tmp_path) as (kubelet, pods):
+        control_pod = node.cri.run_pod("nvct-mps-control", namespace="nvct-system",
+                                       privileged=True)  # fmt: skip
+        pods.append(control_pod)
+        daemon = start(node, control_pod, nvct_container(control_pod, "mps", plugin,
+                                                         control_argv, mounts, 0))  # fmt: skip
+        # the MPS server runs beside the control daemon, in its container (the daemon's
+        # process stands for it: the simulated daemon starts no server)
+        server = host_pid(daemon, comm="nvidia-cuda-mps")
+        plugin.start()
+        try:
+            healthy = {f"{uuid}::0": "Healthy", f"{uuid}::1": "Healthy"}
+            ready = node.plugins.wait(
+                lambda: healthy.items() <= node.plugins.devices(GPU).items(), 30
+            )
+            assert ready, plugin.output()
+            held = {}
+            for name, replica in (("infer-a", 0), ("infer-b", 1)):
+                pod, held[name] = holder(node, name, "serving", GPU, f"{uuid}::{replica}")
+                pods.append(pod)
+        finally:
+            plugin.stop()
+        kubelet.set_containers(
+            [Container(n, "serving", "main", {GPU: [f"{uuid}::{r}"]})
+             for n, r in (("infer-a", 0), ("infer-b", 1))]
+        )  # fmt: skip
+        kubelet.set_allocatable({GPU: [f"{uuid}::0", f"{uuid}::1"]})
+        with usage_exporter(node, sim_driver, kubelet, tmp_path / "exporter") as exporter:
+            control = exporter.control
+            inject.set_metrics(control, 1, util=60, memory_used_mib=3000 + 5000 + 28)
+            inject.gpu_process(control, 1, server, used_mib=28)  # the server's own context
+            for name, mib, sm in (("infer-a", 3000, 20), ("infer-b", 5000, 40)):
+                inject.gpu_process(control, 1, held[name], used_mib=mib, sm_util=sm,
+                                   mps_client=True)  # fmt: skip
+            exporter.start()
+            want = {"infer-a": 3000, "infer-b": 5000}
+            wait_for(lambda: per_pod(exporter.scrape(), "DCGM_FI_DEV_FB_USED", uuid) == want, 20)
+            found = exporter.scrape()
+            assert per_pod(found, "DCGM_FI_DEV_GPU_UTIL", uuid) == {"infer-a": 20, "infer-b": 40}
+            # the GPU's own values stay on every pod (free memory: the GPU's 8028 MiB used);
+            # the pods' sum is the GPU's used memory less the MPS server's context, no pod's
+            free = 81559 - 8028
+            assert per_pod(found, "DCGM_FI_DEV_FB_FREE", uuid) == {"infer-a": free, "infer-b": free}
+            assert sum(per_pod(found, "DCGM_FI_DEV_FB_USED", uuid).values()) == 8028 - 28
+            assert not [s for s in found if s.labels.get("pod") == "nvct-mps-control"]

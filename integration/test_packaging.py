@@ -38,7 +38,7 @@ from typing import Any
 import pytest
 
 from integration.apiserver.certs import ServingCerts
-from integration.apiserver.server import APIServer
+from integration.apiserver.server import NODES, APIServer
 from integration.harness.apiserver import (
     CONFIGS,
     LABEL,
@@ -747,6 +747,35 @@ def test_installed_config_manager_follows_its_nodes_label(
                 manager.stop()
         finally:
             plugin.stop()
+    finally:
+        server.stop()
+
+
+def test_installed_cli_labels_its_node_as_the_installer_does(
+    installed_deb: Installed,
+    tmp_path: Path,
+    kube_certs: ServingCerts,  # noqa: F811 - the fixture's name
+) -> None:
+    """The packaged /usr/bin/nvct-cli node-label (what node-install.sh runs in the image: the
+    vendored lightkube, the grpc directory's msgspec) with the installer's token and env."""
+    from integration.harness.nodelabel import LABEL as READY
+    from integration.harness.nodelabel import installer_account, installer_env
+
+    server = APIServer(kube_certs)
+    server.start()
+    try:
+        server.put_node(NODE)
+        env = installer_env(server, installer_account(server, tmp_path / "sa"))
+        done = subprocess.run(
+            ["/usr/bin/nvct-cli", "node-label", f"{READY}=true"],
+            env={"PATH": "/usr/bin:/bin", **env},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        node = server.store.get(NODES, "", NODE)
+        assert node["metadata"]["labels"][READY] == "true"
     finally:
         server.stop()
 

@@ -6,19 +6,29 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from integration.harness.apiserver import (
+    CONFIGS,
+    LABEL,
+    NODE,
+    Pod,
+    apiserver,  # noqa: F401 - fixture
+    kube_certs,  # noqa: F401 - fixture
+)
 from integration.harness.bundles import BundleFactory, minimal_gpu_bundle, run_runc
 from integration.harness.nvct_config import write_nvct_config
 from integration.harness.packages import DAEMON_SOCKET, daemon_answers
-from integration.harness.skips import need_binary, need_cc, require
-from integration.harness.wheel import PIP, ROOT, install_wheel
+from integration.harness.skips import need_binary, need_cc, need_root, require
+from integration.harness.wheel import PIP, ROOT, install_as_user, install_wheel, unused_uid
 
 
 def build_wheel(out: Path, env: dict[str, str] | None = None) -> tuple[Path, str]:
@@ -198,3 +208,42 @@ def test_the_sdist_builds_the_same_platform_wheel(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     (wheel,) = (tmp_path / "dist").glob("nvct-*.whl")
     assert "-py3-none-linux_" in wheel.name
+
+
+def test_the_wheels_config_manager_run_by_an_ordinary_user_writes_the_labelled_entry(
+    wheel_venv: Path,
+    apiserver: Any,  # noqa: F811 - the fixture's name
+) -> None:
+    """pip's install path for nvct-config-manager: a new, ordinary user makes a venv and pip
+    installs the wheel into it; the user's nvct-config-manager (its console script, its own
+    lightkube and msgspec) reads its Node at the stand-in API server over HTTPS and writes the
+    labelled entry, as the chart's init container does."""
+    require(need_root())
+    (wheel,) = wheel_venv.parent.parent.glob("dist/nvct-*.whl")
+    uid = unused_uid()
+    home = Path(tempfile.mkdtemp(prefix="nvct-wheel-user-"))  # tmp_path is root's alone
+    try:
+        home.chmod(0o755)
+        binary = install_as_user(wheel, home / "user", uid)
+        (home / "pod").mkdir()
+        pod = Pod(home / "pod", apiserver, CONFIGS)
+        for path in (home / "pod", *(home / "pod").rglob("*")):
+            os.lchown(path, uid, uid)
+        apiserver.put_node(NODE, {LABEL: "ts4"})
+        manager = pod.manager(
+            binary / "nvct-config-manager", user=uid, ONESHOT="true", SEND_SIGNAL="false"
+        )
+        assert manager.wait() == 0, manager.output()
+        assert pod.dst.read_text() == CONFIGS["ts4"]
+        assert pod.dst.stat().st_uid == uid  # written by the user's process
+        assert '"config_updated"' in manager.output() and manager.errors() == []
+        # the user's venv served every import: nothing came from this checkout
+        code = "import lightkube, msgspec, nvct; print(lightkube.__file__, msgspec.__file__, nvct.__file__)"  # noqa: E501
+        where = subprocess.run(
+            [binary / "python3", "-c", code],
+            user=uid, group=uid, extra_groups=[], cwd=home / "user",
+            capture_output=True, text=True, check=True,
+        ).stdout.split()  # fmt: skip
+        assert all(w.startswith(str(binary.parent)) for w in where), where
+    finally:
+        shutil.rmtree(home, ignore_errors=True)

@@ -1,9 +1,10 @@
 """Bearer tokens and an RBAC-like rule table: who may do which verb on which resource.
 
-A token maps to a user and that user's rules (``Rule("", "nodes", {"get", "list", "watch"})``
-is the config-manager's ClusterRole rule). A request without a known token is 401; a verb
-no rule allows is 403 with the API server's message. Every request is recorded, so a test can
-show what a client used.
+A token maps to a user, the user's ``extra`` (what a pod's bound token adds, e.g.
+``authentication.kubernetes.io/node-name``: admission policies read it) and rules
+(``Rule("", "nodes", {"get", "list", "watch"})`` is the config-manager's ClusterRole rule). A
+request without a known token is 401; a verb no rule allows is 403 with the API server's
+message. Every request is recorded, so a test can show what a client used.
 """
 
 from __future__ import annotations
@@ -42,12 +43,24 @@ class Access:
 @dataclass
 class Authorizer:
     tokens: dict[str, tuple[str, tuple[Rule, ...]]] = field(default_factory=dict)
+    extras: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     log: list[Access] = field(default_factory=list)
     # requests refused for want of a known token (401)
     unauthenticated: int = 0
 
-    def add(self, token: str, user: str, rules: tuple[Rule, ...]) -> None:
+    def add(
+        self,
+        token: str,
+        user: str,
+        rules: tuple[Rule, ...],
+        extra: dict[str, list[str]] | None = None,
+    ) -> None:
         self.tokens[token] = (user, rules)
+        self.extras[token] = extra or {}
+
+    def user_info(self, token: str) -> dict[str, object]:
+        """The request's ``userInfo`` as admission sees it."""
+        return {"username": self.tokens[token][0], "extra": self.extras.get(token, {})}
 
     def user(self, token: str | None) -> str | None:
         entry = self.tokens.get(token or "")

@@ -10,6 +10,8 @@ and error Status objects of the real one, for any group/version/resource a test 
   server sends it), create (POST), update (PUT, 409 ``Conflict`` on a stale
   resourceVersion), patch (JSON merge patch), delete;
 - bearer tokens (401 without a known one) and the rule table of ``rbac`` (403);
+- ValidatingAdmissionPolicies (``policies``: the chart's, as rendered) run on every write with
+  the token's user and extra, a refusal answered 403 as the real server words it;
 - field selectors a kind declares (``Kind.selectable``: ResourceSlices' ``spec.nodeName``);
 - feature gates that change what is stored (``features``: ``DRADeviceTaints``);
 - ``stop()``/``start()`` on the same port keep the store (a restart; ``compact`` makes the
@@ -113,6 +115,10 @@ class APIServer:
         # seconds between storing a create or update and answering it: a slow answer, which
         # watchers (and other writers) overtake
         self.answer_delay = 0.0
+        # ValidatingAdmissionPolicy objects (with a Deny binding each) judging every write
+        self.policies: list[dict[str, Any]] = []
+        # called (kind, namespace, name) before a write is applied: another writer overtaking
+        self.before_write: Callable[[Kind, str, str], None] | None = None
         self.port = 0
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -212,6 +218,7 @@ class APIServer:
 class _Handler(BaseHTTPRequestHandler):
     api: APIServer
     protocol_version = "HTTP/1.1"
+    _raw = b""
     # As Go's net/http (the real server): headers and body go out as two writes, and with
     # Nagle on the body waits for the client's delayed ACK, 40 ms per request on keep-alive.
     disable_nagle_algorithm = True
@@ -244,8 +251,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(code, status(code, reason, message))
 
     def _body(self) -> Any:
-        length = int(self.headers.get("Content-Length") or 0)
-        return json.loads(self.rfile.read(length) or b"{}")
+        return json.loads(self._raw or b"{}")
 
     def _authorize(self, verb: str, route: _Route) -> str | None:
         header = self.headers.get("Authorization", "")
@@ -271,6 +277,9 @@ class _Handler(BaseHTTPRequestHandler):
         return token
 
     def _dispatch(self, method: str) -> None:
+        # read the body first: a request refused before it is read (404, 401, 403) would
+        # leave it in the kept-alive connection, where it would garble the next request
+        self._raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         url = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         route = self.api.route(url.path)
@@ -285,10 +294,13 @@ class _Handler(BaseHTTPRequestHandler):
             "PATCH": "patch",
             "DELETE": "delete",
         }[method]
-        if self._authorize(verb, route) is None:
+        token = self._authorize(verb, route)
+        if token is None:
             return
         kind, store = route.kind, self.api.store
         name = f'{kind.resource} "{route.name}"'
+        if verb in ("create", "update", "patch", "delete") and self.api.before_write:
+            self.api.before_write(kind, route.namespace, route.name)
         try:
             if verb == "get":
                 self._send(200, store.get(kind, route.namespace, route.name))
@@ -302,19 +314,25 @@ class _Handler(BaseHTTPRequestHandler):
                     self._list(route, selected)
             elif verb == "create":
                 body = self._defaulted(kind, admit(kind, self._body(), self.api.features))
-                self._send(201, self._stored(store.create(kind, route.namespace, body)))
+                if self._admitted(token, route, "CREATE", body, None):
+                    self._send(201, self._stored(store.create(kind, route.namespace, body)))
             elif verb == "update":
                 body = self._defaulted(kind, admit(kind, self._body(), self.api.features))
                 if body.get("metadata", {}).get("name") != route.name:
                     self._fail(400, "BadRequest", "the name of the object does not match the URL")
                     return
-                self._send(200, self._stored(store.update(kind, route.namespace, body)))
+                current = store.get(kind, route.namespace, route.name)
+                if self._admitted(token, route, "UPDATE", body, current):
+                    self._send(200, self._stored(store.update(kind, route.namespace, body)))
             elif verb == "patch":
                 current = store.get(kind, route.namespace, route.name)
                 patched = admit(kind, merge_patch(current, self._body()), self.api.features)
-                self._send(200, store.update(kind, route.namespace, patched))
+                if self._admitted(token, route, "UPDATE", patched, current):
+                    self._send(200, store.update(kind, route.namespace, patched))
             else:
-                self._send(200, store.delete(kind, route.namespace, route.name))
+                current = store.get(kind, route.namespace, route.name)
+                if self._admitted(token, route, "DELETE", None, current):
+                    self._send(200, store.delete(kind, route.namespace, route.name))
         except NotFound:
             self._fail(404, "NotFound", f"{name} not found")
         except AlreadyExists:
@@ -328,6 +346,34 @@ class _Handler(BaseHTTPRequestHandler):
             )
         except ValueError as err:
             self._fail(422, "Invalid", f"{kind.kind} is invalid: {err}")
+
+    def _admitted(
+        self,
+        token: str,
+        route: _Route,
+        operation: str,
+        obj: dict[str, Any] | None,
+        old: dict[str, Any] | None,
+    ) -> bool:
+        """Run ``policies`` on the write; answer the first refusal as the API server does."""
+        from integration.apiserver.admission import judges, refusals
+
+        kind = route.kind
+        request = {"operation": operation, "userInfo": self.api.auth.user_info(token)}
+        for policy in self.api.policies:
+            if not judges(policy, kind.group, kind.resource, operation):
+                continue
+            said = refusals(policy, obj, route.namespace, request=request, old=old)
+            if said:
+                policy_name = policy["metadata"]["name"]
+                self._fail(
+                    403,
+                    "Forbidden",
+                    f'{kind.resource} "{route.name}" is forbidden: ValidatingAdmissionPolicy '
+                    f"'{policy_name}' with binding '{policy_name}' denied request: {said[0]}",
+                )
+                return False
+        return True
 
     def _defaulted(self, kind: Kind, obj: dict[str, Any]) -> dict[str, Any]:
         for default in self.api.defaults:

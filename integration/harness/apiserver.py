@@ -103,6 +103,7 @@ class ConfigManager:
         account: Path,
         env: dict[str, str],
         program: Path = NVCT_BIN / "nvct-config-manager",
+        user: int | None = None,
     ) -> None:
         self.log = account.parent / f"config-manager-{uuid.uuid4().hex[:8]}.log"
         full = {
@@ -111,8 +112,12 @@ class ConfigManager:
             "NVCT_SERVICE_ACCOUNT_DIR": str(account),
             **env,
         }
+        # ``user``: that uid (and as gid), without root's supplementary groups
+        who: dict[str, Any] = {}
+        if user is not None:
+            who = {"user": user, "group": user, "extra_groups": []}
         with self.log.open("wb") as out:
-            self.proc = subprocess.Popen([str(program)], env=full, stdout=out, stderr=out)
+            self.proc = subprocess.Popen([str(program)], env=full, stdout=out, stderr=out, **who)
 
     def output(self) -> str:
         return self.log.read_text()
@@ -170,7 +175,10 @@ class Pod:
             **extra,
         }
 
-    def manager(self, program: Path | None = None, **extra: str) -> ConfigManager:
-        if program is None:
-            return ConfigManager(self.server, self.account, self.env(**extra))
-        return ConfigManager(self.server, self.account, self.env(**extra), program)
+    def manager(
+        self, program: Path | None = None, user: int | None = None, **extra: str
+    ) -> ConfigManager:
+        """``nvct-config-manager`` (``program``: another install's) with this pod's
+        volumes, as root or as ``user``; ``extra``: more of its environment."""
+        program = program or NVCT_BIN / "nvct-config-manager"
+        return ConfigManager(self.server, self.account, self.env(**extra), program, user)

@@ -21,10 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from integration.harness import HarnessError
 from integration.harness.containerd import Containerd
 from integration.harness.ctrimages import PAUSE_TAG, pause_archive, rootfs_archive
-from integration.harness.deviceplugin import PluginProcess
+from integration.harness.deviceplugin import PLUGIN_MODULE, PluginProcess
 from integration.harness.nvct_config import NVCT_BIN, write_nvct_config
 from integration.harness.skips import need_binary, need_busybox, need_root, require
 from integration.kubelet.cri import CriKubelet, Exited
@@ -84,13 +86,21 @@ class Node:
 
     @contextlib.contextmanager
     def plugin(
-        self, *args: str, sim: Any = None, resource: str = "nvidia.com/gpu", **toml: str
+        self,
+        *args: str,
+        sim: Any = None,
+        resource: str = "nvidia.com/gpu",
+        program: tuple[str, ...] = PLUGIN_MODULE,
+        **toml: str,
     ) -> Iterator[PluginProcess]:
         """nvct-device-plugin registered with the stand-in (its CDI spec in
-        ``work/plugin-<driver>/cdi``), stopped after the block."""
+        ``work/plugin-<driver>/cdi``), stopped after the block; ``program``: run as that
+        command instead of ``python -m nvct.deviceplugin``."""
         sim = sim or self.sim
         old = self.plugins.registered(resource)
-        plugin = PluginProcess(self.plugin_work(sim), sim, self.plugins.plugin_dir, *args, **toml)
+        plugin = PluginProcess(
+            self.plugin_work(sim), sim, self.plugins.plugin_dir, *args, program=program, **toml
+        )
         plugin.start()
         try:
             ready = self.plugins.wait(
@@ -165,3 +175,12 @@ def running_node(work: Path, sim: Any, rootfs: Path) -> Iterator[Node]:
         yield node
     finally:
         node.close()
+
+
+@pytest.fixture(scope="module")
+def cri_node(
+    tmp_path_factory: pytest.TempPathFactory, sim_driver: Any, glibc_rootfs_dir: Path
+) -> Iterator[Node]:
+    """``running_node`` on the session's simulated driver, one per test module that asks."""
+    with running_node(tmp_path_factory.mktemp("cri-node"), sim_driver, glibc_rootfs_dir) as node:
+        yield node

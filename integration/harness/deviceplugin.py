@@ -22,6 +22,8 @@ from integration.harness.processes import terminate
 from integration.kubelet.standin import Kubelet
 
 P = TypeVar("P", bound="SimProcess")
+# How the tests run the plugin by default: this checkout's module under the test's Python.
+PLUGIN_MODULE = (sys.executable, "-m", "nvct.deviceplugin")
 
 
 class SimProcess:
@@ -65,7 +67,7 @@ class PluginProcess(SimProcess):
         sim: Any,
         plugin_dir: Path,
         *args: str,
-        program: tuple[str, ...] = (sys.executable, "-m", "nvct.deviceplugin"),
+        program: tuple[str, ...] = PLUGIN_MODULE,
         **toml: str,
     ) -> None:
         self.work = work

@@ -69,7 +69,7 @@ def _replace(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-# gpuInstanceId / computeInstanceId of an event that concerns the whole GPU.
+# gpuInstanceId / computeInstanceId of an event or process that concerns the whole GPU.
 NO_INSTANCE = 0xFFFFFFFF
 
 
@@ -134,6 +134,7 @@ MORE_METRICS = {
     "gpm_dram": 0,
     "gpm_pcie_tx_mibs": 0,
     "gpm_pcie_rx_mibs": 0,
+    "vgpu_licensed": 1,  # a vGPU guest's licence: 0 expired or never granted
 }
 # What a MIG device reports of its own (set_mig_metrics), stored as <key>_gi<gi>.
 MIG_KEYS = ("memory_used_mib", "gpm_graphics", "gpm_tensor", "gpm_dram")
@@ -212,12 +213,23 @@ def set_condition(
 
 
 def gpu_process(
-    target: Target, gpu: int, pid: int, *, used_mib: int, sm_util: int = 0, mem_util: int = 0
+    target: Target,
+    gpu: int,
+    pid: int,
+    *,
+    used_mib: int,
+    sm_util: int = 0,
+    mem_util: int = 0,
+    mps_client: bool = False,
+    gi: int | None = None,
+    ci: int = 0,
 ) -> None:
     """Process ``pid`` (this process's PID namespace: the host's, in tests) runs on GPU ``gpu``:
     NVML lists it (running compute processes, utilization samples) to a caller in this
     namespace under ``pid``, to one in the process's own namespace under its pid there, and to
-    no other caller, as the driver does.
+    no other caller, as the driver does. ``mps_client``: it reaches the GPU through an MPS
+    server, so the MPS compute call lists it too (the server itself is a plain process here).
+    ``gi``/``ci``: it runs on that MIG device of the GPU (None: the GPU is not in MIG mode).
 
     Raises:
         ValueError: no such process.
@@ -229,7 +241,12 @@ def gpu_process(
         raise ValueError(f"gpu_process: no process {pid}: {err.strerror}") from err
     nspid = next(line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:"))
     outer_ns = os.stat("/proc/self/ns/pid").st_ino
-    line = f"{outer_ns} {int(pid)} {inner_ns} {nspid[-1]} {used_mib} {sm_util} {mem_util}\n"
+    kind = "M" if mps_client else "C"
+    where = f"{NO_INSTANCE} {NO_INSTANCE}" if gi is None else f"{int(gi)} {int(ci)}"
+    line = (
+        f"{outer_ns} {int(pid)} {inner_ns} {nspid[-1]} {used_mib} {sm_util} {mem_util} "
+        f"{kind} {where}\n"
+    )
     path = _ctl(target) / "processes" / str(int(gpu))
     _replace(path, (path.read_text() if path.exists() else "") + line)
 

@@ -122,6 +122,13 @@ A100_80GB_PROFILES = {
     "4g.40gb": MigAttributes(56, 4, 2, 0, 0, 0, 4),
     "7g.80gb": MigAttributes(98, 7, 5, 0, 1, 1, 7),
 }
+# H100 80GB's (Hopper: more SMs per slice, a JPEG engine with every decoder), as its
+# `nvidia-smi mig -lgip` lists them; the profiles the h100x2-550-mig preset uses.
+H100_80GB_PROFILES = {
+    "1g.10gb": MigAttributes(16, 1, 1, 0, 1, 0, 1),
+    "2g.20gb": MigAttributes(32, 2, 2, 0, 2, 0, 2),
+    "3g.40gb": MigAttributes(60, 3, 3, 0, 3, 0, 3),
+}
 
 
 @dataclass(frozen=True)
@@ -290,12 +297,18 @@ class SimDriverSpec:
 
 
 def mig_device(
-    gpu_minor: int, gi: int, ci: int, profile: str, memory_mib: int, seed: str
+    gpu_minor: int,
+    gi: int,
+    ci: int,
+    profile: str,
+    memory_mib: int,
+    seed: str,
+    profiles: dict[str, MigAttributes] = A100_80GB_PROFILES,
 ) -> SimMig:
     """A SimMig whose UUID and cap minors are derived like the real driver would number them,
-    with the attributes of A100-80GB's ``profile``."""
+    with the attributes of ``profile`` among ``profiles`` (A100-80GB's by default)."""
     return SimMig(
-        attributes=A100_80GB_PROFILES[profile],
+        attributes=profiles[profile],
         gi=gi,
         ci=ci,
         uuid=deterministic_uuid("MIG", f"{seed}/gpu{gpu_minor}/gi{gi}/ci{ci}"),
@@ -314,7 +327,9 @@ def _h100x8() -> SimDriverSpec:
     return _h100("h100x8-550", ("18", "2A", "3B", "5D", "9A", "AB", "BA", "DB"))
 
 
-def _h100(label: str, buses: tuple[str, ...]) -> SimDriverSpec:
+def _h100(
+    label: str, buses: tuple[str, ...], migs: dict[int, tuple[SimMig, ...]] | None = None
+) -> SimDriverSpec:
     gpus = tuple(
         SimGpu(
             minor=i,
@@ -325,10 +340,23 @@ def _h100(label: str, buses: tuple[str, ...]) -> SimDriverSpec:
             architecture="Hopper",
             compute_capability=(9, 0),
             memory_mib=81559,
+            migs=(migs or {}).get(i, ()),
         )
         for i, bus in enumerate(buses)
     )
     return SimDriverSpec("550.54.15", "12.4", gpus, label=label)
+
+
+def _h100x2_mig() -> SimDriverSpec:
+    """Two HGX H100s, GPU 0 in MIG mode (3g.40gb, 2g.20gb, 1g.10gb), GPU 1 whole: Hopper has
+    GPM, per GPU instance too (nvmlGpmMigSampleGet)."""
+    seed = "h100x2-550-mig"
+    migs = (
+        mig_device(0, 2, 0, "3g.40gb", 40448, seed, H100_80GB_PROFILES),
+        mig_device(0, 3, 0, "2g.20gb", 20096, seed, H100_80GB_PROFILES),
+        mig_device(0, 9, 0, "1g.10gb", 9984, seed, H100_80GB_PROFILES),
+    )
+    return _h100(seed, ("18", "2A"), {0: migs})
 
 
 def _a100x8_mig() -> SimDriverSpec:
@@ -519,6 +547,7 @@ PRESETS = {
     "h100x4-550": _h100x4,
     "h100x8-550": _h100x8,
     "a100x8-570-mig": _a100x8_mig,
+    "h100x2-550-mig": _h100x2_mig,
     "t4x1-535": _t4x1,
     "l40s-vgpu-guest": _l40s_vgpu_guest,
 }

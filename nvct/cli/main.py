@@ -28,6 +28,7 @@ SUBCOMMANDS: dict[str, str] = {
     "device-plugin-health": "nvct.cli.plugin_health_cmd:device_plugin_health",
     "exporter": "nvct.cli.exporter_cmd:exporter",
     "mps-control": "nvct.cli.mps_cmd:mps_control",
+    "node-label": "nvct.cli.node_label_cmd:node_label",
 }
 
 

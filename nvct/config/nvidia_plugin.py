@@ -85,7 +85,8 @@ _WHY_FLAG = {
     "gdrcopyEnabled": "nvct's plugin gives no GDRCopy device (/dev/gdrdrv) in Allocate",
     "gdsEnabled": "nvct's plugin gives no GPUDirect Storage devices (/dev/nvidia-fs*)",
     "mofedEnabled": "nvct's plugin gives no MOFED devices (/dev/infiniband)",
-    "useNodeFeatureAPI": "a GFD setting: nvct-cli labels writes NFD's features.d file",
+    "useNodeFeatureAPI": "a GFD setting: nvct-cli labels takes it as --use-node-feature-api "
+    "or GFD_USE_NODE_FEATURE_API (chart: nfd.enableNodeFeatureApi)",
     "plugin.nvidiaCTKPath": "nvct's CDI spec runs nvct-cdi-hook ([runtime] hook-path), not "
     "nvidia-cdi-hook",
 }

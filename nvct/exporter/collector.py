@@ -32,6 +32,22 @@ def _add(family: Metric, labels: dict[str, str], value: float) -> None:
     family.add_sample(family.name, labels, value)
 
 
+def _own(
+    values: dict[str, float], usage: dict[Owner, Usage] | None, labels: dict[str, str]
+) -> dict[str, float]:
+    """A device's values; where its use per container was measured, the labels' container's
+    own SM % and memory in place of the device's (a sum over pods adds up)."""
+    if usage is None or not labels.get("pod"):
+        return values
+    own = usage.get(Owner(labels["pod"], labels["namespace"], labels["container"])) or Usage()
+    values = dict(values)
+    if "DCGM_FI_DEV_GPU_UTIL" in values:
+        values["DCGM_FI_DEV_GPU_UTIL"] = own.sm_percent
+    if "DCGM_FI_DEV_FB_USED" in values:
+        values["DCGM_FI_DEV_FB_USED"] = own.memory_mib
+    return values
+
+
 class SampleCollector(Collector):
     """Renders ``latest()`` on every scrape."""
 
@@ -67,9 +83,10 @@ class SampleCollector(Collector):
                 for name, value in self._values(gpu, labels).items():
                     _add(families[name], labels, value)
             for mig in gpu.reading.migs:
+                measured = None if gpu.mig_usage is None else gpu.mig_usage.get(mig.mig.uuid)
                 for values in self._label_sets(gpu, mig.mig.uuid, mig.mig.profile, mig.mig.gi):
                     labels = self._named(values)
-                    for name, value in mig.values.items():
+                    for name, value in _own(mig.values, measured, labels).items():
                         _add(families[name], labels, value)
         yield from (f for f in families.values() if f.samples)
         yield from self._gpu_families(sample)
@@ -129,18 +146,8 @@ class SampleCollector(Collector):
         yield from (last_xid, xid_count, xid_total, healthy, why, replicas)
 
     def _values(self, gpu: GpuSample, labels: dict[str, str]) -> dict[str, float]:
-        """The GPU's values; on a shared GPU whose use per container was measured, the
-        container's own SM % and memory in place of the GPU's (a sum over pods adds up)."""
-        if gpu.usage is None or not labels.get("pod"):
-            return gpu.reading.values
-        own = gpu.usage.get(Owner(labels["pod"], labels["namespace"], labels["container"]))
-        own = own or Usage()
-        values = dict(gpu.reading.values)
-        if "DCGM_FI_DEV_GPU_UTIL" in values:
-            values["DCGM_FI_DEV_GPU_UTIL"] = own.sm_percent
-        if "DCGM_FI_DEV_FB_USED" in values:
-            values["DCGM_FI_DEV_FB_USED"] = own.memory_mib
-        return values
+        """The GPU's values, with a measured container's own use (``_own``)."""
+        return _own(gpu.reading.values, gpu.usage, labels)
 
     def _named(self, values: list[str]) -> dict[str, str]:
         """Labels by name; a whole GPU's series carries no MIG labels (dcgm-exporter's)."""

@@ -16,14 +16,11 @@ import structlog
 from nvct.exporter.fields import BY_NAME
 from nvct.exporter.gpm import PCIE, GpmStream, supported
 from nvct.exporter.sample import GpuIdentity, MigReading, Reading
+from nvct.exporter.unsupported import never
 
 log = structlog.get_logger("nvct-exporter")
 MIB = 1024 * 1024
 KIB = 1024
-LICENSED = 5  # NVML_GRID_LICENSE_STATE_LICENSED
-# NVML's answers meaning "never on this GPU": not supported, function not found, and a struct
-# version the driver does not know
-NEVER = (3, 13, 25)
 
 Probe = Callable[[Any, Any], dict[str, float]]
 
@@ -86,14 +83,14 @@ def _remapped_rows(nvml: Any, h: Any) -> dict[str, float]:
 
 
 def _vgpu_license(nvml: Any, h: Any) -> dict[str, float]:
+    """DCGM's 1 licensed, 0 not: an enabled feature's featureState is non-zero while licensed
+    (nvidia-smi's "Licensed"/"Unlicensed" reads the same field)."""
     features = nvml.nvmlDeviceGetGridLicensableFeatures_v4(h)
     if not features.isGridLicenseSupported:
         raise nvml.NVMLError(nvml.NVML_ERROR_NOT_SUPPORTED)
-    states = [
-        features.gridLicensableFeatures[i].featureState
-        for i in range(features.licensableFeaturesCount)
-    ]
-    return {"DCGM_FI_DEV_VGPU_LICENSE_STATUS": 1.0 if LICENSED in states else 0.0}
+    listed = [features.gridLicensableFeatures[i] for i in range(features.licensableFeaturesCount)]
+    enabled = [f for f in listed if f.featureEnabled] or listed
+    return {"DCGM_FI_DEV_VGPU_LICENSE_STATUS": 1.0 if any(f.featureState for f in enabled) else 0.0}
 
 
 def _pcie_throughput(nvml: Any, h: Any) -> dict[str, float]:
@@ -198,7 +195,7 @@ class DeviceReader:
                 read = stream.read() if stream is not None else {}
                 values.update({k: v for k, v in read.items() if BY_NAME[k].per_mig})
             except self.nvml.NVMLError as err:
-                if getattr(err, "value", None) in NEVER:
+                if never(err):
                     del self.mig_gpm[mig.gi]
                     log.info("series_dropped", gpu=self.gpu.uuid, mig=mig.uuid,
                              fields=list(GPM_FIELDS), reason=f"gpm: {err}")  # fmt: skip
@@ -211,7 +208,7 @@ class DeviceReader:
             try:
                 return memory(nvml, handle, v2=True)
             except nvml.NVMLError as err:
-                if getattr(err, "value", None) not in NEVER:
+                if not never(err):
                     raise
                 self._memory_v2 = False
                 self._drop(("DCGM_FI_DEV_FB_RESERVED",), str(err))
@@ -268,7 +265,7 @@ class DeviceReader:
         try:
             return read()
         except nvml.NVMLError as err:
-            if getattr(err, "value", None) in NEVER:
+            if never(err):
                 self._drop(fields, f"{name}: {err}")
             return {}
 

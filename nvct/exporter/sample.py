@@ -79,6 +79,8 @@ class GpuSample:
     mig_owners: dict[str, tuple[Owner, ...]] = field(default_factory=dict)  # MIG UUID -> holders
     # a shared GPU's per-container use (its processes'); None: not measured (whole GPU, off)
     usage: dict[Owner, Usage] | None = None
+    # in MIG mode, each MIG device's per-container use (MIG UUID -> ...); None: not measured
+    mig_usage: dict[str, dict[Owner, Usage]] | None = None
 
 
 @dataclass(frozen=True, slots=True)

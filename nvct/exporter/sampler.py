@@ -30,6 +30,7 @@ from nvct.kubeapi.podresources.ids import (
     owners_by_gpu,
     owners_by_mig,
     replicas_by_gpu,
+    replicas_by_mig,
 )
 from nvct.node.health.nvml_condition import read_condition
 from nvct.node.health.policy import GpuCondition
@@ -129,8 +130,15 @@ class Sampler:
             if not reading.error  # a lost GPU answers nothing
         }
         owners, mig_owners, replicas, up = self._kubelet()
-        shared = [g.uuid for g in self.gpus if replicas.get(g.uuid, 1) > 1 and owners.get(g.uuid)]
-        usage = self._usage(shared, readings) if shared else {}
+        # per-pod use where one series can carry several pods: a GPU's replicas, the parent of
+        # held MIG devices, a MIG device's replicas
+        shared = [
+            g
+            for g in self.gpus
+            if owners.get(g.uuid)
+            and (replicas.get(g.uuid, 1) > 1 or any(m.uuid in mig_owners for m in g.migs))
+        ]
+        usage, mig_usage = self._usage(shared, readings, replicas) if shared else ({}, {})
         plugin = plugin_view(self.policy.plugin_dir, self.devices)
         quiet_s = self.policy.quiet_s if plugin.quiet_s is None else plugin.quiet_s
         ignored = self.policy.ignored_xids if plugin.ignored_xids is None else plugin.ignored_xids
@@ -161,16 +169,19 @@ class Sampler:
                     tuple(owners.get(gpu.uuid, ())),
                     {m.uuid: mig_owners[m.uuid] for m in gpu.migs if m.uuid in mig_owners},
                     usage.get(gpu.uuid),
+                    mig_usage.get(gpu.uuid),
                 )
             )
         return Sample(tuple(out), now, now - started, up)
 
     def _usage(
-        self, shared: list[str], readings: dict[str, Reading]
-    ) -> dict[str, dict[Owner, Usage]]:
-        """Each shared GPU's use per container; {} where the runtime cannot be asked."""
+        self, shared: list[GpuIdentity], readings: dict[str, Reading], replicas: dict[str, int]
+    ) -> tuple[dict[str, dict[Owner, Usage]], dict[str, dict[str, dict[Owner, Usage]]]]:
+        """Each shared GPU's use per container, and on a GPU in MIG mode that of each MIG
+        device with replicas (MIG UUID → container → use; one held whole keeps its own
+        values, which are its holder's); {} where the runtime cannot be asked."""
         if self.cri is None:
-            return {}
+            return {}, {}
         try:
             containers = self.cri.owners()
         except CriError as err:
@@ -178,24 +189,29 @@ class Sampler:
                 detail = "shared GPUs show the GPU's values on every pod"
                 log.warning("cri_unavailable", error=err.one_line(), detail=detail)
             self._cri_problem = err.one_line()
-            return {}
+            return {}, {}
         if self._cri_problem is not None:
             log.info("cri_available", socket=self.cri.socket)
             self._cri_problem = None
-        out = {}
-        for uuid in shared:
+        out, migs = {}, {}
+        for gpu in shared:
             try:
-                processes = self.processes[uuid].read()
+                processes = self.processes[gpu.uuid].read()
             except self.nvml.NVMLError:
                 continue
-            used = readings[uuid].values.get("DCGM_FI_DEV_FB_USED", 0)
-            if not processes and used > 0 and uuid not in self._invisible:
+            used = readings[gpu.uuid].values.get("DCGM_FI_DEV_FB_USED", 0)
+            if not processes and used > 0 and gpu.uuid not in self._invisible:
                 # memory in use but no process: they live in another PID namespace
-                self._invisible.add(uuid)
+                self._invisible.add(gpu.uuid)
                 fix = "run the exporter in the host PID namespace (hostPID: true)"
-                log.warning("gpu_processes_invisible", gpu=uuid, fb_used_mib=used, fix=fix)
-            out[uuid] = per_owner(processes, containers)
-        return out
+                log.warning("gpu_processes_invisible", gpu=gpu.uuid, fb_used_mib=used, fix=fix)
+            out[gpu.uuid] = per_owner(processes, containers)
+            migs[gpu.uuid] = {
+                m.uuid: per_owner(processes, containers, gi=m.gi)
+                for m in gpu.migs
+                if replicas.get(m.uuid, 1) > 1
+            }
+        return out, migs
 
     def _kubelet(
         self,
@@ -218,6 +234,6 @@ class Sampler:
         return (
             owners_by_gpu(held, self.devices),
             owners_by_mig(held, self.devices),
-            replicas_by_gpu(allocatable, self.devices),
+            replicas_by_gpu(allocatable, self.devices) | replicas_by_mig(allocatable, self.devices),
             True,
         )

@@ -14,6 +14,8 @@ import yaml
 
 DEPLOYMENTS = Path(__file__).resolve().parents[2] / "deployments"
 celpy = pytest.importorskip("celpy")
+# the policies' CEL as the API server runs it (the stand-in server runs it the same way)
+from integration.apiserver.admission import refusals  # noqa: E402
 
 
 def _docs(name: str) -> list[dict[str, Any]]:
@@ -27,47 +29,6 @@ def _policy(name: str) -> dict[str, Any]:
         if d["kind"] == "ValidatingAdmissionPolicy" and d["metadata"]["name"] == name
     ]
     return policy
-
-
-def refusals(
-    policy: dict[str, Any],
-    pod: dict[str, Any],
-    namespace: str,
-    *,
-    request: dict[str, Any] | None = None,
-    old: dict[str, Any] | None = None,
-) -> list[str]:
-    """The messages of the validations ``pod`` (any object), created in ``namespace``, fails;
-    ``request`` adds to the request (``operation``, ``userInfo``), ``old`` is ``oldObject``. A
-    request the policy's ``matchConditions`` do not match is not judged (no refusal)."""
-    env = celpy.Environment()
-    activation: dict[str, Any] = {
-        "object": celpy.json_to_cel(pod),
-        "oldObject": celpy.json_to_cel(old),
-        "request": celpy.json_to_cel(
-            {"namespace": namespace, "operation": "CREATE", **(request or {})}
-        ),
-    }
-    for condition in policy["spec"].get("matchConditions", ()):
-        if not env.program(env.compile(condition["expression"])).evaluate(activation):
-            return []
-    variables: dict[Any, Any] = {}
-    for variable in policy["spec"].get("variables", ()):
-        activation["variables"] = celpy.celtypes.MapType(variables)
-        program = env.program(env.compile(variable["expression"]))
-        variables[celpy.celtypes.StringType(variable["name"])] = program.evaluate(activation)
-    activation["variables"] = celpy.celtypes.MapType(variables)
-    failed = []
-    for validation in policy["spec"]["validations"]:
-        result = env.program(env.compile(validation["expression"])).evaluate(activation)
-        assert isinstance(result, celpy.celtypes.BoolType), (validation["expression"], result)
-        if not result:
-            if "messageExpression" in validation:
-                said = env.program(env.compile(validation["messageExpression"]))
-                failed.append(str(said.evaluate(activation)))
-            else:
-                failed.append(" ".join(validation["message"].split()))
-    return failed
 
 
 def shipped_pods() -> dict[str, dict[str, Any]]:

@@ -49,6 +49,19 @@ AFFINITY = {
         }
     }
 }
+# What the installer puts on its Node once nvct's handlers run there (node-install.sh).
+READY_LABEL = "nvct.io/runtime.ready"
+# The DaemonSets that do not require it: the installer (it sets it) and mps-control (no nvct
+# handler; its MPS daemons must outlive an installer upgrade, which removes the label a moment).
+UNBOUND = {"nvct-installer", "nvct-mps-control"}
+# The installer's API access (installer.labelNodes): its role, binding, policy and egress.
+INSTALLER_API = {
+    ("ClusterRole", "nvct-installer"),
+    ("ClusterRoleBinding", "nvct-installer"),
+    ("ValidatingAdmissionPolicy", "nvct-installer-node-label"),
+    ("ValidatingAdmissionPolicyBinding", "nvct-installer-node-label"),
+    ("NetworkPolicy", "nvct-installer"),
+}
 MATRIX: dict[str, dict[str, Any]] = {
     "defaults": {},
     "mig-mixed": {"migStrategy": "mixed", "failOnInitError": False},
@@ -68,6 +81,7 @@ MATRIX: dict[str, dict[str, Any]] = {
     "exporter-off": {"exporter": {"enabled": False}},
     "per-pod-usage-crio": {"exporter": {"perPodUsage": True}, "installer": {"engine": "crio"}},
     "installer-off": {"installer": {"enabled": False}},
+    "label-nodes-off": {"installer": {"labelNodes": False}},
     "all-optional-off": {
         "exporter": {"enabled": False},
         "installer": {"enabled": False},
@@ -359,10 +373,16 @@ def test_a_config_map_brings_nvct_config_manager_as_nvidias_chart_does(case: str
     assert find(alone, "ClusterRoleBinding", "nvct-config-manager")["subjects"] == subjects[:1]
 
 
-def test_without_a_config_map_nothing_uses_the_api() -> None:
+def test_without_a_config_map_only_the_installer_uses_the_api() -> None:
+    """For its node's label (test_node_ready.py); without that, nothing of nvct does."""
     docs = rendered({})
-    assert [d for d in docs if d["kind"].endswith(("Role", "RoleBinding"))] == []
+    rbac = {(d["kind"], d["metadata"]["name"]) for d in docs if d["kind"].endswith("Role")}
+    assert rbac == {("ClusterRole", "nvct-installer")}
     assert "initContainers" not in plugin_pod(docs)
+    policies = {d["metadata"]["name"] for d in docs if d["kind"] == "NetworkPolicy"}
+    assert policies == {"nvct-default-deny", "nvct-exporter", "nvct-installer"}
+    docs = rendered({"installer": {"labelNodes": False}})
+    assert [d for d in docs if d["kind"].endswith(("Role", "RoleBinding"))] == []
     policies = {d["metadata"]["name"] for d in docs if d["kind"] == "NetworkPolicy"}
     assert policies == {"nvct-default-deny", "nvct-exporter"}  # no egress at all
 
@@ -393,7 +413,10 @@ def test_a_shared_namespace_is_refused_while_admission_would_lock_it(namespace: 
     with pytest.raises(HelmError, match=f"namespace {namespace}: .*helm install -n nvct-system"):
         rendered({}, namespace=namespace)
     off = rendered({"admission": {"enabled": False}}, namespace=namespace)
-    assert not [d for d in off if d["kind"].startswith("ValidatingAdmissionPolicy")]
+    # what is left judges the installer's own account only (its node label), no pod
+    left = [d for d in off if d["kind"] == "ValidatingAdmissionPolicy"]
+    assert [d["metadata"]["name"] for d in left] == ["nvct-installer-node-label"]
+    assert left[0]["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == ["nodes"]
 
 
 @pytest.mark.parametrize("case", ["mps", "time-slicing"])
@@ -419,13 +442,19 @@ def test_nvcts_sharing_values_are_the_plugins_sharing_rules(case: str) -> None:
                           ("NetworkPolicy", "nvct-exporter"), ("ConfigMap", "nvct-exporter"),
                           ("ServiceAccount", "nvct-exporter")}),
         ("installer-off", {("DaemonSet", "nvct-installer"), ("ConfigMap", "nvct-runtime"),
-                           ("ServiceAccount", "nvct-installer")}),
+                           ("ServiceAccount", "nvct-installer"), *INSTALLER_API}),
     ],
 )  # fmt: skip
 def test_optional_parts_can_be_left_out(case: str, gone: set[tuple[str, str]]) -> None:
+    """Without the installer nothing labels the nodes: nothing requires the label then."""
     everything = {(d["kind"], d["metadata"]["name"]) for d in rendered({})}
-    left = {(d["kind"], d["metadata"]["name"]) for d in rendered(MATRIX[case])}
+    docs = rendered(MATRIX[case])
+    left = {(d["kind"], d["metadata"]["name"]) for d in docs}
     assert everything - left == gone
+    if case == "installer-off":
+        for name, pod in daemonset_pods(docs).items():
+            assert READY_LABEL not in pod.get("nodeSelector", {}), name
+        assert "scheduling" not in find(docs, "RuntimeClass", "nvct-system")
     minimal = {(d["kind"], d["metadata"]["name"]) for d in rendered(MATRIX["all-optional-off"])}
     assert {name for kind, name in minimal if kind == "DaemonSet"} == {"nvct-device-plugin"}
 
@@ -437,7 +466,8 @@ def daemonset_pods(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 def test_scheduling_image_and_priority_values_reach_every_daemonset() -> None:
     for name, pod in daemonset_pods(rendered(MATRIX["custom-scheduling"])).items():
-        assert pod["nodeSelector"] == {"pool": "gpu"}, name
+        ready = {} if name in UNBOUND else {READY_LABEL: "true"}
+        assert pod["nodeSelector"] == {"pool": "gpu", **ready}, name
         assert pod["affinity"] == AFFINITY, name
         assert pod["tolerations"] == MATRIX["custom-scheduling"]["tolerations"], name
     for name, pod in daemonset_pods(rendered(MATRIX["image-override"])).items():
@@ -462,11 +492,18 @@ FRESH_GPU_NODE = {
     },
     "spec": {},
 }
+READY_GPU_NODE = {
+    "metadata": {
+        "name": "gpu-1",
+        "labels": {**FRESH_GPU_NODE["metadata"]["labels"], READY_LABEL: "true"},
+    },
+    "spec": {},
+}
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
-TAINTED = {**FRESH_GPU_NODE, "spec": {"taints": [GPU_TAINT]}}
+TAINTED = {**READY_GPU_NODE, "spec": {"taints": [GPU_TAINT]}}
 NFD_LABEL = {"feature.node.kubernetes.io/pci-10de.present": "true"}
 NFD_GPU_NODE = {
-    "metadata": {"name": "gpu-2", "labels": {**FRESH_GPU_NODE["metadata"]["labels"], **NFD_LABEL}}
+    "metadata": {"name": "gpu-2", "labels": {**READY_GPU_NODE["metadata"]["labels"], **NFD_LABEL}}
 }
 
 
@@ -485,15 +522,24 @@ def admitted(docs: list[dict[str, Any]], pod: dict[str, Any], node: dict[str, An
 
 
 def test_with_default_values_every_daemonset_runs_on_a_fresh_gpu_node_without_nfd() -> None:
+    """A fresh node (the kubelet's labels alone, GPU or not) gets no pod on nvct's handler, so
+    a CPU-only node has none waiting for a handler its installer never registers (helm
+    install --wait finishes); once the installer labelled a GPU node, every DaemonSet runs."""
     docs = rendered({})
     pods = daemonset_pods(docs)
     assert len(pods) == 5
-    for node in (FRESH_GPU_NODE, TAINTED):
+    fresh = {n for n, p in pods.items() if admitted(docs, p, FRESH_GPU_NODE) == []}
+    assert fresh == UNBOUND
+    assert not any(pods[n].get("runtimeClassName") for n in fresh)
+    for name, pod in pods.items():
+        if name not in UNBOUND:
+            assert admitted(docs, pod, FRESH_GPU_NODE) == [f"nodeSelector {READY_LABEL}=true"]
+    for node in (READY_GPU_NODE, TAINTED):
         for name, pod in pods.items():
             assert admitted(docs, pod, node) == [], name
     # NVIDIA's operator label still takes the plugin and exporter off a node (a GPU reset)
     operator = {f"nvidia.com/gpu.deploy.{c}": "false" for c in ("device-plugin", "dcgm-exporter")}
-    off = {"metadata": {"name": "gpu-1", "labels": operator}}
+    off = {"metadata": {"name": "gpu-1", "labels": {READY_LABEL: "true", **operator}}}
     taken_off = {n for n, p in pods.items() if refusals(p, off)}
     assert taken_off == {"nvct-device-plugin", "nvct-exporter"}
     # workloads on the RuntimeClass nvidia are not kept off a node NFD never labelled
@@ -505,8 +551,11 @@ def test_with_nfd_the_daemonsets_need_nfds_pci_label_as_nvidias_do() -> None:
     for name, pod in daemonset_pods(docs).items():
         assert admitted(docs, pod, FRESH_GPU_NODE) != [], name
         assert admitted(docs, pod, NFD_GPU_NODE) == [], name
-        forced = {"metadata": {"name": "x", "labels": {"nvidia.com/gpu.present": "true"}}}
+        forced = {"metadata": {"name": "x", "labels": {"nvidia.com/gpu.present": "true",
+                                                       READY_LABEL: "true"}}}  # fmt: skip
         assert admitted(docs, pod, forced) == [], name
+        unready = {"metadata": {"name": "x", "labels": NFD_LABEL}}  # NFD alone: installer only
+        assert (admitted(docs, pod, unready) == []) is (name in UNBOUND), name
     nvidia = find(docs, "RuntimeClass", "nvidia")
     assert nvidia["scheduling"]["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
 
@@ -641,7 +690,8 @@ def test_a_values_file_written_for_nvidias_chart_installs_nvct() -> None:
         assert admitted(docs, pod, NFD_GPU_NODE) == [], name
     assert admitted(docs, plugin, FRESH_GPU_NODE) != []  # NVIDIA's affinity needs NFD
     assert "No node-feature-discovery" not in notes(NVIDIA_VALUES)
-    assert "No node-feature-discovery" in notes({})
+    assert f"kubectl get nodes -l {READY_LABEL}=true" in notes({})
+    assert "No node-feature-discovery" in notes({"installer": {"labelNodes": False}})
     names = {(d["kind"], d["metadata"]["name"]) for d in docs}
     assert names >= {(d["kind"], d["metadata"]["name"]) for d in rendered({})}
 

@@ -63,6 +63,8 @@ def test_kustomization_lists_every_manifest() -> None:
 
 
 def test_workloads_run_nvcts_image_with_no_token_and_only_what_they_need() -> None:
+    """No pod mounts the default token; the installer alone gets one (a projected volume), and
+    RBAC gives it get and patch on nodes (its node's label: test_node_ready.py)."""
     workloads = [doc for _, doc in documents() if doc["kind"] == "DaemonSet"]
     names = {w["metadata"]["name"] for w in workloads}
     assert names >= {
@@ -74,12 +76,16 @@ def test_workloads_run_nvcts_image_with_no_token_and_only_what_they_need() -> No
     }
     accounts = {d["metadata"]["name"] for _, d in documents() if d["kind"] == "ServiceAccount"}
     roles = [d for _, d in documents() if d["kind"] in ("Role", "ClusterRole")]
-    assert roles == []  # none of them uses the Kubernetes API
+    assert [(r["metadata"]["name"], r["rules"]) for r in roles] == [
+        ("nvct-installer", [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}])
+    ]
     for w in workloads:
         pod = w["spec"]["template"]["spec"]
         assert pod["serviceAccountName"] in accounts
         assert pod["automountServiceAccountToken"] is False
         assert {c["image"] for c in pod["containers"]} == {"nvct:0.1.0"}
+        tokens = [v for v in pod["volumes"] if "serviceAccountToken" in str(v)]
+        assert bool(tokens) is (w["metadata"]["name"] == "nvct-installer")
 
 
 PRIVILEGED = {"nvct-installer", "nvct-mps-control"}
@@ -154,7 +160,8 @@ def test_the_system_runtime_class_runs_nvct_runtime_with_the_guard_off() -> None
 
     (runtime_class,) = [d for _, d in documents() if d["kind"] == "RuntimeClass"
                         and d["metadata"]["name"] == "nvct-system"]  # fmt: skip
-    assert "scheduling" not in runtime_class  # the labeller on it makes gpu.present
+    # only where the installer registered the handler (and labelled the node)
+    assert runtime_class["scheduling"] == {"nodeSelector": {"nvct.io/runtime.ready": "true"}}
     script = (DEPLOYMENTS / "node-install.sh").read_text()
     assert f"SYSTEM_RUNTIME={runtime_class['handler']}\n" in script
     wrapper = (DEPLOYMENTS / "nvct-system-runtime").read_text()
@@ -306,6 +313,10 @@ def test_mps_control_reads_the_device_plugins_config_and_shares_its_mps_root() -
 
 @pytest.fixture
 def node(tmp_path: Path) -> Path:
+    return node_root(tmp_path)
+
+
+def node_root(tmp_path: Path) -> Path:
     """A node's root: containerd's own default config (from the real binary), a file of the
     node's that nvct would also install, nothing else."""
     containerd = shutil.which("containerd")
@@ -557,7 +568,7 @@ def test_the_nodes_get_only_allocated_gpus_and_the_plugin_answers_what_passes_it
         if d["kind"] == "DaemonSet"
     }
     installer = pods["nvct-installer"]
-    env = {e["name"]: e["value"] for e in installer["containers"][0].get("env", ())}
+    env = {e["name"]: e.get("value") for e in installer["containers"][0].get("env", ())}
     source = env.get("SRC", "/").rstrip("/") + "/etc/nvct/config.toml"  # node-install.sh's
     name, key = _mounted_config(installer, source)
     text = maps[name][key]

@@ -14,7 +14,7 @@ import yaml
 
 from tests.deployments.scheduling import refusals as scheduling_refusals
 from tests.deployments.test_admission import refusals
-from tests.deployments.test_chart import FRESH_GPU_NODE, admitted, daemonset_pods, find, rendered
+from tests.deployments.test_chart import READY_GPU_NODE, admitted, daemonset_pods, find, rendered
 from tests.deployments.test_deployments import invalid
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "deployments" / "dra" / "examples"
@@ -71,13 +71,13 @@ def test_a_node_runs_the_dra_plugin_or_the_device_plugin_never_both() -> None:
     docs = rendered(ON)
     pods = daemonset_pods(docs)
     dra_node = {
-        **FRESH_GPU_NODE,
+        **READY_GPU_NODE,
         "metadata": {
             "name": "gpu-9",
-            "labels": {**FRESH_GPU_NODE["metadata"]["labels"], LABEL: "true"},
+            "labels": {**READY_GPU_NODE["metadata"]["labels"], LABEL: "true"},
         },
     }
-    on_plain = {n for n, p in pods.items() if not admitted(docs, p, FRESH_GPU_NODE)}
+    on_plain = {n for n, p in pods.items() if not admitted(docs, p, READY_GPU_NODE)}
     on_dra = {n for n, p in pods.items() if not admitted(docs, p, dra_node)}
     assert "nvct-device-plugin" in on_plain and "nvct-dra-plugin" not in on_plain
     assert "nvct-dra-plugin" in on_dra and "nvct-device-plugin" not in on_dra

@@ -123,6 +123,27 @@ typedef struct {
     unsigned int smUtil, memUtil, encUtil, decUtil;
 } nvmlProcessUtilizationSample_t;
 
+typedef struct { /* nvmlGridLicenseExpiry_t */
+    unsigned int year;
+    unsigned short month, day, hour, min, sec;
+    unsigned char status; /* 2: valid */
+} nvmlGridLicenseExpiry_t;
+
+typedef struct { /* nvmlGridLicensableFeature_v4_t */
+    unsigned int featureCode; /* 1 vGPU, 2 NVIDIA RTX (vWS), 4 compute */
+    unsigned int featureState; /* non-zero: licensed */
+    char licenseInfo[128];
+    char productName[128];
+    unsigned int featureEnabled;
+    nvmlGridLicenseExpiry_t licenseExpiry;
+} nvmlGridLicensableFeature_t;
+
+typedef struct { /* nvmlGridLicensableFeatures_v4_t */
+    int isGridLicenseSupported;
+    unsigned int licensableFeaturesCount;
+    nvmlGridLicensableFeature_t gridLicensableFeatures[3];
+} nvmlGridLicensableFeatures_t;
+
 typedef struct sim_gpm_sample *nvmlGpmSample_t;
 
 typedef struct {

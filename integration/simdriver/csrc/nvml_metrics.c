@@ -61,10 +61,34 @@ nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t d, int counter, unsigned i
     return NVML_SUCCESS;
 }
 
-nvmlReturn_t nvmlDeviceGetGridLicensableFeatures_v4(nvmlDevice_t d, void *features)
+/* A vGPU guest's licence (virtualization mode 2): its one enabled feature, the NVIDIA RTX
+ * Virtual Workstation product of a Q profile, licensed unless the control file's vgpu_licensed
+ * is 0 (the licence expired or the server never granted one: featureState 0, as nvidia-smi
+ * reads "Unlicensed"). Bare metal and MIG devices: NOT_SUPPORTED. */
+nvmlReturn_t nvmlDeviceGetGridLicensableFeatures_v4(nvmlDevice_t d, nvmlGridLicensableFeatures_t *f)
 {
-    CHECK(d, features);
-    return NVML_ERROR_NOT_SUPPORTED;
+    nvmlGridLicensableFeature_t *one;
+    int licensed;
+
+    CHECK(d, f);
+    if (mig_of(d) || gpu_of(d)->virtualization != 2)
+        return NVML_ERROR_NOT_SUPPORTED;
+    licensed = sim_metric(gpu_of(d)->minor, "vgpu_licensed", 1) != 0;
+    memset(f, 0, sizeof(*f));
+    f->isGridLicenseSupported = 1;
+    f->licensableFeaturesCount = 1;
+    one = &f->gridLicensableFeatures[0];
+    one->featureCode = 2;
+    one->featureState = licensed ? 1 : 0;
+    one->featureEnabled = 1;
+    snprintf(one->productName, sizeof(one->productName), "NVIDIA RTX Virtual Workstation");
+    if (licensed) {
+        one->licenseExpiry.year = 2027;
+        one->licenseExpiry.month = 1;
+        one->licenseExpiry.day = 1;
+        one->licenseExpiry.status = 2;
+    }
+    return NVML_SUCCESS;
 }
 
 /* ---- GPM: a sample is a snapshot of the metrics file; MetricsGet answers sample2's ---- */

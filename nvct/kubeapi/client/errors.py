@@ -29,6 +29,14 @@ def describe(err: BaseException, server: str, token_file: str | None) -> KubeApi
                 "true) or fix the kubeconfig",
                 code=code,
             )
+        if code == 403 and "denied request" in message:
+            # an admission policy's refusal: RBAC allowed the verb, the policy's message
+            # says what it does not allow
+            return KubeApiError(
+                f"the Kubernetes API server at {server} refused: {message} (403 Forbidden)",
+                hint="the change is not one the admission policy named allows this account",
+                code=code,
+            )
         if code == 403:
             return KubeApiError(
                 f"the Kubernetes API server at {server} refused: {message} (403 Forbidden)",

@@ -112,3 +112,14 @@ def replicas_by_gpu(allocatable: Iterable[str], devices: DeviceMap) -> dict[str,
         if gpu is not None and not devices.is_mig(device_id):
             seen.setdefault(gpu, set()).add(device_id)
     return {gpu: len(ids) for gpu, ids in seen.items()}
+
+
+def replicas_by_mig(allocatable: Iterable[str], devices: DeviceMap) -> dict[str, int]:
+    """How many IDs (the MIG device itself or its time-slicing replicas) the kubelet can
+    allocate for each MIG device, by its UUID; a MIG device the kubelet does not list is absent."""
+    seen: dict[str, set[str]] = {}
+    for device_id in allocatable:
+        mig = devices.mig_of(device_id)
+        if mig is not None:
+            seen.setdefault(mig, set()).add(device_id)
+    return {mig: len(ids) for mig, ids in seen.items()}

@@ -14,6 +14,7 @@ from nvct.kubeapi.podresources.ids import (
     owners_by_gpu,
     owners_by_mig,
     replicas_by_gpu,
+    replicas_by_mig,
 )
 
 A, B = "GPU-aaaaaaaa-0000-0000-0000-000000000000", "GPU-bbbbbbbb-0000-0000-0000-000000000000"
@@ -87,3 +88,9 @@ def test_owners_one_per_container_in_kubelet_order() -> None:
 def test_replicas_count_distinct_whole_gpu_ids() -> None:
     ids = [f"{A}::{n}" for n in range(4)] + [f"{A}::0", B, MIG, "GPU-elsewhere"]
     assert replicas_by_gpu(ids, DEVICES) == {A: 4, B: 1}
+
+
+def test_a_mig_devices_replicas_are_counted_by_its_uuid() -> None:
+    ids = [f"{MIG}::0", f"{MIG}::1", "1:0::2", A, f"{A}::1"]
+    assert replicas_by_mig(ids, DEVICES) == {MIG: 3}
+    assert replicas_by_mig([MIG], DEVICES) == {MIG: 1}

@@ -5,7 +5,8 @@
 
 {{- /*
 Where a DaemonSet's pods may run: nodeSelector, affinity and tolerations from the values.
-"deploy" names NVIDIA's GPU operator label nvidia.com/gpu.deploy.<deploy> ("false" stops the
+"ready": the pod runs only on the nodes the installer labelled (nvct.readyLabel). "deploy"
+names NVIDIA's GPU operator label nvidia.com/gpu.deploy.<deploy> ("false" stops the
 pod on a node, as during a GPU reset); a node without that label passes. "dra" ("in" or
 "notin"), with dra.enabled: the pod runs only on (or only off) the nodes labelled
 dra.nodeLabel=true. With nfd.enabled, NFD's
@@ -14,8 +15,21 @@ affinity value replaces all of this, with NVIDIA's meaning.
 */ -}}
 {{- define "nvct.scheduling" -}}
 {{- $values := .root.Values -}}
-{{- with $values.nodeSelector }}
+{{- $selector := deepCopy ($values.nodeSelector | default dict) -}}
+{{- if .ready }}
+{{- with include "nvct.readyLabel" .root }}
+{{- $_ := set $selector . "true" }}
+{{- end }}
+{{- end }}
+{{- with $selector }}
 nodeSelector:
+  {{- if and $.ready (include "nvct.readyLabel" $.root) }}
+  # Only where the installer has registered nvct's handlers (it labels its Node then). In the
+  # template, not only in the RuntimeClass's scheduling: the DaemonSet controller places pods
+  # by the template alone, and a pod the RuntimeClass's selector then keeps off a CPU node
+  # would wait there for ever (and helm install --wait with it). A nodeSelector is ANDed with
+  # any affinity (nvct's, NFD's, the affinity value), so no other value drops it.
+  {{- end }}
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- with $values.tolerations }}
@@ -200,5 +214,16 @@ would drop their NVIDIA_VISIBLE_DEVICES=all) give nvct-system; another name is u
 nvct-system
 {{- else -}}
 {{ .Values.runtimeClassName }}
+{{- end -}}
+{{- end -}}
+
+{{- /*
+The label the installer puts on its Node once the node's engine runs nvct's handlers (RuntimeClasses
+nvidia and nvct-system), and takes off when it undoes that: the DaemonSets on the RuntimeClass
+nvct-system (device plugin, labeller, exporter, DRA plugin) require it. "" with installer.enabled or installer.labelNodes false (nothing sets it then).
+*/ -}}
+{{- define "nvct.readyLabel" -}}
+{{- if and .Values.installer.enabled .Values.installer.labelNodes -}}
+nvct.io/runtime.ready
 {{- end -}}
 {{- end -}}
