@@ -144,6 +144,24 @@ def layer_additions(dockerd: Dockerd, env: dict[str, str], run_args: list[str]) 
     return len(diff.stdout.splitlines())
 
 
+def server_version(dockerd: Dockerd) -> str:
+    """The dockerd's version, as the results record it."""
+    return subprocess.run(
+        [dockerd.docker_cli, "-H", dockerd.host, "version", "--format", "{{.Server.Version}}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+
+
+def import_image(dockerd: Dockerd, image: str, dest: Path) -> Path:
+    """The bench's image (``glibc`` or ``busybox``, see ``--image``) made in ``dest`` and
+    imported as ``GLIBC_TAG``; returns the rootfs."""
+    rootfs = (glibc_rootfs if image == "glibc" else busybox_rootfs)(dest)
+    docker_import(dockerd, rootfs, GLIBC_TAG)
+    return rootfs
+
+
 def timed(argv: list[str], env: dict[str, str] | None = None) -> float:
     start = time.perf_counter()
     subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=False)
@@ -257,15 +275,8 @@ def main() -> int:
     finally:
         os.environ["PATH"] = old_path
     try:
-        docker_version = subprocess.run(
-            [dockerd.docker_cli, "-H", dockerd.host, "version", "--format", "{{.Server.Version}}"],
-            capture_output=True,
-            text=True,
-            check=False,
-        ).stdout.strip()
-        make_rootfs = glibc_rootfs if args.image == "glibc" else busybox_rootfs
-        rootfs = make_rootfs(work / "rootfs")
-        docker_import(dockerd, rootfs, GLIBC_TAG)
+        docker_version = server_version(dockerd)
+        rootfs = import_image(dockerd, args.image, work / "rootfs")
         base = [dockerd.docker_cli, "-H", dockerd.host, "run", "--rm", "--network", "none"]
         env = dockerd.cli_env()
         variants = {

@@ -33,6 +33,7 @@ show the milliseconds each path adds). Everything goes to ``--output`` (default
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -42,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from bench.bench import config_for, quantiles
@@ -99,8 +101,10 @@ def bundle(where: Path, env: list[str], hook: Path | None, config: Path) -> str:
     return json.dumps(spec)
 
 
-def start(image: Path, where: Path, spec: str, argv: list[str]) -> float:
-    """Mount a fresh overlay of ``image``, write the bundle, time ``argv``, clean up."""
+@contextlib.contextmanager
+def fresh_overlay(image: Path, where: Path, spec: str) -> Iterator[Path]:
+    """A fresh overlay of ``image`` on ``where``/merged, as docker's overlay2 gives a
+    container, and the bundle's config.json ``spec`` in ``where``; removed afterwards."""
     for sub in ("upper", "work", "merged"):
         (where / sub).mkdir(parents=True, exist_ok=True)
     (where / "config.json").write_text(spec)
@@ -108,16 +112,22 @@ def start(image: Path, where: Path, spec: str, argv: list[str]) -> float:
     mount = ["mount", "-t", "overlay", "overlay", "-o", options, str(where / "merged")]
     subprocess.run(mount, check=True)
     try:
+        yield where / "merged"
+    finally:
+        subprocess.run(["umount", str(where / "merged")], check=True)
+        for sub in ("upper", "work"):
+            shutil.rmtree(where / sub)
+
+
+def start(image: Path, where: Path, spec: str, argv: list[str]) -> float:
+    """Mount a fresh overlay of ``image``, write the bundle, time ``argv``, clean up."""
+    with fresh_overlay(image, where, spec):
         began = time.perf_counter()
         done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
         took = (time.perf_counter() - began) * 1000
         if done.returncode != 0:  # a start that failed fast must not pass for a fast start
             raise SystemExit(f"bench.runc_only: {' '.join(argv)} failed:\n{done.stderr.decode()}")
         return took
-    finally:
-        subprocess.run(["umount", str(where / "merged")], check=True)
-        for sub in ("upper", "work"):
-            shutil.rmtree(where / sub)
 
 
 def main() -> int:

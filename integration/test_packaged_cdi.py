@@ -23,6 +23,7 @@ from integration.harness.packages import (
     Installed,
     Packages,
     build_packages,
+    deb_install_lock,
     install_debs,
     need_build_tools,
     need_no_installed_nvct,
@@ -39,10 +40,12 @@ OUTPUT = "/var/run/cdi/nvidia.yaml"  # where the refresh service writes (NVIDIA'
 
 @pytest.fixture(scope="module")
 def installed_deb() -> Iterator[Installed]:
-    require(need_build_tools(), need_root(), need_binary("dpkg"), need_no_installed_nvct())
+    require(need_build_tools(), need_root(), need_binary("dpkg"))
     packages: Packages = build_packages()
-    with install_debs(packages) as installed:
-        yield installed
+    with deb_install_lock():  # the other packaging tests and the bench install them too
+        require(need_no_installed_nvct())
+        with install_debs(packages) as installed:
+            yield installed
 
 
 @pytest.fixture

@@ -47,6 +47,7 @@ from integration.harness.apiserver import (
     SignalRecorder,
     kube_certs,  # noqa: F401 - fixture
 )
+from integration.harness.bundles import minimal_gpu_bundle
 from integration.harness.deviceplugin import PluginProcess, numa_sysfs
 from integration.harness.dockerd import DockerdFactory
 from integration.harness.images import ImageImporter
@@ -77,6 +78,7 @@ from integration.harness.packages import (
     build_packages,
     compiled_code_ids,
     daemon_answers,
+    deb_install_lock,
     deb_member,
     deb_paths,
     dpkg_installed,
@@ -112,9 +114,12 @@ def packages() -> Packages:
 
 @pytest.fixture(scope="module")
 def installed_deb(packages: Packages) -> Iterator[Installed]:
-    require(need_root(), need_binary("dpkg"), need_no_installed_nvct())
-    with install_debs(packages) as installed:
-        yield installed
+    require(need_root(), need_binary("dpkg"))
+    # The bench's packages path installs them too: wait for it rather than skip.
+    with deb_install_lock():
+        require(need_no_installed_nvct())
+        with install_debs(packages) as installed:
+            yield installed
 
 
 # --- the .deb -------------------------------------------------------------------------------
@@ -584,16 +589,7 @@ def test_installed_daemon_prepares_a_create_for_the_installed_launcher(
     config = write_nvct_config(
         tmp_path / "nvct" / "config.toml", sim_driver, **{"runtime.low-level": f'["{runc}"]'}
     )
-    bundle = tmp_path / "bundle"
-    (bundle / "rootfs/etc").mkdir(parents=True)
-    spec = {
-        "ociVersion": "1.0.2",
-        "process": {"env": ["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=1"], "args": ["sh"]},
-        "root": {"path": "rootfs"},
-        "mounts": [],
-        "linux": {},
-    }
-    (bundle / "config.json").write_text(json.dumps(spec))
+    bundle = minimal_gpu_bundle(tmp_path / "bundle")
     shim = Path("/usr/libexec/nvct/nvct-runtime")
     shim.chmod(0o644)
     try:

@@ -4,6 +4,7 @@ GPU from the venv's own shim."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -23,8 +24,9 @@ from integration.harness.apiserver import (
     apiserver,  # noqa: F401 - fixture
     kube_certs,  # noqa: F401 - fixture
 )
-from integration.harness.bundles import BundleFactory, run_runc
+from integration.harness.bundles import BundleFactory, minimal_gpu_bundle, run_runc
 from integration.harness.nvct_config import write_nvct_config
+from integration.harness.packages import DAEMON_SOCKET, daemon_answers
 from integration.harness.skips import need_binary, need_cc, need_root, require
 from integration.harness.wheel import PIP, ROOT, install_as_user, install_wheel, unused_uid
 
@@ -73,7 +75,55 @@ def test_the_wheel_is_a_platform_wheel_whose_nvct_runtime_is_native(wheel_venv: 
         assert f"\n{name}=" not in entry_points.replace(" ", ""), name
         assert (wheel_venv / name).read_bytes()[:4] == b"\x7fELF", name
         assert os.access(wheel_venv / name, os.X_OK)
-    assert b"nvct.hook\0" in (wheel_venv / "nvct-hook").read_bytes()  # its Python fallback
+    # Their Python fallbacks: the venv's interpreter, isolated and without site.
+    assert b"from nvct.hook.__main__ import main" in (wheel_venv / "nvct-hook").read_bytes()
+    assert b"from nvct.runtime.__main__ import main" in (wheel_venv / "nvct-runtime").read_bytes()
+
+
+def test_a_cached_create_without_a_daemon_runs_no_site(
+    wheel_venv: Path, sim_driver: Any, tmp_path: Path
+) -> None:
+    """The wheel's launcher, no daemon answering, runs the venv's Python shim with ``-I -S``
+    and the venv's site-packages on its path: a create of a kind seen before processes no
+    ``.pth`` file (site and a venv's .pth files cost ~3 ms a start), where the same
+    interpreter with site does."""
+    if daemon_answers(DAEMON_SOCKET):  # the wheel's launcher would hand it the create
+        pytest.skip(f"a shim daemon answers on {DAEMON_SOCKET}: stop it to run this test")
+    python = wheel_venv / "python3"
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    marker = tmp_path / "site-ran"
+    probe = Path(purelib) / "nvct-test-site-probe.pth"
+    probe.write_text(f"import pathlib; pathlib.Path({str(marker)!r}).touch()\n")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "runc").write_text('#!/bin/sh\necho "RUNC $*"\n')
+    (fake / "runc").chmod(0o755)
+    low_level = {"runtime.low-level": f'["{fake / "runc"}"]'}
+    config = write_nvct_config(tmp_path / "nvct" / "config.toml", sim_driver, **low_level)
+    env = {"PATH": "/usr/bin:/bin", "NVCT_CONFIG": str(config)}
+    try:
+        for n in range(2):
+            marker.unlink(missing_ok=True)
+            bundle = minimal_gpu_bundle(tmp_path / f"b{n}")
+            done = subprocess.run(
+                [wheel_venv / "nvct-runtime", "create", "--bundle", bundle, "c"],
+                capture_output=True, text=True, env=env, timeout=60, check=False,
+            )  # fmt: skip
+            assert done.stdout.strip() == f"RUNC create --bundle {bundle} c", done.stderr
+            if n == 0:  # the probe works: site runs it
+                marker.unlink(missing_ok=True)
+                subprocess.run([python, "-I", "-c", "pass"], check=True)
+                assert marker.exists()
+            else:
+                assert not marker.exists()
+    finally:
+        probe.unlink()
+    events = [json.loads(line) for line in (config.parent / "nvct.log").read_text().splitlines()]
+    prepared = [e for e in events if e.get("event") == "container_prepared"]
+    assert [(e["via"], e["cached"]) for e in prepared] == [("shim", False), ("shim", True)]
 
 
 def test_a_passthrough_call_starts_no_python(wheel_venv: Path, tmp_path: Path) -> None:

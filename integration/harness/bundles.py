@@ -20,7 +20,14 @@ from typing import Any, Protocol
 
 from integration.harness import HarnessError, run_command
 
-__all__ = ["DEFAULT_PATH", "BundleFactory", "make_bundle", "run_runc", "runc_spec"]
+__all__ = [
+    "DEFAULT_PATH",
+    "BundleFactory",
+    "make_bundle",
+    "minimal_gpu_bundle",
+    "run_runc",
+    "runc_spec",
+]
 
 DEFAULT_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -95,6 +102,21 @@ def make_bundle(
         _merge(spec, extra)
     bundle.mkdir(parents=True, exist_ok=True)
     (bundle / "config.json").write_text(json.dumps(spec, indent=2) + "\n")
+    return bundle
+
+
+def minimal_gpu_bundle(bundle: Path, devices: str = "1") -> Path:
+    """The least bundle an nvct create prepares: ``sh`` in an empty ``rootfs`` (with /etc)
+    asking for ``NVIDIA_VISIBLE_DEVICES=devices``, for a create whose runc is a fake."""
+    (bundle / "rootfs/etc").mkdir(parents=True)
+    spec = {
+        "ociVersion": "1.0.2",
+        "process": {"env": ["PATH=/bin", f"NVIDIA_VISIBLE_DEVICES={devices}"], "args": ["sh"]},
+        "root": {"path": "rootfs"},
+        "mounts": [],
+        "linux": {},
+    }
+    (bundle / "config.json").write_text(json.dumps(spec))
     return bundle
 
 

@@ -1,13 +1,16 @@
 """Building nvct's .deb and .rpm, reading what they carry, installing them, and removing them.
 
-``build_packages`` runs ``make -C packaging deb rpm`` (once per session, under packaging/build/);
+``build_packages`` runs ``make -C packaging deb rpm`` (once per session, under packaging/build/),
+``build_debs`` only the .debs (the bench's packages path);
 the readers take a package apart without installing it (``dpkg-deb``, ``rpm -qp``,
 ``rpm2archive``); ``install_debs`` installs the .debs on this machine and purges them whatever
-happens; ``RPM_ROOT_SCRIPT`` installs the .rpms into an overlay of this machine's root.
+happens, holding ``deb_install_lock`` (the packaging tests and the bench both install them);
+``RPM_ROOT_SCRIPT`` installs the .rpms into an overlay of this machine's root.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -15,6 +18,7 @@ import socket
 import struct
 import subprocess
 import tarfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -106,6 +110,10 @@ PLUGIN_UNIT = "nvct-device-plugin.service"
 PLUGIN_UNIT_SOURCE = PACKAGING / PLUGIN_UNIT
 MPS_UNIT = "nvct-mps-control.service"
 DAEMON_SOCKET = Path("/run/nvct/shim.sock")
+# dpkg's database is the host's: whoever installs nvct's .debs here (the packaging tests, the
+# bench's packages path, from any checkout) holds this lock from the check that none is
+# installed until the purge, so one never installs over or purges under another.
+INSTALL_LOCK = Path("/run/lock/nvct-deb-install.lock")
 # Debian packages the build needs, by the command they provide.
 BUILD_TOOLS = {
     "dpkg-buildpackage": "dpkg-dev",
@@ -281,6 +289,34 @@ def need_build_tools() -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class Debs:
+    """The two .deb files ``make -C packaging deb`` built."""
+
+    deb: Path
+    deb_hook: Path
+
+
+def _debs() -> Debs:
+    deb_arch = sh("dpkg", "--print-architecture").stdout.strip()
+    return Debs(
+        deb=BUILD / f"nvct_{VERSION}_{deb_arch}.deb",
+        deb_hook=BUILD / f"nvct-oci-hook_{VERSION}_all.deb",
+    )
+
+
+def build_debs() -> Debs:
+    """``make -C packaging deb`` (the .debs alone: the bench installs them, ~1 min here)."""
+    done = sh("make", "-C", PACKAGING, "deb", check=False)
+    assert done.returncode == 0, (
+        f"make -C packaging deb failed:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+    )
+    built = _debs()
+    for path in (built.deb, built.deb_hook):
+        assert path.is_file(), f"make did not produce {path}"
+    return built
+
+
 def build_packages() -> Packages:
     """``make -C packaging deb rpm`` (downloads packaging/vendor.txt from PyPI once)."""
     done = sh("make", "-C", PACKAGING, "deb", "rpm", check=False)
@@ -289,11 +325,11 @@ def build_packages() -> Packages:
     )
     # nvct carries the native launcher, so it is built for this machine's architecture;
     # nvct-oci-hook (one JSON file) for all.
-    deb_arch = sh("dpkg", "--print-architecture").stdout.strip()
+    debs = _debs()
     rpm_arch = sh("rpm", "--eval", "%{_arch}").stdout.strip()
     built = Packages(
-        deb=BUILD / f"nvct_{VERSION}_{deb_arch}.deb",
-        deb_hook=BUILD / f"nvct-oci-hook_{VERSION}_all.deb",
+        deb=debs.deb,
+        deb_hook=debs.deb_hook,
         rpm=BUILD / f"nvct-{VERSION}-1.{rpm_arch}.rpm",
         rpm_hook=BUILD / f"nvct-oci-hook-{VERSION}-1.noarch.rpm",
         rpm_arch=rpm_arch,
@@ -394,7 +430,7 @@ class Installed:
     """What ``install_debs`` installed, and what of it was on this machine before (the purge
     must remove the rest)."""
 
-    packages: Packages
+    packages: Packages | Debs
     paths: set[str]
     existed_before: set[str]
     log_created: bool
@@ -414,8 +450,41 @@ def need_no_installed_nvct() -> str | None:
 
 
 @contextmanager
-def install_debs(packages: Packages) -> Iterator[Installed]:
-    """The .deb packages installed with dpkg -i; purged afterwards whatever happened."""
+def deb_install_lock(timeout: float = 900.0) -> Iterator[None]:
+    """Hold ``INSTALL_LOCK`` (waiting up to ``timeout`` s for another install to end).
+
+    Raises:
+        TimeoutError: another holder kept it longer, named in the message.
+    """
+    INSTALL_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with INSTALL_LOCK.open("a+") as lock:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    lock.seek(0)
+                    raise TimeoutError(
+                        f"{INSTALL_LOCK} held for over {timeout:.0f} s by {lock.read().strip()!r}"
+                        " (another nvct .deb install: the packaging tests or the bench); wait "
+                        "for it to end"
+                    ) from None
+                time.sleep(1)
+        lock.truncate(0)
+        lock.write(f"pid {os.getpid()}\n")
+        lock.flush()
+        try:
+            yield
+        finally:
+            lock.truncate(0)
+
+
+@contextmanager
+def install_debs(packages: Packages | Debs) -> Iterator[Installed]:
+    """The .deb packages installed with dpkg -i; purged afterwards whatever happened. The
+    caller holds ``deb_install_lock`` from its check that no nvct is installed."""
     paths = deb_paths(packages.deb) | deb_paths(packages.deb_hook)
     existed = {p for p in paths if os.path.lexists("/" + p)}
     run_dir_existed = DAEMON_SOCKET.parent.exists()

@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import shlex
 import shutil
 import sys
 import sysconfig
@@ -39,10 +40,34 @@ from flit_core.buildapi import (  # noqa: F401  (the hooks flit already does rig
 )
 
 SOURCE = Path.cwd()  # the build frontend runs backends in the source tree
+
+
+def _python_command(module: str) -> str:
+    """``module``'s main on the interpreter beside the program, isolated and without site
+    (``-I -S``, as every other install runs nvct: site and a venv's ``.pth`` files cost ~3 ms
+    a start), its venv's site-packages appended to ``sys.path`` (after the stdlib, as site
+    puts it; without site ``sys.prefix`` is not the venv's, so the venv is found as site finds
+    it, above the interpreter's directory); where nvct is not there (a system or ``--user``
+    install) site runs after all."""
+    code = (
+        "import sys\n"
+        "v, venv = sys.version_info, sys.executable.rsplit('/', 2)[0]\n"
+        "sys.path.append(f'{venv}/lib/python{v[0]}.{v[1]}/site-packages')\n"
+        "try:\n"
+        f"    from {module} import main\n"
+        "except ImportError:\n"
+        "    import site\n"
+        "    site.main()\n"
+        f"    from {module} import main\n"
+        "sys.exit(main())\n"
+    )
+    return shlex.join(["python3", "-I", "-S", "-c", code])
+
+
 # The launcher execs this for a GPU create no shim daemon serves: the interpreter beside it.
-SHIM_COMMAND = "python3 -I -m nvct.runtime"
+SHIM_COMMAND = _python_command("nvct.runtime.__main__")
 # The native hook execs this when no shim daemon does its work.
-HOOK_COMMAND = "python3 -I -m nvct.hook"
+HOOK_COMMAND = _python_command("nvct.hook.__main__")
 # The native programs, by script name: (hook.c or not, the Python command they fall back to).
 NATIVE = {
     "nvct-runtime": (False, SHIM_COMMAND),

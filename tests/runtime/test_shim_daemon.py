@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from integration.harness.bundles import minimal_gpu_bundle
 from integration.harness.shimd import ShimDaemon
 from integration.harness.skips import need_cc, require
 from nvct.runtime.launch import build as launcher_mod
@@ -60,17 +61,7 @@ def gpu_config(sim, tmp_path: Path, bindir: Path) -> Path:
 
 
 def gpu_bundle(tmp_path: Path, devices: str = "0") -> Path:
-    b = tmp_path / "bundle"
-    (b / "rootfs/etc").mkdir(parents=True)
-    spec = {
-        "ociVersion": "1.0.2",
-        "process": {"env": ["PATH=/bin", f"NVIDIA_VISIBLE_DEVICES={devices}"], "args": ["sh"]},
-        "root": {"path": "rootfs"},
-        "mounts": [],
-        "linux": {},
-    }
-    (b / "config.json").write_text(json.dumps(spec))
-    return b
+    return minimal_gpu_bundle(tmp_path / "bundle", devices)
 
 
 def native(tmp_path: Path, python: str, config: Path | None, sock: Path | str) -> Path:
@@ -121,6 +112,7 @@ def test_daemon_prepares_the_bundle_and_the_launcher_execs_the_runtime(
     assert mounts >= 10
     event = json.loads((tmp_path / "nvct.log").read_text().splitlines()[-1])
     assert event["event"] == "container_prepared" and event["gpus"] == ["GPU 0"]
+    assert event["via"] == "daemon"  # what the bench counts to tell the two paths apart
 
 
 def test_working_directory_and_own_config_flag_reach_the_daemon(daemon, h100x4, tmp_path) -> None:
@@ -290,3 +282,6 @@ for bundle in ({str(first)!r}, {str(second)!r}):
     miss, hit = done.stdout.split("\n")[:2]
     assert not [m for m in miss.split() if m.startswith("nvct")], miss
     assert hit == ""
+    events = [json.loads(line) for line in (tmp_path / "nvct.log").read_text().splitlines()]
+    # decide() called as the Python shim calls it: its events say so (the daemon's, "daemon").
+    assert [e["via"] for e in events if e["event"] == "container_prepared"] == ["shim", "shim"]

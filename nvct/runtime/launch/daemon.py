@@ -205,7 +205,7 @@ def serve_create(stderr_fd: int, request: dict[str, Any]) -> bytes:
         os.environ.clear()
         os.environ.update(request["env"])
         sys.argv = [request["exe"], *request["args"]]
-        rc, runtime, _argv = decide(request["exe"], request["args"])
+        rc, runtime, _argv = decide(request["exe"], request["args"], via="daemon")
     except Exception:  # the shim itself would have died with this traceback
         traceback.print_exc()
         return b"exit 1\n"
