@@ -80,7 +80,9 @@ def gfd_full(
 
 
 # A100-80GB's profiles as nvidia-smi mig -lgip lists them: SMs, copy, decoder, encoder, JPEG,
-# OFA engines, slices (what nvmlDeviceGetAttributes_v2 answers on the real GPU).
+# OFA engines, slices (what nvmlDeviceGetAttributes_v2 answers on the real GPU); the engines as
+# NVIDIA's MIG user guide tables them for A100
+# (https://docs.nvidia.com/datacenter/tesla/mig-user-guide/supported-mig-profiles.html).
 A100_PROFILES = {
     "1g.10gb": (14, 1, 0, 0, 0, 0, 1, 9856),
     "2g.20gb": (28, 2, 1, 0, 0, 0, 2, 19968),
