@@ -7,15 +7,14 @@ and counts the calls.
 
 from __future__ import annotations
 
-import contextlib
 import threading
-from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import grpc
 
+from integration.kubelet.unixgrpc import end, serve
 from nvct.kubeapi.podresources import v1_pb2 as api
 from nvct.kubeapi.podresources import v1_pb2_grpc as rpc
 
@@ -42,22 +41,14 @@ class PodResources(rpc.PodResourcesListerServicer):  # type: ignore[misc]
         self.calls: dict[str, int] = {"List": 0, "GetAllocatableResources": 0, "Get": 0}
 
     def start(self) -> PodResources:
-        self.socket.parent.mkdir(mode=0o750, parents=True, exist_ok=True)
-        with contextlib.suppress(FileNotFoundError):
-            self.socket.unlink()
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        rpc.add_PodResourcesListerServicer_to_server(self, server)
-        server.add_insecure_port(f"unix://{self.socket}")
-        server.start()
-        self.server = server
+        self.server = serve(
+            self.socket, lambda server: rpc.add_PodResourcesListerServicer_to_server(self, server)
+        )
         return self
 
     def stop(self) -> None:
-        if self.server is not None:
-            self.server.stop(grace=None).wait()
-            self.server = None
-        with contextlib.suppress(FileNotFoundError):
-            self.socket.unlink()
+        end(self.server, self.socket)
+        self.server = None
 
     def set_containers(self, containers: list[Container]) -> None:
         with self._lock:

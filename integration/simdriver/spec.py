@@ -113,21 +113,31 @@ class MigAttributes:
     slices: int
 
 
-# A100-SXM4-80GB's GPU instance profiles as `nvidia-smi mig -lgip` lists them (SMs, engines).
+# The GPU instance profiles' attributes (SMs, copy engines, NVDEC, NVENC, JPEG, OFA, slices), as
+# `nvidia-smi mig -lgip` lists them (its SM/DEC/ENC and CE/JPEG/OFA columns) and NVIDIA's MIG user
+# guide tables them (engines per profile; the guide gives SMs as a fraction only):
+# https://docs.nvidia.com/datacenter/tesla/mig-user-guide/supported-mig-profiles.html
+# A100-SXM4-80GB's (the guide names them after A100-40GB's 1g.5gb ... 7g.40gb, memory doubled).
 A100_80GB_PROFILES = {
     "1g.10gb": MigAttributes(14, 1, 0, 0, 0, 0, 1),
+    "1g.10gb+me": MigAttributes(14, 1, 1, 0, 1, 1, 1),  # the one 1g with the media engines
     "1g.20gb": MigAttributes(14, 1, 1, 0, 0, 0, 1),
     "2g.20gb": MigAttributes(28, 2, 1, 0, 0, 0, 2),
     "3g.40gb": MigAttributes(42, 3, 2, 0, 0, 0, 3),
     "4g.40gb": MigAttributes(56, 4, 2, 0, 0, 0, 4),
     "7g.80gb": MigAttributes(98, 7, 5, 0, 1, 1, 7),
 }
-# H100 80GB's (Hopper: more SMs per slice, a JPEG engine with every decoder), as its
-# `nvidia-smi mig -lgip` lists them; the profiles the h100x2-550-mig preset uses.
+# H100 80GB's (Hopper: more SMs per slice, a JPEG engine with every NVDEC, no NVENC; the whole
+# GPU has 8 copy engines where its seven 1g slices have one each); the h100x2-550-mig preset
+# uses 3g.40gb, 2g.20gb and 1g.10gb.
 H100_80GB_PROFILES = {
     "1g.10gb": MigAttributes(16, 1, 1, 0, 1, 0, 1),
+    "1g.10gb+me": MigAttributes(16, 1, 1, 0, 1, 1, 1),
+    "1g.20gb": MigAttributes(26, 1, 1, 0, 1, 0, 1),
     "2g.20gb": MigAttributes(32, 2, 2, 0, 2, 0, 2),
     "3g.40gb": MigAttributes(60, 3, 3, 0, 3, 0, 3),
+    "4g.40gb": MigAttributes(64, 4, 4, 0, 4, 0, 4),
+    "7g.80gb": MigAttributes(132, 8, 7, 0, 7, 1, 7),
 }
 
 

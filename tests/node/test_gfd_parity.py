@@ -80,21 +80,36 @@ def gfd_full(
 
 
 # A100-80GB's profiles as nvidia-smi mig -lgip lists them: SMs, copy, decoder, encoder, JPEG,
-# OFA engines, slices (what nvmlDeviceGetAttributes_v2 answers on the real GPU).
+# OFA engines, slices (what nvmlDeviceGetAttributes_v2 answers on the real GPU); the engines as
+# NVIDIA's MIG user guide tables them for A100
+# (https://docs.nvidia.com/datacenter/tesla/mig-user-guide/supported-mig-profiles.html).
 A100_PROFILES = {
     "1g.10gb": (14, 1, 0, 0, 0, 0, 1, 9856),
     "2g.20gb": (28, 2, 1, 0, 0, 0, 2, 19968),
     "3g.40gb": (42, 3, 2, 0, 0, 0, 3, 40192),
     "4g.40gb": (56, 4, 2, 0, 0, 0, 4, 40192),
 }
+# H100 80GB HBM3's, as its nvidia-smi mig -lgip lists them (the guide above tables the engines:
+# a JPEG engine with each NVDEC, no NVENC), with the memory NVML gives each MIG device.
+H100_PROFILES = {
+    "1g.10gb": (16, 1, 1, 0, 1, 0, 1, 9984),
+    "2g.20gb": (32, 2, 2, 0, 2, 0, 2, 20096),
+    "3g.40gb": (60, 3, 3, 0, 3, 0, 3, 40448),
+}
 
 
-def gfd_mig(resource: str, profile: str, count: int) -> dict[str, str]:
+def gfd_mig(
+    resource: str,
+    profile: str,
+    count: int,
+    model: str = A100,
+    profiles: dict[str, tuple[int, ...]] = A100_PROFILES,
+) -> dict[str, str]:
     """NewMIGResourceLabeler: product ``<model>-MIG-<profile>``, count, replicas, sharing and
     the MIG device's attributes (memory, SMs, slices, engines)."""
-    sms, copy, dec, enc, jpeg, ofa, slices, memory = A100_PROFILES[profile]
+    sms, copy, dec, enc, jpeg, ofa, slices, memory = profiles[profile]
     values = {
-        "product": f"{A100}-MIG-{profile}",
+        "product": f"{model}-MIG-{profile}",
         "count": count,
         "replicas": 1,
         "sharing-strategy": "none",
@@ -350,6 +365,14 @@ LIVE = {
         **gfd_mig("mig-3g.40gb", "3g.40gb", 2),
         **gfd_mig("mig-4g.40gb", "4g.40gb", 1),
     },
+    "h100x2-550-mig": {  # GPU 0 in MIG mode: one 3g.40gb, one 2g.20gb, one 1g.10gb
+        **gfd_node(mig_capable=True),
+        "mig.strategy": "mixed",
+        **gfd_full(H100, 2, 81559, "hopper", "9.0"),
+        **gfd_mig("mig-1g.10gb", "1g.10gb", 1, H100, H100_PROFILES),
+        **gfd_mig("mig-2g.20gb", "2g.20gb", 1, H100, H100_PROFILES),
+        **gfd_mig("mig-3g.40gb", "3g.40gb", 1, H100, H100_PROFILES),
+    },
     # a VM given an L40S-24Q (a VGA function): the vGPU capability in its config space names
     # the host's vGPU manager; NVML answers no MIG mode on Ada
     "l40s-vgpu-guest": {
@@ -365,7 +388,7 @@ def test_the_cli_labels_match_gfds_on_the_simulated_driver(
     sim_factory, preset: str, tmp_path: Path
 ) -> None:
     sim = sim_factory(preset)
-    options = _with_sysfs(sim, tmp_path, "mixed" if preset.startswith("a100") else "none")
+    options = _with_sysfs(sim, tmp_path, "mixed" if preset.endswith("-mig") else "none")
     out = cli(*options, "--no-cache", "labels", "--no-timestamp", "--sysfs-root", str(tmp_path))
     found = dict(line.split("=", 1) for line in out.stdout.splitlines())
     expected = LIVE[preset]
