@@ -104,10 +104,30 @@ def host_paths_snapshot() -> dict[str, Any]:
     return out
 
 
+def _foreign(point: str) -> bool:
+    """A mount another engine or another test session made: every escape these tests provoke
+    aims at the canary, which lies under this session's own pytest directory, so a mount
+    under another session's (``/tmp/pytest-of-root/pytest-N``) is that session's doing."""
+    if any(f in point for f in _FOREIGN_MOUNTS):
+        return True
+    own = str(_OWN_BASETEMP) if _OWN_BASETEMP else ""
+    pytest_root = str(Path(own).parent) + "/" if own else ""
+    return bool(pytest_root) and point.startswith(pytest_root) and not point.startswith(own)
+
+
+_OWN_BASETEMP: Path | None = None
+
+
+@pytest.fixture(autouse=True)
+def _own_basetemp(tmp_path_factory: pytest.TempPathFactory) -> None:
+    global _OWN_BASETEMP  # noqa: PLW0603 - read by the helpers below, which take no fixtures
+    _OWN_BASETEMP = tmp_path_factory.getbasetemp().resolve()
+
+
 def host_mount_lines() -> list[str]:
-    """The host's mount table, less other engines' container mounts (see _FOREIGN_MOUNTS)."""
+    """The host's mount table, less other engines' and sessions' mounts (see _foreign)."""
     lines = Path("/proc/self/mountinfo").read_text().splitlines()
-    return [ln for ln in lines if not any(f in ln.split()[4] for f in _FOREIGN_MOUNTS)]
+    return [ln for ln in lines if not _foreign(ln.split()[4])]
 
 
 def mount_points(mountinfo: str) -> list[str]:
@@ -160,7 +180,7 @@ def assert_mounts_confined(mountinfo: str, rootfs: Path, canary: Path, host: lis
     root = str(rootfs.resolve())
     for point in mount_points(mountinfo):
         assert not point.startswith(str(canary)), f"mount on the host canary: {point}"
-        if point not in host_points and not any(f in point for f in _FOREIGN_MOUNTS):
+        if point not in host_points and not _foreign(point):
             assert point == root or point.startswith(root + "/"), f"mount outside rootfs: {point}"
 
 
