@@ -22,6 +22,7 @@ from integration.harness.dra import (
     allocated_claim,
     dra_node,
     gpu_config,
+    mps_root,
     node_plugin,
     put_claim,
     without_sys_admin,
@@ -77,7 +78,7 @@ def test_an_mps_claim_gets_its_own_supervised_daemon_stopped_at_unprepare(
         apiserver, allocated_claim("mps", {"gpus": ["gpu-1", "gpu-2"]}, config=config)
     )
     uid = claim[1]
-    base = plugins / DRIVER / "mps" / uid
+    base = mps_root(plugins) / uid
     pipe = str(base / "pipe")
 
     def sets_seen() -> list[str]:
@@ -155,7 +156,7 @@ def test_an_mps_claim_gets_its_own_supervised_daemon_stopped_at_unprepare(
         refused = kubelet.prepare(DRIVER, [big])[big[1]]
         assert "pinned-memory limit 1048576Mi exceeds gpu-0's" in refused.error
         assert "\n" not in refused.error
-        assert not (plugins / DRIVER / "mps" / big[1]).exists()
+        assert not (mps_root(plugins) / big[1]).exists()
     finally:
         assert plugin.stop() == 0, plugin.output()
 
@@ -181,7 +182,7 @@ def test_an_mps_claims_container_is_a_client_of_its_daemon(
         assert until(lambda: kubelet.registrations >= 1, 30), plugin.output()
         answer = kubelet.prepare(DRIVER, [claim])[claim[1]]
         assert answer.error == "", answer.error
-        (plugins / DRIVER / "mps" / claim[1] / "shm" / "marker").write_text("claim's shm\n")
+        (mps_root(plugins) / claim[1] / "shm" / "marker").write_text("claim's shm\n")
         ids = [i for d in answer.devices for i in d.cdi_device_ids]
         script = (
             "echo env=$CUDA_MPS_PIPE_DIRECTORY,$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE,"
@@ -220,7 +221,7 @@ def test_without_cap_sys_admin_an_mps_claim_is_refused_naming_the_fix(
         error = kubelet.prepare(DRIVER, [claim])[claim[1]].error
         assert "(fix: give nvct-dra-plugin CAP_SYS_ADMIN (the chart's dra.sharing=true))" in error
         assert "\n" not in error
-        assert not (plugins / DRIVER / "mps" / claim[1]).exists()
+        assert not (mps_root(plugins) / claim[1]).exists()
         assert not list((tmp_path / "cdi").glob("*.json"))
     finally:
         assert plugin.stop() == 0, plugin.output()
@@ -252,7 +253,7 @@ def test_a_mig_device_claim_gets_a_daemon_of_its_mig_device(
     claim = put_claim(apiserver, allocated_claim("mig-mps", {"mig": [name]}, config=config))
     too_big = put_claim(apiserver, allocated_claim("mig-big", {"mig": [name]}, config=mig_config(
         defaultPinnedDeviceMemoryLimit=f"{mig.memory_mib + 1}Mi")))  # fmt: skip
-    base = plugins / DRIVER / "mps" / claim[1]
+    base = mps_root(plugins) / claim[1]
     try:
         assert until(lambda: kubelet.registrations >= 1, 30), plugin.output()
         answer = kubelet.prepare(DRIVER, [claim])[claim[1]]

@@ -118,7 +118,7 @@ class DraPluginProcess(SimProcess):
             *program, "--config", str(self.config), "--dev-root", str(self.dev_root),
             "--sysfs-root", str(sim.sys_root), "--node-name", NODE,
             "--registry-dir", str(registry_dir), "--plugins-dir", str(plugins_dir),
-            "--cdi-root", str(cdi_root),
+            "--cdi-root", str(cdi_root), "--mps-root", str(mps_root(plugins_dir)),
         ]  # fmt: skip
         self.extra_env = {**cluster_env(server.url), "NVCT_SERVICE_ACCOUNT_DIR": str(account)}
         self.log = work / "dra-plugin.log"
@@ -130,6 +130,12 @@ class DraPluginProcess(SimProcess):
         assert self.proc is not None
         self.proc.kill()
         self.proc.wait()
+
+
+def mps_root(plugins_dir: Path) -> Path:
+    """The MPS claims' directories beside ``plugins_dir`` (the chart's ``/run/nvct/dra-mps``:
+    short, as pipes' socket paths need)."""
+    return plugins_dir.parent / "dra-mps"
 
 
 def claim_specs(cdi_root: Path) -> list[str]:
@@ -150,8 +156,8 @@ def gpu_config(sharing: dict[str, Any]) -> list[dict[str, Any]]:
 def dra_node(server: APIServer) -> Iterator[tuple[Any, Path]]:
     """The DRA kubelet stand-in watching a private plugins_registry, and the plugins directory
     beside it (short, as the kubelet's own: sockets' paths have at most 107 bytes; MPS claims'
-    pipes live there too). Afterwards an MPS daemon a failed test left there is killed by its
-    pid."""
+    pipes live beside it, in ``mps_root``). Afterwards an MPS daemon a failed test left there
+    is killed by its pid."""
     from integration.kubelet.dra import DraKubelet
 
     short = Path(tempfile.mkdtemp(prefix="dra-"))
@@ -161,7 +167,7 @@ def dra_node(server: APIServer) -> Iterator[tuple[Any, Path]]:
         yield kubelet, short / "plugins"
     finally:
         kubelet.stop()
-        for pid_file in (short / "plugins").glob(f"{DRIVER}/mps/*/pipe/{MPS_PID_FILE}"):
+        for pid_file in mps_root(short / "plugins").glob(f"*/pipe/{MPS_PID_FILE}"):
             pid = int(pid_file.read_text())
             try:
                 argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]

@@ -15,7 +15,7 @@ from nvct.dra.checkpoint import Checkpoint
 from nvct.dra.claimspec import NodeSpec
 from nvct.dra.devices import dra_devices
 from nvct.dra.driver import Driver
-from nvct.dra.mps import MPS_DIR, ClaimDaemons
+from nvct.dra.mps import ClaimDaemons
 from nvct.dra.server import Sockets
 from nvct.dra.timeslice import TimeSlices
 from nvct.host.inventory import Inventory
@@ -33,6 +33,7 @@ class Settings:
     registry_dir: Path
     plugins_dir: Path
     cdi_root: Path
+    mps_root: Path  # a tmpfs: MPS claims' shm must not reach the disk
     sysfs_root: Path
     kubeconfig: str
     service_account_dir: str
@@ -62,7 +63,7 @@ def start(config: Config, settings: Settings, stop: threading.Event | None = Non
     spec = kubelet_plugin_spec(inventory, config, options)
     checkpoint = Checkpoint(settings.plugins_dir / settings.driver)
     access = ClusterAccess(settings.kubeconfig, settings.service_account_dir)
-    mps = claim_daemons(config, inventory, settings.plugins_dir / settings.driver / MPS_DIR)
+    mps = claim_daemons(config, inventory, settings.mps_root)
     for uid, prepared in checkpoint.claims.items():
         if prepared.mps is not None:
             mps.resume(uid, prepared.mps)
