@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import uuid
@@ -23,6 +24,7 @@ from integration.apiserver.store import Kind
 from integration.harness.deviceplugin import SimProcess
 from integration.harness.nvct_config import write_nvct_config
 from integration.harness.slices import SLICE_WRITER
+from integration.simdriver import inject
 
 MPS_PID_FILE = "nvidia-cuda-mps-control.pid"
 CLAIMS = Kind("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", namespaced=True)
@@ -136,6 +138,21 @@ def mps_root(plugins_dir: Path) -> Path:
     """The MPS claims' directories beside ``plugins_dir`` (the chart's ``/run/nvct/dra-mps``:
     short, as pipes' socket paths need)."""
     return plugins_dir.parent / "dra-mps"
+
+
+def nvml_modes(sim: Any, control: Path) -> list[int]:
+    """Each GPU's compute mode as NVML's nvmlDeviceGetComputeMode reports it (pynvml in a
+    subprocess: the simulated NVML must not stay loaded in the test's process)."""
+    code = (
+        "import pynvml as n; n.nvmlInit(); print(*[n.nvmlDeviceGetComputeMode("
+        "n.nvmlDeviceGetHandleByIndex(i)) for i in range(n.nvmlDeviceGetCount())])"
+    )
+    env = os.environ | sim.env() | {inject.ENV_CONTROL_DIR: str(control)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=30,
+        check=True,
+    )  # fmt: skip
+    return [int(v) for v in done.stdout.split()]
 
 
 def claim_specs(cdi_root: Path) -> list[str]:

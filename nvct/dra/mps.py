@@ -60,17 +60,13 @@ class ClaimDaemons:
         self.daemons: dict[str, MpsDaemon] = {}
         self.watch = MpsWatch([], Health([], quiet=0, ignored_xids=()))
 
-    def start(
-        self, uid: str, gpus: Sequence[tuple[str, str, int]], config: MpsConfig, where: str
-    ) -> MpsRecord:
-        """Start (or adopt) the daemon of claim ``uid`` for ``gpus`` ((device name, UUID, MiB)
-        in the claim's order) with ``config``'s limits, and read them back.
+    def start(self, uid: str, record: MpsRecord, where: str) -> MpsRecord:
+        """Start (or adopt) the daemon of claim ``uid`` as ``record`` (``plan``'s) has it, and
+        read its limits back; the record with its pid.
 
         Raises:
-            ClaimError: no MPS control program, limits the GPUs cannot take, or a daemon that
-                does not start or does not answer with them.
+            ClaimError: a daemon that does not start or does not answer with its limits.
         """
-        record = self._record(uid, gpus, config, where)
         daemon = self._daemon(uid, record)
         try:
             daemon.start()
@@ -149,9 +145,15 @@ class ClaimDaemons:
                 log.exception("mps_supervision_failed")
                 stop.wait(RETRY_S)
 
-    def _record(
-        self, uid: str, gpus: Sequence[tuple[str, str, int]], config: MpsConfig, where: str
+    def plan(
+        self, gpus: Sequence[tuple[str, str, int]], config: MpsConfig, where: str
     ) -> MpsRecord:
+        """The daemon a claim of ``gpus`` ((device name, UUID, MiB) in the claim's order) with
+        ``config`` gets (``start`` starts it): checked before anything is set on the GPUs.
+
+        Raises:
+            ClaimError: no MPS control program, or limits the GPUs cannot take.
+        """
         if isinstance(self.program, str):
             raise ClaimError(
                 f"{where}: sharing strategy MPS: {self.program}",
