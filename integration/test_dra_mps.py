@@ -22,7 +22,9 @@ from integration.harness.dra import (
     allocated_claim,
     dra_node,
     gpu_config,
+    mps_root,
     node_plugin,
+    nvml_modes,
     put_claim,
     without_sys_admin,
 )
@@ -77,7 +79,7 @@ def test_an_mps_claim_gets_its_own_supervised_daemon_stopped_at_unprepare(
         apiserver, allocated_claim("mps", {"gpus": ["gpu-1", "gpu-2"]}, config=config)
     )
     uid = claim[1]
-    base = plugins / DRIVER / "mps" / uid
+    base = mps_root(plugins) / uid
     pipe = str(base / "pipe")
 
     def sets_seen() -> list[str]:
@@ -85,10 +87,15 @@ def test_an_mps_claim_gets_its_own_supervised_daemon_stopped_at_unprepare(
             c for p, c in inject.mps_commands(plugin.control) if p == pipe and c.startswith("set_")
         ]
 
+    inject.set_compute_mode(plugin.control, 2, 2)  # an administrator's PROHIBITED
     try:
         assert until(lambda: kubelet.registrations >= 1, 30), plugin.output()
         answer = kubelet.prepare(DRIVER, [claim])[uid]
         assert answer.error == "", answer.error
+        # the claim's GPUs in EXCLUSIVE_PROCESS before the daemon started, as NVIDIA's driver
+        assert nvml_modes(sim_driver, plugin.control) == [0, 3, 3, 0]
+        said = plugin.output()
+        assert said.index('"compute_mode_set"') < said.index('"mps_daemon_started"')
         first = int((base / "pipe" / MPS_PID_FILE).read_text())
         assert running(first)
         env = environ(first)
@@ -114,6 +121,10 @@ def test_an_mps_claim_gets_its_own_supervised_daemon_stopped_at_unprepare(
         assert mounts["/dev/shm"] == str(base / "shm")
         checkpoint = json.loads((plugins / DRIVER / "checkpoint.json").read_text())
         assert checkpoint["claims"][uid]["mps"]["pid"] == first
+        assert checkpoint["claims"][uid]["compute_mode"] == [
+            [gpus[1].uuid, "EXCLUSIVE_PROCESS", "DEFAULT"],
+            [gpus[2].uuid, "EXCLUSIVE_PROCESS", "PROHIBITED"],
+        ]
 
         # The kubelet's retry: the same daemon, nothing set again.
         assert list(kubelet.prepare(DRIVER, [claim])[uid].devices) == list(answer.devices)
@@ -146,6 +157,7 @@ def test_an_mps_claim_gets_its_own_supervised_daemon_stopped_at_unprepare(
         assert kubelet.unprepare(DRIVER, [claim])[uid].error == ""
         assert second is not None and not running(second)
         assert not base.exists()
+        assert nvml_modes(sim_driver, plugin.control) == [0, 0, 2, 0]  # as the claim found them
         assert [c for p, c in inject.mps_commands(plugin.control) if p == pipe][-1] == "quit"
         assert kubelet.unprepare(DRIVER, [claim])[uid].error == ""  # a retry: still done
 
@@ -155,7 +167,8 @@ def test_an_mps_claim_gets_its_own_supervised_daemon_stopped_at_unprepare(
         refused = kubelet.prepare(DRIVER, [big])[big[1]]
         assert "pinned-memory limit 1048576Mi exceeds gpu-0's" in refused.error
         assert "\n" not in refused.error
-        assert not (plugins / DRIVER / "mps" / big[1]).exists()
+        assert not (mps_root(plugins) / big[1]).exists()
+        assert inject.compute_mode(plugin.control, 0) == 0  # refused before any mode was set
     finally:
         assert plugin.stop() == 0, plugin.output()
 
@@ -181,7 +194,7 @@ def test_an_mps_claims_container_is_a_client_of_its_daemon(
         assert until(lambda: kubelet.registrations >= 1, 30), plugin.output()
         answer = kubelet.prepare(DRIVER, [claim])[claim[1]]
         assert answer.error == "", answer.error
-        (plugins / DRIVER / "mps" / claim[1] / "shm" / "marker").write_text("claim's shm\n")
+        (mps_root(plugins) / claim[1] / "shm" / "marker").write_text("claim's shm\n")
         ids = [i for d in answer.devices for i in d.cdi_device_ids]
         script = (
             "echo env=$CUDA_MPS_PIPE_DIRECTORY,$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE,"
@@ -208,8 +221,10 @@ def test_without_cap_sys_admin_an_mps_claim_is_refused_naming_the_fix(
     apiserver: APIServer,  # noqa: F811 - the fixture's name
     node: tuple[DraKubelet, Path],
 ) -> None:
-    """The chart's plugin drops every capability unless dra.sharing: the daemon's mount namespace
-    cannot be made, and the claim says what to give the plugin."""
+    """The chart's plugin drops every capability unless dra.sharing: the driver refuses the
+    GPU's EXCLUSIVE_PROCESS compute mode, and on a GPU an administrator put in it already the
+    daemon's mount namespace cannot be made; each time the claim says what to give the
+    plugin."""
     kubelet, plugins = node
     plugin = node_plugin(
         tmp_path / "plugin", sim_driver, apiserver, node, tmp_path / "cdi", *without_sys_admin()
@@ -218,9 +233,16 @@ def test_without_cap_sys_admin_an_mps_claim_is_refused_naming_the_fix(
     try:
         assert until(lambda: kubelet.registrations >= 1, 30), plugin.output()
         error = kubelet.prepare(DRIVER, [claim])[claim[1]].error
-        assert "(fix: give nvct-dra-plugin CAP_SYS_ADMIN (the chart's dra.sharing=true))" in error
+        assert "-c EXCLUSIVE_PROCESS failed: Insufficient Permissions" in error, error
+        assert "(fix: give nvct-dra-plugin CAP_SYS_ADMIN (the chart's dra.sharing=true)" in error
         assert "\n" not in error
-        assert not (plugins / DRIVER / "mps" / claim[1]).exists()
+        assert inject.compute_mode(plugin.control, 0) == 0
+        inject.set_compute_mode(plugin.control, 0, 3)
+        error = kubelet.prepare(DRIVER, [claim])[claim[1]].error
+        assert "(fix: give nvct-dra-plugin CAP_SYS_ADMIN (the chart's dra.sharing=true))" in error
+        assert "compute mode" not in error and "\n" not in error
+        assert inject.compute_mode(plugin.control, 0) == 3  # the administrator's, left alone
+        assert not (mps_root(plugins) / claim[1]).exists()
         assert not list((tmp_path / "cdi").glob("*.json"))
     finally:
         assert plugin.stop() == 0, plugin.output()
@@ -233,13 +255,15 @@ def test_a_mig_device_claim_gets_a_daemon_of_its_mig_device(
     node: tuple[DraKubelet, Path],
 ) -> None:
     """MigDeviceConfig with MPS (as NVIDIA's driver takes it): the daemon's device is the MIG
-    device (its UUID), its limits within the MIG device's memory."""
+    device (its UUID), its limits within the MIG device's memory; the MIG device's GPU is put
+    in EXCLUSIVE_PROCESS, kept there while another MPS claim of its MIG devices holds it and
+    given back as it was after the last."""
     from integration.simdriver import cached_driver, preset
 
     # sim_driver: root and gcc checked; the same cache, another preset
     sim = cached_driver(preset("a100x8-570-mig"), Path("/tmp/nvct-test-simdrivers"))
-    mig = sim.spec.gpus[0].migs[0]
-    name = f"gpu-0-mig-{mig.profile.replace('.', '-')}-{mig.gi}-{mig.ci}"
+    mig, other = sim.spec.gpus[0].migs[:2]
+    name, second = (f"gpu-0-mig-{m.profile.replace('.', '-')}-{m.gi}-{m.ci}" for m in (mig, other))
     kubelet, plugins = node
     plugin = node_plugin(tmp_path / "plugin", sim, apiserver, node, tmp_path / "cdi").start()
 
@@ -252,7 +276,8 @@ def test_a_mig_device_claim_gets_a_daemon_of_its_mig_device(
     claim = put_claim(apiserver, allocated_claim("mig-mps", {"mig": [name]}, config=config))
     too_big = put_claim(apiserver, allocated_claim("mig-big", {"mig": [name]}, config=mig_config(
         defaultPinnedDeviceMemoryLimit=f"{mig.memory_mib + 1}Mi")))  # fmt: skip
-    base = plugins / DRIVER / "mps" / claim[1]
+    sharing = put_claim(apiserver, allocated_claim("mig-2", {"mig": [second]}, config=mig_config()))
+    base = mps_root(plugins) / claim[1]
     try:
         assert until(lambda: kubelet.registrations >= 1, 30), plugin.output()
         answer = kubelet.prepare(DRIVER, [claim])[claim[1]]
@@ -266,7 +291,12 @@ def test_a_mig_device_claim_gets_a_daemon_of_its_mig_device(
         ]
         refused = kubelet.prepare(DRIVER, [too_big])[too_big[1]].error
         assert f"pinned-memory limit {mig.memory_mib + 1}Mi exceeds {name}'s" in refused
+        assert inject.compute_mode(plugin.control, 0) == 3  # the MIG device's GPU's mode
+        assert kubelet.prepare(DRIVER, [sharing])[sharing[1]].error == ""
         assert kubelet.unprepare(DRIVER, [claim])[claim[1]].error == ""
         assert not running(pid) and not base.exists()
+        assert inject.compute_mode(plugin.control, 0) == 3  # still the other claim's
+        assert kubelet.unprepare(DRIVER, [sharing])[sharing[1]].error == ""
+        assert inject.compute_mode(plugin.control, 0) == 0
     finally:
         assert plugin.stop() == 0, plugin.output()

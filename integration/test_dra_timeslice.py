@@ -1,7 +1,9 @@
 """Time-slice intervals per claim: nvct-dra-plugin, the real process on the simulated driver,
 sets a claim's interval on its GPUs with the driver's nvidia-smi compute-policy (which the
-simulated driver keeps and reports back) and sets Default again at unprepare; a plugin
-without CAP_SYS_ADMIN is refused by the driver and says how to fix it."""
+simulated driver keeps and reports back) and sets Default again at unprepare; a time-sliced
+claim's GPUs are put in DEFAULT compute mode (nvidia-smi -c, which NVML then reports) and given
+the mode they had back at unprepare; a plugin without CAP_SYS_ADMIN is refused by the driver
+and says how to fix it."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from integration.harness.dra import (
     dra_node,
     gpu_config,
     node_plugin,
+    nvml_modes,
     put_claim,
     without_sys_admin,
 )
@@ -70,6 +73,9 @@ def test_a_claims_interval_is_set_on_its_gpus_and_default_restored_at_unprepare(
     default = put_claim(
         apiserver, allocated_claim("default", {"g": ["gpu-0"]}, config=sliced("Default"))
     )
+    # an administrator's compute modes: gpu-0 PROHIBITED, gpu-3 EXCLUSIVE_PROCESS
+    inject.set_compute_mode(control, 0, 2)
+    inject.set_compute_mode(control, 3, 3)
     try:
         assert until(lambda: kubelet.registrations >= 1, 30), plugin.output()
         answers = kubelet.prepare(DRIVER, [long, short, default])
@@ -84,6 +90,14 @@ def test_a_claims_interval_is_set_on_its_gpus_and_default_restored_at_unprepare(
             [uuids[1], "Long"],
             [uuids[2], "Long"],
         ]
+        assert [inject.compute_mode(control, g) for g in range(4)] == [0, 0, 0, 0]
+        assert nvml_modes(sim_driver, control) == [0, 0, 0, 0]
+        modes = {c[1]: checkpoint["claims"][c[1]]["compute_mode"] for c in (long, short, default)}
+        assert modes == {
+            long[1]: [[uuids[1], "DEFAULT", "DEFAULT"], [uuids[2], "DEFAULT", "DEFAULT"]],
+            short[1]: [[uuids[3], "DEFAULT", "EXCLUSIVE_PROCESS"]],
+            default[1]: [[uuids[0], "DEFAULT", "PROHIBITED"]],
+        }
 
         # A claim that cannot be prepared after its interval was set gives the GPU back.
         mixed = sliced("Medium")
@@ -111,6 +125,8 @@ def test_a_claims_interval_is_set_on_its_gpus_and_default_restored_at_unprepare(
         assert listed(sim_driver, control) == ["Default", "Default", "Default", "Default"]
         assert kubelet.unprepare(DRIVER, [short, default])[short[1]].error == ""
         assert [inject.timeslice(control, g) for g in range(4)] == [0, 0, 0, 0]
+        # the compute modes the claims found, from the checkpoint (by the successor)
+        assert nvml_modes(sim_driver, control) == [2, 0, 0, 3]
     finally:
         assert plugin.stop() == 0, plugin.output()
 

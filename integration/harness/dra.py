@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import uuid
@@ -23,6 +24,7 @@ from integration.apiserver.store import Kind
 from integration.harness.deviceplugin import SimProcess
 from integration.harness.nvct_config import write_nvct_config
 from integration.harness.slices import SLICE_WRITER
+from integration.simdriver import inject
 
 MPS_PID_FILE = "nvidia-cuda-mps-control.pid"
 CLAIMS = Kind("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", namespaced=True)
@@ -118,7 +120,7 @@ class DraPluginProcess(SimProcess):
             *program, "--config", str(self.config), "--dev-root", str(self.dev_root),
             "--sysfs-root", str(sim.sys_root), "--node-name", NODE,
             "--registry-dir", str(registry_dir), "--plugins-dir", str(plugins_dir),
-            "--cdi-root", str(cdi_root),
+            "--cdi-root", str(cdi_root), "--mps-root", str(mps_root(plugins_dir)),
         ]  # fmt: skip
         self.extra_env = {**cluster_env(server.url), "NVCT_SERVICE_ACCOUNT_DIR": str(account)}
         self.log = work / "dra-plugin.log"
@@ -130,6 +132,27 @@ class DraPluginProcess(SimProcess):
         assert self.proc is not None
         self.proc.kill()
         self.proc.wait()
+
+
+def mps_root(plugins_dir: Path) -> Path:
+    """The MPS claims' directories beside ``plugins_dir`` (the chart's ``/run/nvct/dra-mps``:
+    short, as pipes' socket paths need)."""
+    return plugins_dir.parent / "dra-mps"
+
+
+def nvml_modes(sim: Any, control: Path) -> list[int]:
+    """Each GPU's compute mode as NVML's nvmlDeviceGetComputeMode reports it (pynvml in a
+    subprocess: the simulated NVML must not stay loaded in the test's process)."""
+    code = (
+        "import pynvml as n; n.nvmlInit(); print(*[n.nvmlDeviceGetComputeMode("
+        "n.nvmlDeviceGetHandleByIndex(i)) for i in range(n.nvmlDeviceGetCount())])"
+    )
+    env = os.environ | sim.env() | {inject.ENV_CONTROL_DIR: str(control)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=30,
+        check=True,
+    )  # fmt: skip
+    return [int(v) for v in done.stdout.split()]
 
 
 def claim_specs(cdi_root: Path) -> list[str]:
@@ -150,8 +173,8 @@ def gpu_config(sharing: dict[str, Any]) -> list[dict[str, Any]]:
 def dra_node(server: APIServer) -> Iterator[tuple[Any, Path]]:
     """The DRA kubelet stand-in watching a private plugins_registry, and the plugins directory
     beside it (short, as the kubelet's own: sockets' paths have at most 107 bytes; MPS claims'
-    pipes live there too). Afterwards an MPS daemon a failed test left there is killed by its
-    pid."""
+    pipes live beside it, in ``mps_root``). Afterwards an MPS daemon a failed test left there
+    is killed by its pid."""
     from integration.kubelet.dra import DraKubelet
 
     short = Path(tempfile.mkdtemp(prefix="dra-"))
@@ -161,7 +184,7 @@ def dra_node(server: APIServer) -> Iterator[tuple[Any, Path]]:
         yield kubelet, short / "plugins"
     finally:
         kubelet.stop()
-        for pid_file in (short / "plugins").glob(f"{DRIVER}/mps/*/pipe/{MPS_PID_FILE}"):
+        for pid_file in mps_root(short / "plugins").glob(f"*/pipe/{MPS_PID_FILE}"):
             pid = int(pid_file.read_text())
             try:
                 argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]

@@ -294,7 +294,7 @@ def reset(target: Target) -> None:
     ctl = _ctl(target)
     for name in ("events", "slow_ms"):
         (ctl / name).unlink(missing_ok=True)
-    for sub in ("metrics", "flaky", "processes", "timeslice"):
+    for sub in ("metrics", "flaky", "processes", "timeslice", "computemode"):
         if (ctl / sub).is_dir():
             for f in (ctl / sub).iterdir():
                 f.unlink()
@@ -304,6 +304,19 @@ def timeslice(target: Target, gpu: int) -> int:
     """GPU `gpu`'s compute time-slice as `nvidia-smi compute-policy --set-timeslice` left it
     (0 Default, 1 Short, 2 Medium, 3 Long; 0 when never set)."""
     path = _ctl(target) / "timeslice" / str(gpu)
+    return int(path.read_text()) if path.exists() else 0
+
+
+def set_compute_mode(target: Target, gpu: int, mode: int) -> None:
+    """GPU `gpu` in compute mode `mode` (0 DEFAULT, 2 PROHIBITED, 3 EXCLUSIVE_PROCESS), as an
+    administrator's `nvidia-smi -c` before nvct runs."""
+    _replace(_ctl(target) / "computemode" / str(int(gpu)), f"{int(mode)}\n")
+
+
+def compute_mode(target: Target, gpu: int) -> int:
+    """GPU `gpu`'s compute mode as `nvidia-smi -c` left it (NVML's nvmlComputeMode_t: 0 DEFAULT,
+    2 PROHIBITED, 3 EXCLUSIVE_PROCESS; 0 when never set)."""
+    path = _ctl(target) / "computemode" / str(gpu)
     return int(path.read_text()) if path.exists() else 0
 
 

@@ -50,6 +50,8 @@ def error(message: str) -> None:
               help="where the plugin's socket and checkpoint live (<dir>/<driver>/)")  # fmt: skip
 @click.option("--cdi-root", envvar="CDI_ROOT", default="/var/run/cdi", show_default=True,
               help="where the claims' CDI specs go (the engine's CDI directory)")  # fmt: skip
+@click.option("--mps-root", envvar="MPS_ROOT", default="/run/nvct/dra-mps", show_default=True,
+              help="MPS claims' pipe, log and shm dirs (<dir>/<claim uid>/): a tmpfs")  # fmt: skip
 @click.option("--sysfs-root", default=None, help="sysfs (default [device-plugin] sysfs-root)")
 @click.option("--kubeconfig", envvar="KUBECONFIG", default="",
               help="kubeconfig file (default: in-cluster)")  # fmt: skip
@@ -62,6 +64,7 @@ def cli(
     registry_dir: str,
     plugins_dir: str,
     cdi_root: str,
+    mps_root: str,
     sysfs_root: str | None,
     kubeconfig: str,
     service_account_dir: str,
@@ -83,7 +86,7 @@ def cli(
         config = with_flags(load_config(config_file, use_cache=False), "", roots)
         settings = Settings(
             driver=driver_name, node=node_name, registry_dir=Path(registry_dir),
-            plugins_dir=Path(plugins_dir), cdi_root=Path(cdi_root),
+            plugins_dir=Path(plugins_dir), cdi_root=Path(cdi_root), mps_root=Path(mps_root),
             sysfs_root=Path(sysfs_root or config.device_plugin.sysfs_root),
             kubeconfig=kubeconfig, service_account_dir=service_account_dir,
         )  # fmt: skip

@@ -59,6 +59,9 @@ class Prepared:
     mps: MpsRecord | None = None
     # (GPU UUID, interval) of the GPUs whose time-slice this claim set (Default at unprepare)
     timeslice: tuple[tuple[str, str], ...] = ()
+    # (GPU UUID, compute mode set, the mode before) of the GPUs the claim's sharing puts in a
+    # compute mode (the one before again at unprepare)
+    compute_mode: tuple[tuple[str, str, str], ...] = ()
 
 
 class Checkpoint:
@@ -114,4 +117,7 @@ def _prepared(entry: Mapping[str, Any]) -> Prepared:
             tuple((u, m) for u, m in mps["limits"]), mps["pid"],
         )  # fmt: skip
     timeslice = tuple((u, i) for u, i in entry.get("timeslice", ()))
-    return Prepared(entry["namespace"], entry["name"], devices, entry["spec"], record, timeslice)
+    modes = tuple((u, m, b) for u, m, b in entry.get("compute_mode", ()))
+    return Prepared(
+        entry["namespace"], entry["name"], devices, entry["spec"], record, timeslice, modes
+    )

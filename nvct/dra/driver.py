@@ -4,12 +4,13 @@ Prepare: a claim already in the checkpoint is answered as before (its spec rewri
 removed meanwhile); otherwise the ResourceClaim is read from the API server, its devices of
 this driver and pool are checked against what this node offers and their configuration, its
 CDI spec is written, and the claim is recorded, then answered. A claim configured for MPS
-gets its control daemon first (``nvct.dra.mps``), and its spec the daemon's pipe, shm and
-limits; one time-sliced at another interval than Default gets it set on its GPUs
-(``nvct.dra.timeslice``). Unprepare stops the claim's daemon, sets its GPUs back to Default,
-removes the spec and forgets the claim; a claim never prepared (or already unprepared) is done
-at once, as the kubelet's retries need. A claim's failure is its own one-line error; the
-others go on.
+gets its GPUs in EXCLUSIVE_PROCESS compute mode and a time-sliced one in DEFAULT
+(``nvct.dra.computemode``), then an MPS claim its control daemon (``nvct.dra.mps``), and its
+spec the daemon's pipe, shm and limits; one time-sliced at another interval than Default gets
+it set on its GPUs (``nvct.dra.timeslice``). Unprepare stops the claim's daemon, sets its GPUs
+back to Default and to the compute mode they had, removes the spec and forgets the claim; a
+claim never prepared (or already unprepared) is done at once, as the kubelet's retries need.
+A claim's failure is its own one-line error; the others go on.
 """
 
 from __future__ import annotations
@@ -26,10 +27,12 @@ from nvct.base.errors import NvctError
 from nvct.dra.checkpoint import Checkpoint, MpsRecord, Prepared, PreparedDevice
 from nvct.dra.claim import Allocated, ClaimError, allocated
 from nvct.dra.claimspec import NodeSpec, cdi_id, spec_path, valid_uid, write_claim_spec
+from nvct.dra.computemode import DEFAULT, EXCLUSIVE_PROCESS, ComputeModes, Record
 from nvct.dra.config import MpsConfig
 from nvct.dra.devices import DraDevice
 from nvct.dra.mps import ClaimDaemons
-from nvct.dra.timeslice import TimeSliceError, TimeSlices
+from nvct.dra.smi import SmiError
+from nvct.dra.timeslice import TimeSlices
 
 log = structlog.get_logger("nvct-dra-plugin")
 
@@ -61,6 +64,7 @@ class Driver:
         fetch: FetchClaim,
         mps: ClaimDaemons | None = None,
         timeslices: TimeSlices | None = None,
+        modes: ComputeModes | None = None,
     ) -> None:
         self.name = name
         self.pool = pool
@@ -71,6 +75,7 @@ class Driver:
         self.fetch = fetch
         self.mps = mps
         self.timeslices = timeslices
+        self.modes = modes  # None: compute modes are left alone (a node nvct does not manage)
         # One claim at a time: two retries of one claim must not interleave their writes.
         self.lock = threading.Lock()
 
@@ -97,7 +102,7 @@ class Driver:
                 )
                 log.warning("unprepare_failed", claim=_ref(claim), error=line)
                 return line
-            except TimeSliceError as err:
+            except SmiError as err:
                 line = f"claim {_ref(claim)}: {err.one_line()}"
                 log.warning("unprepare_failed", claim=_ref(claim), error=line)
                 return line
@@ -110,6 +115,11 @@ class Driver:
         known = self.checkpoint.claims.get(claim.uid)
         if known is not None:
             if not Path(known.spec).exists():  # removed by hand or a reboot's tmpfs
+                if known.compute_mode and self.modes is not None:  # a reboot reset the modes
+                    try:
+                        self.modes.again(known.compute_mode, what=f"claim {_ref(claim)}")
+                    except SmiError as err:
+                        raise ClaimError(err.message, hint=err.hint) from err
                 for uuid, interval in known.timeslice:  # a reboot set the GPUs back too
                     self._set_timeslice(claim, [uuid], interval)
                 self._write_spec(claim.uid, [d.device for d in known.devices], known.mps)
@@ -138,23 +148,73 @@ class Driver:
             if device.name not in requests:
                 names.append(device.name)
             requests.setdefault(device.name, []).append(result.request)
-        timeslice = self._timeslices(claim, found)
+        planned = self._plan_mps(claim, names, found)
+        modes = self._compute_modes(claim, found)
+        try:
+            timeslice = self._timeslices(claim, found)
+        except BaseException:
+            self._restore_modes(claim, modes)
+            raise
         mps = None
         try:
-            mps = self._start_mps(claim, names, found)
+            if planned is not None and self.mps is not None:
+                mps = self.mps.start(claim.uid, planned, f"claim {_ref(claim)}")
             path = self._write_spec(claim.uid, names, mps)
             devices = tuple(
                 PreparedDevice(tuple(requests[n]), self.pool, n, (cdi_id(claim.uid, n),))
                 for n in names
             )
-            prepared = Prepared(claim.namespace, claim.name, devices, str(path), mps, timeslice)
+            prepared = Prepared(
+                claim.namespace, claim.name, devices, str(path), mps, timeslice, modes
+            )
             self.checkpoint.record(claim.uid, prepared)
         except BaseException:
             if mps is not None and self.mps is not None:  # never a daemon no claim records
                 self.mps.stop(claim.uid, mps)
             self._restore_timeslices(claim, timeslice)
+            self._restore_modes(claim, modes)
             raise
         return devices
+
+    def _compute_modes(self, claim: ClaimRef, found: Sequence[Allocated]) -> tuple[Record, ...]:
+        """Put the claim's GPUs in the compute mode its sharing needs: EXCLUSIVE_PROCESS for
+        MPS (a MIG device's GPU), DEFAULT for time-slicing (whole GPUs: a MIG device's GPU is
+        other claims' too); the records for the checkpoint."""
+        wanted: dict[str, str] = {}
+        for result in found:
+            device = self.devices[result.device]
+            if result.config.sharing == "MPS":
+                wanted[_gpu_uuid(device)] = EXCLUSIVE_PROCESS
+            elif result.config.sharing == "TimeSlicing" and device.kind == "gpu":
+                wanted[device.uuid] = DEFAULT
+        if not wanted or self.modes is None:
+            return ()
+        if isinstance(self.modes.program, str) and EXCLUSIVE_PROCESS not in wanted.values():
+            # no nvidia-smi, so no one set a mode with it: DEFAULT is what the GPUs have
+            log.warning("compute_mode_unchecked", claim=_ref(claim), error=self.modes.program)
+            return ()
+        try:
+            return self.modes.claim(
+                wanted, self._held(claim.uid), what=f"claim {_ref(claim)}: compute mode"
+            )
+        except SmiError as err:
+            raise ClaimError(err.message, hint=err.hint) from err
+
+    def _restore_modes(self, claim: ClaimRef, records: Sequence[Record]) -> None:
+        """The modes ``records`` changed set back (errors logged: a failed prepare keeps its
+        own error)."""
+        if records and self.modes is not None:
+            self.modes.give_back(records, self._held(claim.uid), what=_ref(claim), quiet=True)
+
+    def _held(self, uid: str) -> dict[str, Record]:
+        """The records of the GPUs whose compute mode another prepared claim than ``uid``
+        holds, by UUID."""
+        return {
+            record[0]: record
+            for other, prepared in self.checkpoint.claims.items()
+            if other != uid
+            for record in prepared.compute_mode
+        }
 
     def _timeslices(
         self, claim: ClaimRef, found: Sequence[Allocated]
@@ -183,7 +243,7 @@ class Driver:
             )
         try:
             self.timeslices.set(uuids, interval)
-        except TimeSliceError as err:
+        except SmiError as err:
             raise ClaimError(f"claim {_ref(claim)}: {err.message}", hint=err.hint) from err
 
     def _restore_timeslices(self, claim: ClaimRef, timeslice: Sequence[tuple[str, str]]) -> None:
@@ -192,13 +252,14 @@ class Driver:
         if timeslice and self.timeslices is not None:
             try:
                 self.timeslices.set([u for u, _ in timeslice], "Default")
-            except TimeSliceError as err:
+            except SmiError as err:
                 log.warning("timeslice_not_restored", claim=_ref(claim), error=err.one_line())
 
-    def _start_mps(
+    def _plan_mps(
         self, claim: ClaimRef, names: Sequence[str], found: Sequence[Allocated]
     ) -> MpsRecord | None:
-        """The claim's MPS daemon, where its config asks for one (for all its devices)."""
+        """The claim's MPS daemon to start, where its config asks for one (for all its
+        devices), checked before anything is set on its GPUs."""
         configs: dict[str, MpsConfig | None] = {}
         for result in found:
             configs[result.device] = result.config.mps if result.config.sharing == "MPS" else None
@@ -216,7 +277,7 @@ class Driver:
         if self.mps is None:
             raise ClaimError(f"{where}: sharing strategy MPS is not available on this node")
         gpus = [(n, self.devices[n].uuid, self.devices[n].memory_mib) for n in names]
-        return self.mps.start(claim.uid, gpus, wanted.pop(), where)
+        return self.mps.plan(gpus, wanted.pop(), where)
 
     def _write_spec(self, uid: str, names: Sequence[str], mps: MpsRecord | None) -> Path:
         gone = [n for n in names if n not in self.devices]
@@ -238,9 +299,19 @@ class Driver:
                 self.mps.stop(claim.uid, known.mps)
             if known.timeslice and self.timeslices is not None:  # a failure: the kubelet retries
                 self.timeslices.set([u for u, _ in known.timeslice], "Default")
+            if known.compute_mode and self.modes is not None:  # after the daemon's stop
+                self.modes.give_back(
+                    known.compute_mode, self._held(claim.uid), what=f"claim {_ref(claim)}"
+                )
         for path in paths:
             path.unlink(missing_ok=True)
         self.checkpoint.forget(claim.uid)
+
+
+def _gpu_uuid(device: DraDevice) -> str:
+    """The UUID of the GPU ``device`` is (a MIG device's parent)."""
+    parent = device.attributes.get("parentUUID")
+    return str(parent["string"]) if parent is not None else device.uuid
 
 
 def _ref(claim: ClaimRef) -> str:

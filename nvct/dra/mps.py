@@ -2,7 +2,9 @@
 
 A claim whose config asks for ``MPS`` gets what NVIDIA's DRA driver gives one: the host
 driver's ``nvidia-cuda-mps-control -d`` with ``CUDA_VISIBLE_DEVICES`` the claim's GPUs, its
-pipe, log and shm directories under ``<plugins>/<driver>/mps/<claim uid>/``, its default
+pipe, log and shm directories under ``<mps root>/<claim uid>/`` (``--mps-root``, default
+``/run/nvct/dra-mps``: a tmpfs, as NVIDIA's driver mounts one for the shm, so what clients
+share never reaches a disk and a reboot leaves nothing behind), its default
 active thread percentage and each GPU's pinned-memory limit (by UUID) set through the pipe and
 read back before the claim is answered. The daemon is the device plugin's ``MpsDaemon`` (its
 own mount namespace whose ``/dev/shm`` is the claim's shm directory) under the same
@@ -39,7 +41,6 @@ from nvct.node.mps_watch import MpsWatch, Supervised
 from nvct.node.sharing import MPS_CONTROL
 
 CONTAINER_PIPE = "/tmp/nvidia-mps"  # noqa: S108 - MPS's default pipe directory, in the container
-MPS_DIR = "mps"
 MPS_THREADS = 100  # the daemon's own default: what a claim that sets none gets
 STEP_S = 0.1
 RETRY_S = 1.0
@@ -51,7 +52,7 @@ class ClaimDaemons:
     """The MPS daemons of this node's prepared claims, supervised on one thread."""
 
     def __init__(self, root: Path, program: tuple[Path, str] | str) -> None:
-        """``root``: ``<plugins>/<driver>/mps``; ``program``: the host driver's
+        """``root``: the claims' directories (a tmpfs); ``program``: the host driver's
         ``nvidia-cuda-mps-control`` and the LD_LIBRARY_PATH its daemons need, or the one line
         saying why there is none (then MPS claims are refused with it)."""
         self.root = root
@@ -59,17 +60,13 @@ class ClaimDaemons:
         self.daemons: dict[str, MpsDaemon] = {}
         self.watch = MpsWatch([], Health([], quiet=0, ignored_xids=()))
 
-    def start(
-        self, uid: str, gpus: Sequence[tuple[str, str, int]], config: MpsConfig, where: str
-    ) -> MpsRecord:
-        """Start (or adopt) the daemon of claim ``uid`` for ``gpus`` ((device name, UUID, MiB)
-        in the claim's order) with ``config``'s limits, and read them back.
+    def start(self, uid: str, record: MpsRecord, where: str) -> MpsRecord:
+        """Start (or adopt) the daemon of claim ``uid`` as ``record`` (``plan``'s) has it, and
+        read its limits back; the record with its pid.
 
         Raises:
-            ClaimError: no MPS control program, limits the GPUs cannot take, or a daemon that
-                does not start or does not answer with them.
+            ClaimError: a daemon that does not start or does not answer with its limits.
         """
-        record = self._record(uid, gpus, config, where)
         daemon = self._daemon(uid, record)
         try:
             daemon.start()
@@ -148,9 +145,15 @@ class ClaimDaemons:
                 log.exception("mps_supervision_failed")
                 stop.wait(RETRY_S)
 
-    def _record(
-        self, uid: str, gpus: Sequence[tuple[str, str, int]], config: MpsConfig, where: str
+    def plan(
+        self, gpus: Sequence[tuple[str, str, int]], config: MpsConfig, where: str
     ) -> MpsRecord:
+        """The daemon a claim of ``gpus`` ((device name, UUID, MiB) in the claim's order) with
+        ``config`` gets (``start`` starts it): checked before anything is set on the GPUs.
+
+        Raises:
+            ClaimError: no MPS control program, or limits the GPUs cannot take.
+        """
         if isinstance(self.program, str):
             raise ClaimError(
                 f"{where}: sharing strategy MPS: {self.program}",

@@ -13,9 +13,10 @@ import structlog
 from nvct.config import Config
 from nvct.dra.checkpoint import Checkpoint
 from nvct.dra.claimspec import NodeSpec
+from nvct.dra.computemode import ComputeModes
 from nvct.dra.devices import dra_devices
 from nvct.dra.driver import Driver
-from nvct.dra.mps import MPS_DIR, ClaimDaemons
+from nvct.dra.mps import ClaimDaemons
 from nvct.dra.server import Sockets
 from nvct.dra.timeslice import TimeSlices
 from nvct.host.inventory import Inventory
@@ -33,6 +34,7 @@ class Settings:
     registry_dir: Path
     plugins_dir: Path
     cdi_root: Path
+    mps_root: Path  # a tmpfs: MPS claims' shm must not reach the disk
     sysfs_root: Path
     kubeconfig: str
     service_account_dir: str
@@ -62,7 +64,8 @@ def start(config: Config, settings: Settings, stop: threading.Event | None = Non
     spec = kubelet_plugin_spec(inventory, config, options)
     checkpoint = Checkpoint(settings.plugins_dir / settings.driver)
     access = ClusterAccess(settings.kubeconfig, settings.service_account_dir)
-    mps = claim_daemons(config, inventory, settings.plugins_dir / settings.driver / MPS_DIR)
+    mps = claim_daemons(config, inventory, settings.mps_root)
+    smi = nvidia_smi(config, inventory)
     for uid, prepared in checkpoint.claims.items():
         if prepared.mps is not None:
             mps.resume(uid, prepared.mps)
@@ -72,7 +75,8 @@ def start(config: Config, settings: Settings, stop: threading.Event | None = Non
     driver = Driver(
         name=settings.driver, pool=settings.node, devices=devices,
         node_spec=NodeSpec.from_spec(spec), cdi_dir=settings.cdi_root, checkpoint=checkpoint,
-        fetch=claim_reader(access), mps=mps, timeslices=timeslices(config, inventory),
+        fetch=claim_reader(access), mps=mps, timeslices=TimeSlices(smi),
+        modes=ComputeModes(smi),
     )  # fmt: skip
     log.info(
         "devices",
@@ -98,15 +102,16 @@ def claim_daemons(config: Config, inventory: Inventory, root: Path) -> ClaimDaem
     return ClaimDaemons(root, program)
 
 
-def timeslices(config: Config, inventory: Inventory) -> TimeSlices:
-    """Time-slice intervals, set with the host driver's nvidia-smi (a node without it still
-    serves claims at Default; others are refused saying so)."""
+def nvidia_smi(config: Config, inventory: Inventory) -> tuple[Path, str] | str:
+    """The host driver's nvidia-smi and the LD_LIBRARY_PATH it needs, for time-slice intervals
+    and compute modes, or the one line saying why there is none (a node without it still
+    serves claims that need neither; others are refused saying so)."""
     from nvct.node.driverbin import driver_binary, driver_library_path
 
     smi = driver_binary(inventory, "nvidia-smi")
     if smi is None:
-        return TimeSlices(f"no nvidia-smi under {config.driver_root}")
-    return TimeSlices((smi, driver_library_path(config, inventory)))
+        return f"no nvidia-smi under {config.driver_root}"
+    return (smi, driver_library_path(config, inventory))
 
 
 def topology(config: Config, inventory: Inventory) -> Topology:

@@ -250,3 +250,20 @@ def test_dra_sharing_gives_the_plugin_sys_admin_and_the_pod_policy_admits_it_for
     assert any("add none" in m for m in refusals(pods, labeller, "nvct-system"))
     without = find(rendered(ON), "ValidatingAdmissionPolicy", "nvct-system-pods")
     assert refusals(without, templates["nvct-dra-plugin"], "nvct-system")
+
+
+def test_dra_sharing_mounts_the_mps_claims_tmpfs_directory_at_the_hosts_path() -> None:
+    """MPS claims' directories are the host's /run/nvct/dra-mps (a tmpfs), mounted at the same
+    path (the claims' CDI specs name it for their containers), with dra.sharing only."""
+
+    def mounts(values: dict[str, Any]) -> tuple[dict[str, str], dict[str, Any]]:
+        (pod,) = [daemonset_pods(rendered(values))["nvct-dra-plugin"]]
+        (container,) = pod["containers"]
+        at = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+        return at, {v["name"]: v.get("hostPath") for v in pod["volumes"]}
+
+    at, volumes = mounts({"dra": {"enabled": True, "sharing": True}})
+    assert at["dra-mps"] == "/run/nvct/dra-mps"
+    assert volumes["dra-mps"] == {"path": "/run/nvct/dra-mps", "type": "DirectoryOrCreate"}
+    at, volumes = mounts(ON)
+    assert "dra-mps" not in at and "dra-mps" not in volumes

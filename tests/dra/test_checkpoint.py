@@ -49,3 +49,14 @@ def test_an_unreadable_checkpoint_is_one_line_with_its_fix(
         Checkpoint(tmp_path)
     assert "(fix: " in raised.value.one_line()
     assert "\n" not in raised.value.one_line()
+
+
+def test_a_claims_compute_modes_are_recorded_and_older_entries_have_none(tmp_path: Path) -> None:
+    modes = (("GPU-a", "EXCLUSIVE_PROCESS", "PROHIBITED"),)
+    held = Prepared(CLAIM.namespace, "m", CLAIM.devices, CLAIM.spec, compute_mode=modes)
+    Checkpoint(tmp_path).record("m", held)
+    assert Checkpoint(tmp_path).claims == {"m": held}
+    data = json.loads((tmp_path / "checkpoint.json").read_text())
+    del data["claims"]["m"]["compute_mode"]  # as the plugin before compute modes wrote it
+    (tmp_path / "checkpoint.json").write_text(json.dumps(data))
+    assert Checkpoint(tmp_path).claims["m"].compute_mode == ()

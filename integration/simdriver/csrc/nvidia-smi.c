@@ -2,11 +2,14 @@
  * the dynamic loader, so in a container it runs only once the library was injected).
  * `compute-policy` keeps each GPU's compute time-slice in the control directory
  * (timeslice/<minor>: 0 Default, 1 Short, 2 Medium, 3 Long), as the driver keeps it until the
- * next change or reboot; setting it needs CAP_SYS_ADMIN, as the driver's. */
+ * next change or reboot; setting it needs CAP_SYS_ADMIN, as the driver's. `-c` (compute mode)
+ * keeps each GPU's mode in computemode/<minor> (0 DEFAULT, 2 PROHIBITED, 3 EXCLUSIVE_PROCESS),
+ * which NVML's nvmlDeviceGetComputeMode reports; it needs CAP_SYS_ADMIN too. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include "nvml_api.h"
@@ -147,6 +150,12 @@ static int summary(void)
     return 0;
 }
 
+/* nvmlComputeMode_t's names, as `-c` takes them and as --query-gpu=compute_mode prints them */
+static const char *const compute_modes[] = {"DEFAULT", "EXCLUSIVE_THREAD", "PROHIBITED",
+                                            "EXCLUSIVE_PROCESS"};
+static const char *const compute_mode_fields[] = {"Default", "Exclusive_Thread", "Prohibited",
+                                                  "Exclusive_Process"};
+
 /* --query-gpu=a,b,c --format=csv[,noheader][,nounits] */
 static int query(const char *fields, const char *format)
 {
@@ -158,6 +167,7 @@ static int query(const char *fields, const char *format)
     nvmlPciInfo_t pci;
     nvmlMemory_t mem;
     int ma, mi;
+    unsigned mode;
 
     if (strncmp(format, "csv", 3) != 0) {
         fprintf(stderr, "Only CSV output is supported by this simulated nvidia-smi.\n");
@@ -197,6 +207,9 @@ static int query(const char *fields, const char *format)
             else if (strcmp(f, "memory.total") == 0) {
                 nvmlDeviceGetMemoryInfo(dev, &mem);
                 snprintf(buf, sizeof(buf), "%llu%s", mem.total >> 20, units ? " MiB" : "");
+            } else if (strcmp(f, "compute_mode") == 0) {
+                nvmlDeviceGetComputeMode(dev, &mode);
+                snprintf(buf, sizeof(buf), "%s", compute_mode_fields[mode <= 3 ? mode : 0]);
             } else if (strcmp(f, "compute_cap") == 0) {
                 nvmlDeviceGetCudaComputeCapability(dev, &ma, &mi);
                 snprintf(buf, sizeof(buf), "%d.%d", ma, mi);
@@ -248,7 +261,30 @@ static unsigned select_gpus(const char *id, nvmlDevice_t *found, unsigned max)
         if (id == NULL || strcmp(id, uuid) == 0 || strcmp(id, index) == 0)
             found[k++] = dev;
     }
+    if (k == 0)
+        printf("No devices were found\n");
     return k;
+}
+
+/* <ctl>/<dir>/<minor> := value, as the driver keeps a GPU's setting until the next change or
+ * reboot; 0, or 255 said on stderr. */
+static int record_setting(const char *dir, unsigned minor, long value)
+{
+    char name[64], path[4608];
+    FILE *f;
+
+    sim_ctl_path(path, sizeof(path), dir);
+    mkdir(path, 0755);
+    snprintf(name, sizeof(name), "%s/%u", dir, minor);
+    sim_ctl_path(path, sizeof(path), name);
+    f = fopen(path, "w");
+    if (f == NULL) {
+        fprintf(stderr, "cannot record the %s: %s\n", dir, strerror(errno));
+        return 255;
+    }
+    fprintf(f, "%ld\n", value);
+    fclose(f);
+    return 0;
 }
 
 /* compute-policy [-i ID] (--set-timeslice N | --set-timeslice=N | -l | --list) */
@@ -258,10 +294,9 @@ static int compute_policy(int argc, char **argv)
     int list = 0, i;
     unsigned k, j, minor;
     nvmlDevice_t found[SIM_MAX_MINOR];
-    char name[32], path[4608], uuid[UUID_LEN];
-    long value;
+    char name[32], uuid[UUID_LEN];
+    long value = 0;
     char *end;
-    FILE *f;
 
     for (i = 0; i < argc; i++) {
         if ((strcmp(argv[i], "-i") == 0 || strcmp(argv[i], "--id") == 0) && i + 1 < argc)
@@ -286,10 +321,8 @@ static int compute_policy(int argc, char **argv)
     }
     init_or_die();
     k = select_gpus(id, found, SIM_MAX_MINOR);
-    if (k == 0) {
-        printf("No devices were found\n");
+    if (k == 0)
         return 6;
-    }
     if (set != NULL) {
         value = strtol(set, &end, 10);
         if (*set == '\0' || *end != '\0' || value < 0 || value > 3) {
@@ -301,22 +334,14 @@ static int compute_policy(int argc, char **argv)
             printf("Insufficient Permissions\n");
             return 4;
         }
-        sim_ctl_path(path, sizeof(path), "timeslice");
-        mkdir(path, 0755);
     }
     for (j = 0; j < k; j++) {
         nvmlDeviceGetMinorNumber(found[j], &minor);
         nvmlDeviceGetUUID(found[j], uuid, sizeof(uuid));
         snprintf(name, sizeof(name), "timeslice/%u", minor);
         if (set != NULL) {
-            sim_ctl_path(path, sizeof(path), name);
-            f = fopen(path, "w");
-            if (f == NULL) {
-                fprintf(stderr, "cannot record the timeslice: %s\n", strerror(errno));
+            if (record_setting("timeslice", minor, value) != 0)
                 return 255;
-            }
-            fprintf(f, "%ld\n", value);
-            fclose(f);
             printf("Set compute timeslice to %s for GPU %s.\n", timeslices[value], uuid);
         } else {
             value = sim_read_long(name, 0);
@@ -327,9 +352,52 @@ static int compute_policy(int argc, char **argv)
     return 0;
 }
 
+/* -i ID -c MODE: MODE a number or a name of compute_modes (EXCLUSIVE_THREAD is refused, as the
+ * drivers that dropped it refuse it); no -i: every GPU. */
+static int set_compute_mode(const char *id, const char *arg)
+{
+    unsigned k, j, minor;
+    nvmlDevice_t found[SIM_MAX_MINOR];
+    nvmlPciInfo_t pci;
+    long value = -1, m;
+    char *end;
+
+    for (m = 0; m < 4; m++)
+        if (strcasecmp(arg, compute_modes[m]) == 0)
+            value = m;
+    if (value < 0) {
+        m = strtol(arg, &end, 10);
+        if (*arg != '\0' && *end == '\0')
+            value = m;
+    }
+    if (value < 0 || value > 3 || value == 1) {
+        fprintf(stderr, "Invalid compute mode \"%s\": use 0/DEFAULT, 2/PROHIBITED or "
+                        "3/EXCLUSIVE_PROCESS.\n", arg);
+        return 2;
+    }
+    init_or_die();
+    k = select_gpus(id, found, SIM_MAX_MINOR);
+    if (k == 0)
+        return 6;
+    if (!sys_admin()) {
+        printf("Insufficient Permissions\nTerminating early due to previous errors.\n");
+        return 4;
+    }
+    for (j = 0; j < k; j++) {
+        nvmlDeviceGetMinorNumber(found[j], &minor);
+        nvmlDeviceGetPciInfo_v3(found[j], &pci);
+        if (record_setting("computemode", minor, value) != 0)
+            return 255;
+        printf("Set compute mode to %s for GPU %s.\n", compute_modes[value], pci.busId);
+    }
+    printf("All done.\n");
+    nvmlShutdown();
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    const char *fields = NULL, *format = "csv";
+    const char *fields = NULL, *format = "csv", *id = NULL, *mode = NULL;
     char driver[80], cuda[16];
     int i;
 
@@ -342,6 +410,15 @@ int main(int argc, char **argv)
             fields = argv[i] + 12;
         else if (strncmp(argv[i], "--format=", 9) == 0)
             format = argv[i] + 9;
+        else if ((strcmp(argv[i], "-i") == 0 || strcmp(argv[i], "--id") == 0) && i + 1 < argc)
+            id = argv[++i];
+        else if (strncmp(argv[i], "--id=", 5) == 0)
+            id = argv[i] + 5;
+        else if ((strcmp(argv[i], "-c") == 0 || strcmp(argv[i], "--compute-mode") == 0) &&
+                 i + 1 < argc)
+            mode = argv[++i];
+        else if (strncmp(argv[i], "--compute-mode=", 15) == 0)
+            mode = argv[i] + 15;
         else if (strcmp(argv[i], "--version") == 0) {
             init_or_die();
             nvmlSystemGetDriverVersion(driver, sizeof(driver));
@@ -354,6 +431,12 @@ int main(int argc, char **argv)
                             "for help.\n");
             return 2;
         }
+    }
+    if (mode != NULL)
+        return set_compute_mode(id, mode);
+    if (id != NULL) {
+        fprintf(stderr, "-i selects GPUs for -c only in this simulated nvidia-smi.\n");
+        return 2;
     }
     if (fields != NULL)
         return query(fields, format);

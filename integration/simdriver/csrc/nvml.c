@@ -328,6 +328,20 @@ nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t d, int *mode)
     return NVML_SUCCESS;
 }
 
+/* The mode `nvidia-smi -c` left in <ctl>/computemode/<minor> (the driver keeps it until the
+ * next change or driver reload); a MIG device reports its GPU's, the mode being the GPU's. */
+nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t d, unsigned int *mode)
+{
+    char name[32];
+    long v;
+
+    CHECK(d, mode);
+    snprintf(name, sizeof(name), "computemode/%u", gpu_of(d)->minor);
+    v = sim_read_long(name, 0);
+    *mode = (v >= 0 && v <= 3) ? (unsigned int)v : 0;
+    return NVML_SUCCESS;
+}
+
 /* ---- PCI ---- */
 
 static void fill_legacy_bus_id(char *dst, const sim_gpu_t *g)
