@@ -38,22 +38,30 @@ def node(cri_node: Node) -> Node:
     return cri_node
 
 
-def host_pid(container_id: str, comm: str = "") -> int:
+def host_pid(container_id: str, comm: str = "", *, leader: bool = False) -> int:
     """The pid (ours) of the container's process (named ``comm``, when given), found by its
-    cgroup as the exporter does."""
+    cgroup as the exporter does. ``leader``: only a session leader, the daemon that ``-d``
+    forked and ``setsid``'d, not the parent it leaves or a probe's client of the same name."""
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         for proc in Path("/proc").iterdir():
             if proc.name.isdigit():
                 try:
-                    if container_id in (proc / "cgroup").read_text() and (
-                        not comm or (proc / "comm").read_text().strip() == comm
+                    if (
+                        container_id in (proc / "cgroup").read_text()
+                        and (not comm or (proc / "comm").read_text().strip() == comm)
+                        and (not leader or _session(proc) == int(proc.name))
                     ):
                         return int(proc.name)
                 except OSError:
                     continue
         time.sleep(0.1)
     raise AssertionError(f"no process {comm} of container {container_id}")
+
+
+def _session(proc: Path) -> int:
+    # /proc/<pid>/stat: "pid (comm) state ppid pgrp session ..."; comm may hold spaces
+    return int((proc / "stat").read_text().rpartition(")")[2].split()[3])
 
 
 @contextlib.contextmanager
@@ -179,7 +187,7 @@ def test_each_pod_on_mps_replicas_gets_its_own_usage_not_the_mps_servers(
                                                          control_argv, mounts, 0))  # fmt: skip
         # the MPS server runs beside the control daemon, in its container (the daemon's
         # process stands for it: the simulated daemon starts no server)
-        server = host_pid(daemon, comm="nvidia-cuda-mps")
+        server = host_pid(daemon, comm="nvidia-cuda-mps", leader=True)
         plugin.start()
         try:
             healthy = {f"{uuid}::0": "Healthy", f"{uuid}::1": "Healthy"}
