@@ -70,8 +70,9 @@ from pathlib import Path
 
 from bench.bench import config_for, import_image, quantiles, server_version, timed
 from bench.stats import paired
-from integration.harness.packages import Debs, daemon_answers
+from integration.harness.packages import Debs
 from nvct.base.defaults import DEFAULT_SOCKET
+from nvct.cli.daemon_cmd import answers
 
 # The packages last: their phase is the only time nvct is installed on the host.
 INSTALL_PATHS = ("venv", "wheel", "packages")
@@ -170,7 +171,7 @@ def running_daemon(install: Install, log: Path) -> Iterator[None]:
     started here (stopped by its pid afterwards)."""
     from integration.harness.shimd import ShimDaemon
 
-    if daemon_answers(SOCKET):  # systemd's, from the package's postinst
+    if answers(str(SOCKET)):  # systemd's, from the package's postinst
         install.notes["daemon_started_by"] = "systemd"
         yield
         return
@@ -404,7 +405,7 @@ def main() -> int:
     if os.geteuid() != 0:
         print("bench.gpus_goal: needs root (dockerd, dpkg, device nodes)", file=sys.stderr)
         return 1
-    if daemon_answers(SOCKET):
+    if answers(str(SOCKET)):
         print(f"bench.gpus_goal: a daemon answers on {SOCKET}: stop it first", file=sys.stderr)
         return 1
     began = time.monotonic()

@@ -77,7 +77,6 @@ from integration.harness.packages import (
     Packages,
     build_packages,
     compiled_code_ids,
-    daemon_answers,
     deb_install_lock,
     deb_member,
     deb_paths,
@@ -102,6 +101,7 @@ from integration.harness.shimd import ShimDaemon
 from integration.harness.skips import need_binary, need_docker, need_root, require
 from integration.kubelet.standin import Kubelet, sockets
 from nvct.cdi.names import PLUGIN_KIND
+from nvct.cli.daemon_cmd import answers
 
 pytestmark = [pytest.mark.slow]
 
@@ -571,7 +571,7 @@ def test_installed_daemon_prepares_a_create_for_the_installed_launcher(
         shutil.which("systemctl") is not None
         and sh("systemctl", "is-active", "--quiet", UNIT, check=False).returncode == 0
     )
-    running = daemon_answers(DAEMON_SOCKET)
+    running = answers(str(DAEMON_SOCKET))
     if running and not unit_active:
         pytest.skip(f"another shim daemon listens on {DAEMON_SOCKET}; stop it to run this test")
     # The packaged daemon started by systemd (postinst) serves as well as one started here.

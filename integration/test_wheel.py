@@ -26,9 +26,10 @@ from integration.harness.apiserver import (
 )
 from integration.harness.bundles import BundleFactory, minimal_gpu_bundle, run_runc
 from integration.harness.nvct_config import write_nvct_config
-from integration.harness.packages import DAEMON_SOCKET, daemon_answers
+from integration.harness.packages import DAEMON_SOCKET
 from integration.harness.skips import need_binary, need_cc, need_root, require
 from integration.harness.wheel import PIP, ROOT, install_as_user, install_wheel, unused_uid
+from nvct.cli.daemon_cmd import answers
 
 
 def build_wheel(out: Path, env: dict[str, str] | None = None) -> tuple[Path, str]:
@@ -87,7 +88,7 @@ def test_a_cached_create_without_a_daemon_runs_no_site(
     and the venv's site-packages on its path: a create of a kind seen before processes no
     ``.pth`` file (site and a venv's .pth files cost ~3 ms a start), where the same
     interpreter with site does."""
-    if daemon_answers(DAEMON_SOCKET):  # the wheel's launcher would hand it the create
+    if answers(str(DAEMON_SOCKET)):  # the wheel's launcher would hand it the create
         pytest.skip(f"a shim daemon answers on {DAEMON_SOCKET}: stop it to run this test")
     python = wheel_venv / "python3"
     purelib = subprocess.run(

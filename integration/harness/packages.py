@@ -14,7 +14,6 @@ import fcntl
 import os
 import re
 import shutil
-import socket
 import struct
 import subprocess
 import tarfile
@@ -507,12 +506,3 @@ def install_debs(packages: Packages | Debs) -> Iterator[Installed]:
             log.unlink()
         if saved_log is not None and not log.exists():
             log.write_bytes(saved_log)
-
-
-def daemon_answers(path: Path) -> bool:
-    with socket.socket(socket.AF_UNIX) as probe:
-        try:
-            probe.connect(str(path))
-        except OSError:
-            return False
-    return True

@@ -10,15 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench import gpus_goal
-
-
-def answers(path: Path) -> bool:
-    with socket.socket(socket.AF_UNIX) as probe:
-        try:
-            probe.connect(str(path))
-        except OSError:
-            return False
-    return True
+from nvct.cli.daemon_cmd import answers
 
 
 def test_a_hidden_socket_finds_no_daemon_and_comes_back_listening(
@@ -31,13 +23,13 @@ def test_a_hidden_socket_finds_no_daemon_and_comes_back_listening(
         listener.bind(str(sock))
         listener.listen(4)
         with gpus_goal.socket_hidden(True):
-            assert not answers(sock)  # the launcher's connect: no daemon
-        assert answers(sock)  # the same listening socket, back in place
+            assert not answers(str(sock))  # the launcher's connect: no daemon
+        assert answers(str(sock))  # the same listening socket, back in place
         with gpus_goal.socket_hidden(False):
-            assert answers(sock)
+            assert answers(str(sock))
         with pytest.raises(RuntimeError), gpus_goal.socket_hidden(True):
             raise RuntimeError("a failed start")
-        assert answers(sock)
+        assert answers(str(sock))
 
 
 def test_hook_link_is_repointed(tmp_path: Path) -> None:
