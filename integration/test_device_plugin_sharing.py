@@ -21,7 +21,7 @@ import pytest
 from integration.harness.bundles import BundleFactory, run_runc
 from integration.harness.deviceplugin import MpsControlProcess, PluginProcess, apply, uuids
 from integration.harness.nvct_config import NVCT_BIN, write_nvct_config
-from integration.harness.processes import until
+from integration.harness.processes import process_alive, until
 from integration.kubelet.standin import Kubelet, sockets
 from integration.simdriver import inject
 from nvct.cdi.names import PLUGIN_KIND
@@ -41,15 +41,6 @@ def sharing(*rules: str, **options: str) -> dict[str, str]:
 
 def replicas(uuid: str, n: int) -> list[str]:
     return [f"{uuid}::{i}" for i in range(n)]
-
-
-def running(pid: int) -> bool:
-    """Alive and not a zombie (the daemon is orphaned: its reaper may be slow)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
 
 
 def test_gpu_0_sliced_by_four_the_others_whole(kubelet, plugin_factory, sim_driver) -> None:
@@ -239,7 +230,7 @@ def test_mps_limits_applied_before_advertising_daemon_restarted_and_quit(
     assert told()[0][f"{ids[2]}::0"] == "Healthy"  # the other GPU's daemon
     assert kubelet.wait(lambda: kubelet.devices(SHARED) == dict.fromkeys(expected, "Healthy"))
     second = int((pipe / PID_FILE).read_text())
-    assert second != first and running(second)
+    assert second != first and process_alive(second)
     # the daemon's /dev/shm is the GPU's shm directory, which its containers get too
     mountinfo = Path(f"/proc/{second}/mountinfo").read_text().splitlines()
     shm = [ln.split()[3] for ln in mountinfo if ln.split()[4] == "/dev/shm"]
@@ -248,11 +239,11 @@ def test_mps_limits_applied_before_advertising_daemon_restarted_and_quit(
 
     assert plugin.stop() == 0  # the plugin quits no daemon: they are mps-control's
     assert not [c for _, c in inject.mps_commands(plugin.control) if c == "quit"]
-    assert running(second)
+    assert process_alive(second)
     assert control.stop() == 0
     quits = [p for p, c in inject.mps_commands(plugin.control) if c == "quit"]
     assert sorted(quits) == sorted([str(pipe), str(plugin.work / "mps" / ids[2] / "pipe")])
-    assert not running(second) and not (pipe / PID_FILE).exists()
+    assert not process_alive(second) and not (pipe / PID_FILE).exists()
 
 
 def test_mps_daemons_and_their_clients_outlive_a_plugin_restart(
@@ -286,7 +277,7 @@ def test_mps_daemons_and_their_clients_outlive_a_plugin_restart(
         plugin.proc.kill()
         plugin.proc.wait()
         time.sleep(1.5)  # longer than a probe period: nothing noticed the plugin's death
-        assert running(daemon) and int((pipe / PID_FILE).read_text()) == daemon
+        assert process_alive(daemon) and int((pipe / PID_FILE).read_text()) == daemon
 
         before = kubelet.plugins[SHARED].at
         again = plugin_factory("--mps-root", str(tmp_path / "mps"), start=False, **MPS_RULES)
@@ -298,7 +289,7 @@ def test_mps_daemons_and_their_clients_outlive_a_plugin_restart(
         client.stdin.write("get_default_active_thread_percentage\n")
         client.stdin.flush()
         assert client.stdout.readline().strip() == "50.0"  # the same connection, answered
-        assert running(daemon) and int((pipe / PID_FILE).read_text()) == daemon
+        assert process_alive(daemon) and int((pipe / PID_FILE).read_text()) == daemon
         sets_after = [c for _, c in inject.mps_commands(plugin.control) if c.startswith("set_")]
         assert sets_after == sets_before  # never restarted, never re-limited
     finally:
@@ -331,7 +322,7 @@ def test_a_crash_in_mps_controls_loop_is_said_and_survived_with_every_daemon(
     out = control.output()
     assert "Traceback (most recent call last)" in out and "FileExistsError" in out, out
     assert control.proc is not None and control.proc.poll() is None
-    assert running(other)  # a crash quits no daemon
+    assert process_alive(other)  # a crash quits no daemon
     log_dir.unlink()
     (tmp_path / "log.aside").rename(log_dir)
     assert kubelet.wait(lambda: kubelet.devices(SHARED) == expected, 15), control.output()
@@ -356,7 +347,7 @@ def test_mps_control_keeps_daemons_with_its_limits_and_replaces_others(
     kept = mps_control(plugin)
     assert until(lambda: '"mps_daemon_ready"' in kept.output(), timeout=10)
     assert '"adopted": true' in kept.output(), kept.output()
-    assert int((pipe / PID_FILE).read_text()) == daemon and running(daemon)
+    assert int((pipe / PID_FILE).read_text()) == daemon and process_alive(daemon)
     kept.kill()
 
     other = write_nvct_config(
@@ -369,7 +360,7 @@ def test_mps_control_keeps_daemons_with_its_limits_and_replaces_others(
     )
     replaced = mps_control(plugin, other)
     assert until(lambda: '"mps_daemon_ready"' in replaced.output(), timeout=10)
-    assert not running(daemon)
+    assert not process_alive(daemon)
     assert (str(pipe), "quit") in inject.mps_commands(plugin.control)
     # the plugin, still configured for 50 %, takes its replicas out and says why
     gone = dict.fromkeys(replicas(uuid, 2), "Unhealthy")

@@ -29,7 +29,7 @@ from integration.harness.dra import (
     without_sys_admin,
 )
 from integration.harness.podman import CDI_DIR, podman_run
-from integration.harness.processes import until
+from integration.harness.processes import process_alive, until
 from integration.kubelet.dra import DraKubelet
 from integration.simdriver import inject
 
@@ -39,14 +39,6 @@ pytestmark = [pytest.mark.root]
 def mps_config(**fields: Any) -> list[dict[str, Any]]:
     """A claim's config entry asking for MPS with ``fields`` (mpsConfig)."""
     return gpu_config({"strategy": "MPS", "mpsConfig": fields})
-
-
-def running(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
 
 
 def environ(pid: int) -> dict[str, str]:
@@ -97,7 +89,7 @@ def test_an_mps_claim_gets_its_own_supervised_daemon_stopped_at_unprepare(
         said = plugin.output()
         assert said.index('"compute_mode_set"') < said.index('"mps_daemon_started"')
         first = int((base / "pipe" / MPS_PID_FILE).read_text())
-        assert running(first)
+        assert process_alive(first)
         env = environ(first)
         assert env["CUDA_VISIBLE_DEVICES"] == f"{gpus[1].uuid},{gpus[2].uuid}"
         assert env["CUDA_MPS_PIPE_DIRECTORY"] == pipe
@@ -139,7 +131,7 @@ def test_an_mps_claim_gets_its_own_supervised_daemon_stopped_at_unprepare(
                 pid = int((base / "pipe" / MPS_PID_FILE).read_text())
             except (OSError, ValueError):
                 return None
-            return pid if pid != first and running(pid) else None
+            return pid if pid != first and process_alive(pid) else None
 
         assert until(lambda: restarted() is not None, 10), plugin.output()
         second = restarted()
@@ -155,7 +147,7 @@ def test_an_mps_claim_gets_its_own_supervised_daemon_stopped_at_unprepare(
         assert int((base / "pipe" / MPS_PID_FILE).read_text()) == second
         assert len(sets_seen()) == 6
         assert kubelet.unprepare(DRIVER, [claim])[uid].error == ""
-        assert second is not None and not running(second)
+        assert second is not None and not process_alive(second)
         assert not base.exists()
         assert nvml_modes(sim_driver, plugin.control) == [0, 0, 2, 0]  # as the claim found them
         assert [c for p, c in inject.mps_commands(plugin.control) if p == pipe][-1] == "quit"
@@ -294,7 +286,7 @@ def test_a_mig_device_claim_gets_a_daemon_of_its_mig_device(
         assert inject.compute_mode(plugin.control, 0) == 3  # the MIG device's GPU's mode
         assert kubelet.prepare(DRIVER, [sharing])[sharing[1]].error == ""
         assert kubelet.unprepare(DRIVER, [claim])[claim[1]].error == ""
-        assert not running(pid) and not base.exists()
+        assert not process_alive(pid) and not base.exists()
         assert inject.compute_mode(plugin.control, 0) == 3  # still the other claim's
         assert kubelet.unprepare(DRIVER, [sharing])[sharing[1]].error == ""
         assert inject.compute_mode(plugin.control, 0) == 0
