@@ -100,3 +100,44 @@ def test_an_idle_worker_runs_the_idle_work_once_and_still_serves(tmp_path: Path)
     pids = marks.read_text().split()
     assert pids[0] == served_by  # the worker that served had done its idle work first
     assert len(pids) == len(set(pids)) == 2  # once per worker: the replacement did it too
+
+
+def test_workers_settle_under_steady_starts_and_settled_ones_serve(tmp_path: Path) -> None:
+    """Connections every 0.75 x ``settle_s``: each wakes every idle worker, and a worker
+    whose wait began again at each wake would never settle; counted from its fork, each
+    has settled before its turn comes, and a settled one answers ahead of a fresh one."""
+    sock = tmp_path / "s.sock"
+    script = textwrap.dedent(
+        f"""
+        import os, socket
+        from nvct.runtime.launch.prefork import Pool
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind({str(sock)!r}); listener.listen(8)
+        settled = []
+        def handle(conn):
+            conn.sendall(f"{{os.getpid()}} {{len(settled)}}".encode())
+        pool = Pool(listener, handle, spares=2, idle=lambda: settled.append(1), settle_s=0.4)
+        pool.serve_forever()
+        """
+    )
+    pool = subprocess.Popen([sys.executable, "-c", script], cwd=Path(__file__).parents[2])
+    answers = []
+    try:
+        time.sleep(0.8)  # the first two workers settle
+        for _ in range(8):
+            client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            client.settimeout(10)
+            for _ in range(200):
+                try:
+                    client.connect(str(sock))
+                    break
+                except (FileNotFoundError, ConnectionRefusedError):
+                    time.sleep(0.02)
+            answers.append(client.recv(64).decode().split())
+            client.close()
+            time.sleep(0.3)
+    finally:
+        pool.terminate()
+        pool.wait(timeout=10)
+    assert len({pid for pid, _ in answers}) == 8  # one-shot workers
+    assert [flag for _, flag in answers] == ["1"] * 8  # every one had settled

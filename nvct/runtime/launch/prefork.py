@@ -6,9 +6,10 @@ that process was forked before the connection arrived: a fork of the daemon cost
 the container's start otherwise. ``spares`` workers wait; the one that accepts tells the
 parent (a pid on a pipe), which forks its replacement while the request is being served.
 
-A worker that has waited ``settle_s`` without a connection runs ``idle`` once (the daemon's:
-take its copy-on-write faults ahead, ``prefault``): not at once, so that a replacement forked
-during a container's start does not compete with it for the CPU.
+A worker runs ``idle`` once (the daemon's: take its copy-on-write faults ahead, ``prefault``)
+``settle_s`` after its fork if no connection took it first: not at once, so that a replacement
+forked during a container's start does not compete with it for the CPU. A worker that has not
+settled lets one that has take a connection first (both are woken by it).
 
 Workers ignore SIGTERM and SIGINT, so a create in flight always finishes; idle workers leave
 when the parent closes the stop pipe (also when the parent dies: the kernel closes it).
@@ -27,6 +28,8 @@ import traceback
 from collections.abc import Callable
 
 _PID = struct.Struct("=i")
+# How long a worker that has not settled yields a connection to one that has.
+UNSETTLED_DELAY_S = 0.001
 
 
 class Pool:
@@ -112,15 +115,24 @@ class Pool:
         os.close(self._accepted_r)
         waiting = [self.listener.fileno(), self._stop_r]
         idle_work = self.idle_work
+        # Settled once, counted from the fork: a wake that another worker answered does not
+        # start the wait again (at a few starts a second none would ever settle otherwise).
+        settled_at = time.monotonic() + self.settle_s
         while True:
             if idle_work is None:
                 ready, _, _ = select.select(waiting, [], [])
             else:
-                ready, _, _ = select.select(waiting, [], [], self.settle_s)
+                ready, _, _ = select.select(
+                    waiting, [], [], max(0.0, settled_at - time.monotonic())
+                )
                 if not ready:
                     idle_work()
                     idle_work = None
                     continue
+                if self._stop_r not in ready:
+                    # Not settled yet: let a settled worker, woken by the same connection,
+                    # take it first; this one takes it only if none is there.
+                    time.sleep(UNSETTLED_DELAY_S)
             try:
                 conn, _ = self.listener.accept()
             except (BlockingIOError, InterruptedError):
