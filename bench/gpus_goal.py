@@ -4,7 +4,8 @@ As root from the repository root, after ``make venv`` (a C compiler, docker, dpk
 
     .venv/bin/python -m bench.gpus_goal [--install-path all|packages|wheel|venv ...]
         [--rounds N] [--seed N] [--storage-driver overlay2|vfs] [--image glibc|busybox]
-        [--nice N] [--cpus LIST] [--no-sync] [--podman] [--goals-only] [--output FILE]
+        [--nice N] [--cpus LIST] [--no-sync] [--podman] [--goals-only] [--driver sim|host]
+        [--docker-kit FILE] [--output FILE]
 
 One private dockerd (the simulated 4-GPU driver, nvct's config through ``NVCT_CONFIG`` in
 dockerd's environment) serves one phase per install path, in turn:
@@ -50,7 +51,10 @@ starts, so dockerd, containerd, the shims, runc, nvct's daemon and the docker CL
 ``--no-sync`` skips the ``sync`` before each round (the previous round's writeback kept out of
 the measured starts). ``--goals-only`` runs only the variants with a goal and their baselines
 (runc, the control, podman): about 30 % more rounds in the same time, for narrower intervals.
-Results: ``--output`` (default ``bench/results-goal-<host>.json``), with every start's time.
+``--driver host`` runs on the host's own driver instead of the simulated one (the GPU machine);
+``--docker-kit FILE`` runs docker from a tarball ``bench.docker_kit`` packed (a machine without
+docker). Results: ``--output`` (default ``bench/results-goal-<host>.json``), with every start's
+time.
 """
 
 from __future__ import annotations
@@ -383,8 +387,17 @@ def host_facts(dockerd_version: str) -> dict[str, object]:
         "cpus": os.cpu_count(),
         "kernel": os.uname().release,
         "docker_version": dockerd_version,
+        "dockerd": shutil.which("dockerd") or "",
         "runc": (runc.stdout.splitlines() or [""])[0],
     }
+
+
+def gpu_name(driver: str) -> str:
+    """The driver the run used: the simulated one, or the host's first GPU as nvidia-smi says."""
+    if driver == "sim":
+        return "simulated h100x4-550"
+    smi = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False)
+    return (smi.stdout.splitlines() or ["nvidia-smi -L: nothing"])[0]
 
 
 def main() -> int:
@@ -410,6 +423,15 @@ def main() -> int:
         action="store_true",
         help="only the variants with a goal and their baselines (no Python hook, no floor)",
     )
+    parser.add_argument(
+        "--driver",
+        choices=("sim", "host"),
+        default="sim",
+        help="the simulated 4-GPU driver, or the host's own (records its first GPU)",
+    )
+    parser.add_argument(
+        "--docker-kit", type=Path, help="docker's programs packed by bench.docker_kit, run from it"
+    )
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
     chosen = args.install_path or ["all"]
@@ -433,8 +455,17 @@ def main() -> int:
     from integration.simdriver import cached_driver, preset
 
     work = Path(tempfile.mkdtemp(prefix="nvct-bench-goal-"))
-    sim = cached_driver(preset("h100x4-550"), Path("/tmp/nvct-test-simdrivers"))
-    config = config_for(sim, work / "nvct")
+    if args.docker_kit:
+        from bench.docker_kit import unpack
+
+        os.environ["PATH"] = f"{unpack(args.docker_kit, work / 'docker')}:{os.environ['PATH']}"
+    if args.driver == "host":
+        from bench.runc_only import host_config
+
+        config = host_config(work / "nvct")
+    else:
+        sim = cached_driver(preset("h100x4-550"), Path("/tmp/nvct-test-simdrivers"))
+        config = config_for(sim, work / "nvct")
     log = config.parent / "nvct.log"
     installs: dict[str, Install] = {}
     debs: Debs | None = None
@@ -487,6 +518,8 @@ def main() -> int:
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "machine": {
             **host_facts(version),
+            "driver": gpu_name(args.driver),
+            "docker_kit": str(args.docker_kit or ""),
             "load_before": [round(x, 2) for x in load_before],
             "load_after": [round(x, 2) for x in os.getloadavg()],
         },

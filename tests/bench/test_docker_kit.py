@@ -1,0 +1,58 @@
+"""bench.docker_kit: docker's programs packed here, unpacked where there is no docker."""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from bench import docker_kit
+
+
+def _fake_programs(directory: Path) -> None:
+    directory.mkdir()
+    for name in docker_kit.PROGRAMS:
+        (directory / name).write_text(f"#!/bin/sh\necho {name}\n")
+        (directory / name).chmod(0o755)
+
+
+def test_packed_programs_unpack_runnable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_programs(tmp_path / "host")
+    monkeypatch.setenv("PATH", str(tmp_path / "host"))
+    kit = tmp_path / "kit.tar.xz"
+    packed = docker_kit.pack(kit)
+    assert [Path(p).name for p in packed] == list(docker_kit.PROGRAMS)
+    bindir = docker_kit.unpack(kit, tmp_path / "there")
+    for name in docker_kit.PROGRAMS:
+        program = bindir / name
+        assert program.read_text() == f"#!/bin/sh\necho {name}\n"
+        assert os.access(program, os.X_OK)
+
+
+def test_pack_names_the_missing_program(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_programs(tmp_path / "host")
+    (tmp_path / "host" / "containerd").unlink()
+    monkeypatch.setenv("PATH", str(tmp_path / "host"))
+    with pytest.raises(SystemExit, match="containerd is not on PATH"):
+        docker_kit.pack(tmp_path / "kit.tar.xz")
+
+
+def test_unpack_takes_only_the_programs_and_refuses_an_incomplete_kit(tmp_path: Path) -> None:
+    kit = tmp_path / "kit.tar.xz"
+    with tarfile.open(kit, "w:xz") as tar:
+        for name, data in (("bin/dockerd", b"d"), ("../escape", b"x"), ("bin/sh", b"s")):
+            member = tarfile.TarInfo(name)
+            member.size = len(data)
+            tar.addfile(member, io.BytesIO(data))
+        link = tarfile.TarInfo("bin/docker")
+        link.type = tarfile.SYMTYPE
+        link.linkname = "/etc/passwd"
+        tar.addfile(link)
+    dest = tmp_path / "d"
+    with pytest.raises(SystemExit, match="lacks docker, containerd, containerd-shim-runc-v2"):
+        docker_kit.unpack(kit, dest)
+    assert sorted(p.name for p in (dest / "bin").iterdir()) == ["dockerd"]
+    assert not (tmp_path / "escape").exists()
