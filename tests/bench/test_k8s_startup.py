@@ -4,10 +4,19 @@ stamped, and the checks that a run did its job (a fast failure must fail the ben
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 
-from bench.k8s_startup import OWN, features_are, labels_are, parse_labels
+from bench.configmanager import ConfigManager
+from bench.k8s_startup import (
+    OWN,
+    NodeLabel,
+    features_are,
+    labels_are,
+    parse_labels,
+    stamped,
+)
 from bench.startup import (
     Install,
     Job,
@@ -18,8 +27,11 @@ from bench.startup import (
     first_write,
     top_level_imports,
 )
+from integration.apiserver.certs import ServingCerts
 from integration.apiserver.crds import NODE_FEATURES
-from integration.apiserver.server import NODES
+from integration.apiserver.server import NODES, APIServer
+from integration.harness.apiserver import CONFIGS
+from integration.harness.nodelabel import LABEL, NODE
 
 REPORT = """\
 import time: self [us] | cumulative | imported package
@@ -108,3 +120,44 @@ def test_a_run_that_exits_0_without_its_result_fails_the_bench() -> None:
     failed.wait()
     with pytest.raises(SystemExit, match=r"make venv failed \(1\): b'refused'"):
         checked(install, failed, b"refused", 0)
+
+
+def unstarted(tmp_path: Path) -> APIServer:
+    """A stand-in whose store the jobs use, never listening (no TLS needed: a dummy CA)."""
+    (tmp_path / "ca.crt").write_text("not a certificate\n")
+    certs = ServingCerts(tmp_path / "ca.crt", tmp_path / "tls.crt", tmp_path / "tls.key")
+    return APIServer(certs, StampedStore())
+
+
+def test_the_config_managers_job_is_its_file_with_the_nodes_entry(tmp_path: Path) -> None:
+    server = unstarted(tmp_path)
+    command = ConfigManager()
+    command.serve(server)
+    job = command.job(tmp_path / "job", server)
+    dst = Path(job.env["CONFIG_FILE_DST"])
+    with pytest.raises(NotDone, match="not written"):
+        job.written_ns()
+    dst.write_text(CONFIGS["default"])  # the wrong entry: a manager that misread the label
+    with pytest.raises(NotDone, match="not the ts4 entry"):
+        job.written_ns()
+    dst.write_text(CONFIGS["ts4"])
+    assert job.written_ns() == dst.stat().st_mtime_ns
+    job.reset()
+    assert not dst.exists()
+
+
+def test_the_installers_job_is_its_label_on_its_node_written_after_the_reset(
+    tmp_path: Path,
+) -> None:
+    server = unstarted(tmp_path)
+    command = NodeLabel()
+    command.serve(server)
+    job = command.job(tmp_path / "job", server)
+    assert job.argv == ["node-label", f"{LABEL}=true"] and job.env["NODE_NAME"] == NODE
+    server.set_node_labels(NODE, {LABEL: "true"})  # a run before this one
+    job.reset()
+    assert LABEL not in server.store.get(NODES, "", NODE)["metadata"]["labels"]
+    with pytest.raises(NotDone, match="never written"):  # the earlier run's write is forgotten
+        job.written_ns()
+    server.set_node_labels(NODE, {LABEL: "true"})
+    assert job.written_ns() == stamped(server).stamps[-1].ns
