@@ -10,7 +10,6 @@ and mounts target ``/proc/self/fd/<fd>`` of the resolved descriptor, never a pat
 
 from __future__ import annotations
 
-import errno
 import os
 import posixpath
 import stat
@@ -59,6 +58,8 @@ class Rootfs:
     def open(self, path: str, flags: int = os.O_PATH) -> int:
         """A descriptor for ``path`` resolved inside the rootfs (symlinks confined)."""
         if self._openat2:
+            import errno
+
             from nvct.base import linux  # ctypes: loaded by the first openat2 lookup
 
             for _ in range(_EAGAIN_RETRIES):
@@ -145,6 +146,8 @@ class Rootfs:
         fd = self.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
+                import errno  # a rare error: not loaded by a create that never meets it
+
                 raise OSError(errno.EINVAL, "not a regular file", path)
             return os.read(fd, limit)
         finally:
@@ -192,6 +195,8 @@ class Rootfs:
                 if stat.S_ISLNK(st.st_mode):
                     links += 1
                     if links > _MAX_LINKS:
+                        import errno
+
                         raise OSError(errno.ELOOP, f"too many symlinks: {path}")
                     target = os.readlink(part, dir_fd=stack[-1])
                     if target.startswith("/"):
