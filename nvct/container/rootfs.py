@@ -15,7 +15,6 @@ import posixpath
 import stat
 
 from nvct.base.atomic import write_atomic
-from nvct.base.errors import ApplyError
 
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
 if TYPE_CHECKING:
@@ -41,6 +40,8 @@ class Rootfs:
         try:
             self.fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as err:
+            from nvct.base.errors import ApplyError
+
             raise ApplyError(f"cannot open container rootfs {path}: {err.strerror}") from err
 
     def __enter__(self) -> Rootfs:
@@ -116,6 +117,8 @@ class Rootfs:
                         self._create_link_target(parent, part, "/".join(prefix[:-1]), _depth)
                     nxt = self.open(joined, os.O_PATH | os.O_DIRECTORY)
                 except NotADirectoryError as err:
+                    from nvct.base.errors import ApplyError
+
                     raise ApplyError(
                         f"/{joined} in the container image is not a directory",
                         hint="fix the image, or drop the capability that needs this path",
@@ -171,6 +174,8 @@ class Rootfs:
         """``name`` exists but does not resolve: if it is a dangling symlink, create its
         target directory inside the rootfs, as ``mkdir -p`` in a chroot would."""
         if depth > _MAX_LINKS:
+            from nvct.base.errors import ApplyError
+
             raise ApplyError(f"/{base}/{name}: too many levels of symlinks in the image")
         try:
             target = os.readlink(name, dir_fd=parent)
@@ -238,6 +243,8 @@ def in_container(path: str, call: Any, *args: Any) -> Any:
     try:
         return call(*args)
     except OSError as err:
+        from nvct.base.errors import ApplyError
+
         raise ApplyError(
             f"cannot resolve {path} in the container: {err.strerror or err}",
             hint="the image's paths changed while the container started, or are unusable",
@@ -257,6 +264,8 @@ def make_mount_point_at(parent: int, path: str, *, is_dir: bool) -> None:
     except FileExistsError:
         pass
     except OSError as err:
+        from nvct.base.errors import ApplyError
+
         raise ApplyError(f"cannot create {path} in the container: {err.strerror}") from err
 
 

@@ -29,9 +29,10 @@ LEANEST = (*LEAN, "json", "re", "enum", "tomllib", "hashlib", "ctypes", "collect
 READY_LD_CACHE = (*LEANEST, "_ctypes")
 # What a cached create once loaded for a rare branch or one small use (0.1-0.3 ms each here):
 # errno for rarely raised OSErrors, itertools for a counter, struct's wrapper (``_struct`` is
-# enough), the overlay's identity for reusing ldconfig's cache, and ldconfig itself.
+# enough), nvct's error classes (loaded by the first raise), the overlay's identity for
+# reusing ldconfig's cache, and ldconfig itself.
 CACHED_CREATE_SKIPS = (
-    *("errno", "itertools", "struct"),
+    *("errno", "itertools", "struct", "nvct.base.errors"),
     *("nvct.container.overlay", "nvct.container.ldconfig", "nvct.base.linux"),
 )
 
