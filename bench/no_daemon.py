@@ -2,7 +2,8 @@
 
 As root from the repository root, after ``make venv``::
 
-    .venv/bin/python -m bench.no_daemon [--rounds N] [--seed N] [--wheel] [--output FILE]
+    .venv/bin/python -m bench.no_daemon [--rounds N] [--seed N] [--wheel] [--against DIR]
+        [--output FILE]
 
 Each variant is one process on a fresh overlay of the glibc image holding a 1-GPU bundle
 (the simulated 4-GPU driver, the work order cached, the image's ``ld.so.cache`` merged,
@@ -17,11 +18,15 @@ machine), interleaved round by round in a seeded random order:
 - ``create, GC on``: the same with the cyclic garbage collector left on (as before bb0f1ae);
 - with ``--wheel``, in a fresh venv holding ``pip wheel .``: ``create, wheel`` (its launcher's
   command, ``python3 -I -S -c`` with the venv's site-packages appended) and ``create, wheel
-  -I -m`` (its command before a40276e: ``python3 -I -m nvct.runtime``, runpy and site).
+  -I -m`` (its command before a40276e: ``python3 -I -m nvct.runtime``, runpy and site);
+- with ``--against DIR`` (another checkout of nvct, e.g. ``git archive main | tar -x -C DIR``):
+  ``create, against`` and ``+ nvct's imports, against``, the same two with DIR's nvct on the
+  path instead of this one's, interleaved with the others: a before/after of a change that
+  two separate runs, minutes apart on a shared machine, cannot resolve.
 
 Printed per variant: the medians; per step (os, nvct's imports, the create's work, the GC,
-the wheel's command and its earlier one) the paired median difference of the two variants
-that differ by it. Written to ``--output`` (default
+the wheel's command and its earlier one, this checkout against DIR) the paired median
+difference of the two variants that differ by it. Written to ``--output`` (default
 ``bench/results-no-daemon.json``). ``python -X importtime`` and ``bench.trace_start`` give
 the same split by module and by process.
 """
@@ -82,6 +87,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=60)
     parser.add_argument("--seed", type=int, default=6)
     parser.add_argument("--wheel", action="store_true", help="also the pip wheel's commands")
+    parser.add_argument("--against", type=Path, help="another nvct checkout to compare with")
     parser.add_argument("--output", type=Path, default=Path("bench/results-no-daemon.json"))
     args = parser.parse_args()
     if os.geteuid() != 0:
@@ -109,6 +115,15 @@ def main() -> int:
     }
     if args.wheel:
         variants.update(wheel_commands(work))
+    if args.against:
+        other = str(args.against.resolve())
+        variants["+ nvct's imports, against"] = [
+            *variants["+ nvct's imports"][:-1],
+            f"import sys; sys.path.insert(0, {other!r}); {HOT_IMPORTS}",
+        ]
+        code = shim[-1].replace(repr(nvct_home()), repr(other))
+        assert code != shim[-1], "the shim's command names no nvct home to replace"
+        variants["create, against"] = [*shim[:-1], code]
     config = ["--nvct-config", str(cfg)]
     argvs = {
         name: [*argv, *config, *CREATE, str(work / "b"), "c"] if name.startswith("create") else argv
@@ -134,6 +149,8 @@ def main() -> int:
         "GC on (before bb0f1ae)": ("create, GC on", "create"),
         "the wheel's command vs make venv's": ("create, wheel", "create"),
         "the wheel's -I -m (before a40276e)": ("create, wheel -I -m", "create, wheel"),
+        "nvct's imports: this vs --against": ("+ nvct's imports", "+ nvct's imports, against"),
+        "create: this vs --against": ("create", "create, against"),
     }
     steps = {
         step: {
@@ -168,6 +185,7 @@ def main() -> int:
                     "load_before_after": [round(load, 2), round(os.getloadavg()[0], 2)],
                 },
                 "python": python,
+                "against": str(args.against) if args.against else None,
                 "seconds": round(time.monotonic() - began),
             },
             indent=2,

@@ -17,13 +17,14 @@ entries alone when ldconfig would find no other library in it. Otherwise it decl
 unreadable cache, a SONAME the image already lists (which one wins depends on the image's
 ld.so.conf order), glibc-hwcaps entries, or names outside ASCII.
 
-Stdlib ``struct`` only: this runs in the shim's create (and the hook).
+Stdlib ``struct`` only (its C half ``_struct``, built into the interpreter, without the
+``struct`` wrapper module's load): this runs in the shim's create (and the hook).
 """
 
 from __future__ import annotations
 
-import struct
 import sys
+from _struct import Struct  # what ``struct`` re-exports, without loading ``struct`` itself
 
 OLD_MAGIC = b"ld.so-1.7.0"
 NEW_MAGIC = b"glibc-ld.so.cache1.1"
@@ -41,9 +42,9 @@ TRUSTED_DIRS = ("/lib", "/usr/lib", "/lib64", "/usr/lib64")
 # Subdirectories ldconfig descends into (glibc-hwcaps; tls and x86 platforms before 2.37).
 HWCAP_SUBDIRS = ("glibc-hwcaps", "tls", "x86_64", "haswell", "xeon_phi", "avx512_1", "i686")
 
-NEW_HEADER = struct.Struct("<20sIIB3xI12x")  # magic+version, nlibs, len_strings, flags, ext
-NEW_ENTRY = struct.Struct("<iIIIQ")  # flags, key, value, osversion, hwcap
-_OLD_HEADER = struct.Struct("<11sxI")
+NEW_HEADER = Struct("<20sIIB3xI12x")  # magic+version, nlibs, len_strings, flags, ext
+NEW_ENTRY = Struct("<iIIIQ")  # flags, key, value, osversion, hwcap
+_OLD_HEADER = Struct("<11sxI")
 _OLD_ENTRY_SIZE = 12
 _MAX_STRING = 4096
 

@@ -10,13 +10,11 @@ and mounts target ``/proc/self/fd/<fd>`` of the resolved descriptor, never a pat
 
 from __future__ import annotations
 
-import errno
 import os
 import posixpath
 import stat
 
 from nvct.base.atomic import write_atomic
-from nvct.base.errors import ApplyError
 
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
 if TYPE_CHECKING:
@@ -42,6 +40,8 @@ class Rootfs:
         try:
             self.fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as err:
+            from nvct.base.errors import ApplyError
+
             raise ApplyError(f"cannot open container rootfs {path}: {err.strerror}") from err
 
     def __enter__(self) -> Rootfs:
@@ -59,6 +59,8 @@ class Rootfs:
     def open(self, path: str, flags: int = os.O_PATH) -> int:
         """A descriptor for ``path`` resolved inside the rootfs (symlinks confined)."""
         if self._openat2:
+            import errno
+
             from nvct.base import linux  # ctypes: loaded by the first openat2 lookup
 
             for _ in range(_EAGAIN_RETRIES):
@@ -115,6 +117,8 @@ class Rootfs:
                         self._create_link_target(parent, part, "/".join(prefix[:-1]), _depth)
                     nxt = self.open(joined, os.O_PATH | os.O_DIRECTORY)
                 except NotADirectoryError as err:
+                    from nvct.base.errors import ApplyError
+
                     raise ApplyError(
                         f"/{joined} in the container image is not a directory",
                         hint="fix the image, or drop the capability that needs this path",
@@ -145,6 +149,8 @@ class Rootfs:
         fd = self.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
+                import errno  # a rare error: not loaded by a create that never meets it
+
                 raise OSError(errno.EINVAL, "not a regular file", path)
             return os.read(fd, limit)
         finally:
@@ -168,6 +174,8 @@ class Rootfs:
         """``name`` exists but does not resolve: if it is a dangling symlink, create its
         target directory inside the rootfs, as ``mkdir -p`` in a chroot would."""
         if depth > _MAX_LINKS:
+            from nvct.base.errors import ApplyError
+
             raise ApplyError(f"/{base}/{name}: too many levels of symlinks in the image")
         try:
             target = os.readlink(name, dir_fd=parent)
@@ -192,6 +200,8 @@ class Rootfs:
                 if stat.S_ISLNK(st.st_mode):
                     links += 1
                     if links > _MAX_LINKS:
+                        import errno
+
                         raise OSError(errno.ELOOP, f"too many symlinks: {path}")
                     target = os.readlink(part, dir_fd=stack[-1])
                     if target.startswith("/"):
@@ -233,6 +243,8 @@ def in_container(path: str, call: Any, *args: Any) -> Any:
     try:
         return call(*args)
     except OSError as err:
+        from nvct.base.errors import ApplyError
+
         raise ApplyError(
             f"cannot resolve {path} in the container: {err.strerror or err}",
             hint="the image's paths changed while the container started, or are unusable",
@@ -252,6 +264,8 @@ def make_mount_point_at(parent: int, path: str, *, is_dir: bool) -> None:
     except FileExistsError:
         pass
     except OSError as err:
+        from nvct.base.errors import ApplyError
+
         raise ApplyError(f"cannot create {path} in the container: {err.strerror}") from err
 
 

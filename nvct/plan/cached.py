@@ -10,7 +10,6 @@ orders never come from CDI specs, which a prestart hook cannot add to the spec).
 
 from __future__ import annotations
 
-from nvct.base.errors import ConfigError
 from nvct.host.fingerprint import cdi_specs_stamp, inventory_fingerprint
 from nvct.plan.order_key import cache_dir_of, order_key
 from nvct.store import cache
@@ -33,12 +32,16 @@ def read_config(path: str, required: bool) -> bytes:
             return f.read()
     except FileNotFoundError:
         if required:
+            from nvct.base.errors import ConfigError
+
             raise ConfigError(
                 f"config file {path} does not exist",
                 hint="create it (see config/config.toml) or unset NVCT_CONFIG / --nvct-config",
             ) from None
         return b""
     except OSError as err:
+        from nvct.base.errors import ConfigError
+
         raise ConfigError(f"cannot read config file {path}: {err.strerror}") from err
 
 

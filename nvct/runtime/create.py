@@ -34,7 +34,6 @@ from nvct.base.digest import sha256
 from nvct.base.ldcache_format import MAX_SIZE
 from nvct.base.log import EventLog
 from nvct.base.oci import HOOK_MARK, load_spec, rootfs_path, write_spec
-from nvct.container.overlay import fresh_overlay_identity
 from nvct.container.rootfs import Rootfs, fd_path
 from nvct.container.stage import stage_rootfs
 from nvct.plan.cached import cached_entry, read_config
@@ -117,6 +116,9 @@ def _ld_cache_key(rootfs: Rootfs, cache_dir: str | None, key: str, entry: CacheE
     request, nvct), the driver and the ldconfig binary. None when it cannot be reused."""
     if not cache_dir or not key:
         return None
+    # Only here, where the image's cache could not be merged: a common create skips its load.
+    from nvct.container.overlay import fresh_overlay_identity
+
     identity = fresh_overlay_identity(os.readlink(fd_path(rootfs.fd)))
     if identity is None:
         return None

@@ -185,12 +185,12 @@ def remake_missing(order: WorkOrder) -> None:
     Raises:
         ApplyError: one cannot be made again; the container must not start without it.
     """
-    from nvct.base.errors import ApplyError
-
     for host, _target, files, links in order.get("libdirs", ()):
         try:
             ensure(host, files, links)  # one listdir when the directory is whole
         except OSError as err:
+            from nvct.base.errors import ApplyError  # loaded by the rare failure only
+
             raise ApplyError(
                 f"cannot prepare the driver's library directory {host}: {err.strerror or err}",
                 hint='set inject.library-mounts = "files" in nvct\'s config.toml, or a '

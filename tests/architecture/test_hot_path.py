@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+from integration.harness.bundles import minimal_gpu_bundle
+from integration.harness.nvct_config import write_nvct_config
+from nvct.runtime.launch.build import default_command
 
 SHIPPED_CONFIG = Path(__file__).resolve().parents[2] / "config" / "config.toml"
 
@@ -20,6 +27,14 @@ LEAN = (*HEAVY, "dataclasses", "typing", "pathlib", "inspect")
 LEANEST = (*LEAN, "json", "re", "enum", "tomllib", "hashlib", "ctypes", "collections")
 # Nor ctypes' C half (~2 ms): it is needed only to run ldconfig (namespaces, mounts).
 READY_LD_CACHE = (*LEANEST, "_ctypes")
+# What a cached create once loaded for a rare branch or one small use (0.1-0.3 ms each here):
+# errno for rarely raised OSErrors, itertools for a counter, struct's wrapper (``_struct`` is
+# enough), nvct's error classes (loaded by the first raise), the overlay's identity for
+# reusing ldconfig's cache, and ldconfig itself.
+CACHED_CREATE_SKIPS = (
+    *("errno", "itertools", "struct", "nvct.base.errors"),
+    *("nvct.container.overlay", "nvct.container.ldconfig", "nvct.base.linux"),
+)
 
 # What each entry point imports on its hot path (warm caches).
 HOT_MODULES = {
@@ -28,7 +43,7 @@ HOT_MODULES = {
         ["nvct.runtime.__main__", "nvct.runtime.args", "nvct.runtime.lowlevel"],
     ),
     "runtime create, cached work order, ld.so.cache merged or reused": (
-        READY_LD_CACHE,
+        (*READY_LD_CACHE, *CACHED_CREATE_SKIPS),
         [
             "nvct.runtime.__main__",
             "nvct.runtime.args",
@@ -39,7 +54,6 @@ HOT_MODULES = {
             "nvct.runtime.spec_edits",
             "nvct.container.links",
             "nvct.container.rootfs",
-            "nvct.container.overlay",
             "nvct.base.ldcache_format",
             "nvct.base.oci",
             "nvct.base.log",
@@ -98,6 +112,38 @@ def test_discovery_is_what_pulls_the_heavy_libraries() -> None:
     assert out.stdout.strip() == "True"
 
 
+def test_a_real_cached_create_imports_nothing_it_skips(h100x4: Any, tmp_path: Path) -> None:
+    """The process the launcher starts when no daemon answers, with ``-X importtime`` added:
+    a create of a kind seen before loads none of LEANEST, ctypes' C half or
+    CACHED_CREATE_SKIPS, while the first (planned) create of the same kind does."""
+    cfg = write_nvct_config(
+        tmp_path / "nvct" / "config.toml", h100x4, **{"runtime.low-level": '["/bin/true"]'}
+    )
+    python, *flags = shlex.split(default_command())
+    started = subprocess.run(
+        [python, "-I", "-S", "-c", "import sys; print(' '.join(sys.modules))"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    banned = {*READY_LD_CACHE, *CACHED_CREATE_SKIPS} - set(started)  # an interpreter's own
+    loaded = []
+    for n in range(2):
+        bundle = minimal_gpu_bundle(tmp_path / f"b{n}")
+        argv = [python, "-X", "importtime", *flags, "--nvct-config", str(cfg)]
+        done = subprocess.run(
+            [*argv, "create", "--bundle", str(bundle), f"c{n}"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        lines = [ln for ln in done.stderr.splitlines() if ln.startswith("import time:")]
+        loaded.append({ln.rsplit("|", 1)[1].strip() for ln in lines[1:]})
+    events = [json.loads(ln) for ln in (cfg.parent / "nvct.log").read_text().splitlines()]
+    prepared = [e for e in events if e.get("event") == "container_prepared"]
+    assert [e["cached"] for e in prepared] == [False, True]
+    assert "nvct.runtime.create" in loaded[1]
+    assert sorted(banned & loaded[1]) == [], "a cached create imports these"
+    assert {"json", "tomllib"} <= loaded[0]  # the check can fail: planning loads them
+
+
 def test_cached_create_calls_stay_lean() -> None:
     """What the cached create calls (not only imports) loads none of LEANEST either: reading
     cache-dir from the shipped config and a plain one, JSON both ways, a cache key."""
@@ -140,6 +186,7 @@ def test_a_cached_create_imports_only_the_helpers_the_container_package_and_the_
         "import importlib, sys\n"
         f"for m in {modules!r}: importlib.import_module(m)\n"
         "import nvct.container.ldconfig  # started when only ldconfig can make the cache\n"
+        "import nvct.container.overlay  # and its result reused for the same image\n"
         "print(' '.join(m for m in sys.modules if m == 'nvct' or m.startswith('nvct.')))"
     )
     out = subprocess.run(

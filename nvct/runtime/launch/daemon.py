@@ -70,6 +70,7 @@ PRELOAD = (
     "nvct.host.discover.nvml",
     "nvct.container.ldconfig",
     "nvct.container.links",
+    "nvct.container.overlay",  # a create's rare branch: ldconfig's cache reused
     "nvct.plan.workorder",
     "nvct.host.load",
     "nvct.host.ldcache",
