@@ -117,6 +117,8 @@ GOALS = {
     "no GPU": 1.025,
     "podman hooks.d, 1 GPU": 1.05,
 }
+# The goals whose starts run the same code on every install path (pooled over them too).
+POOLED = ("no GPU", "1 GPU", "--gpus device=0", "podman hooks.d, 1 GPU")
 # What a goal's verdict is reckoned against: kept by --goals-only.
 BASELINES = ("runc", "runc, another runtime name", "podman")
 WARM = 2  # starts per variant before the rounds: inventory, work orders, page cache
@@ -532,13 +534,42 @@ def main() -> int:
         "goals_only": args.goals_only,
         "goals": GOALS,
         "install_paths": phases,
+        "pooled": pooled(phases, args.seed),
         "seconds": round(time.monotonic() - began),
     }
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(results, indent=2) + "\n")
     shutil.rmtree(work, ignore_errors=True)
+    for variant, c in results["pooled"].items():
+        assert isinstance(c, dict)
+        print(
+            f"pooled, every install: {variant:<24} {c['ratio']:6.3f}  "
+            f"[{c['ci95'][0]:.3f}, {c['ci95'][1]:.3f}]  {c['verdict']} (<= {c['goal']})"
+        )
     print(f"{results['seconds']} s; written: {output}")
     return 0
+
+
+def pooled(phases: dict[str, object], seed: int) -> dict[str, object]:
+    """The daemon paths' goals over every install path's rounds together: each install runs
+    the same launcher, daemon and hook code (only the files' places and the no-daemon
+    fallback differ), so their rounds are samples of one start; empty for one install."""
+    if len(phases) < 2:
+        return {}
+    found: dict[str, object] = {}
+    for name in POOLED:
+        variant: list[float] = []
+        base: list[float] = []
+        for phase in phases.values():
+            assert isinstance(phase, dict)
+            samples = phase["samples"]
+            if name not in samples:
+                break
+            variant += samples[name]
+            base += samples["podman" if name in PODMAN_VARIANTS else "runc"]
+        else:
+            found[name] = paired(variant, base, seed=seed).as_dict(GOALS[name])
+    return found
 
 
 def report(name: str, phase: dict[str, object]) -> None:

@@ -81,3 +81,21 @@ def test_podmans_hooks_dir_is_the_packages_entry_naming_the_installs_hook(
         shipped["stages"],
         shipped["hook"]["args"],
     )
+
+
+def test_pooled_goals_join_every_install_paths_rounds() -> None:
+    runc = [100.0 + i % 7 for i in range(20)]
+    phase = {
+        "samples": {
+            "runc": runc,
+            "1 GPU": [x * 1.02 for x in runc],
+            "--gpus device=0": [x * 1.08 for x in runc],
+            "no GPU": runc,
+        }
+    }
+    found = gpus_goal.pooled({"venv": phase, "wheel": phase}, seed=1)
+    assert found["1 GPU"]["rounds"] == 40  # type: ignore[index]
+    assert found["1 GPU"]["verdict"] == "met"  # type: ignore[index]
+    assert found["--gpus device=0"]["verdict"] == "not met"  # type: ignore[index]
+    assert "podman hooks.d, 1 GPU" not in found  # not run: no podman samples
+    assert gpus_goal.pooled({"venv": phase}, seed=1) == {}  # one install: nothing to pool
