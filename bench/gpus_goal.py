@@ -394,6 +394,15 @@ def host_facts(dockerd_version: str) -> dict[str, object]:
     }
 
 
+def cannot_start(prog: str, why_root: str) -> str | None:
+    """Why a bench that starts nvct's daemon on the default socket cannot run here, if so."""
+    if os.geteuid() != 0:
+        return f"{prog}: needs root ({why_root})"
+    if answers(str(SOCKET)):
+        return f"{prog}: a daemon answers on {SOCKET}: stop it first"
+    return None
+
+
 def gpu_name(driver: str) -> str:
     """The driver the run used: the simulated one, or the host's first GPU as nvidia-smi says."""
     if driver == "sim":
@@ -439,11 +448,9 @@ def main() -> int:
     chosen = args.install_path or ["all"]
     paths = [p for p in INSTALL_PATHS if "all" in chosen or p in chosen]
     output = args.output or Path(f"bench/results-goal-{socket.gethostname()}.json")
-    if os.geteuid() != 0:
-        print("bench.gpus_goal: needs root (dockerd, dpkg, device nodes)", file=sys.stderr)
-        return 1
-    if answers(str(SOCKET)):
-        print(f"bench.gpus_goal: a daemon answers on {SOCKET}: stop it first", file=sys.stderr)
+    refused = cannot_start("bench.gpus_goal", "dockerd, dpkg, device nodes")
+    if refused:
+        print(refused, file=sys.stderr)
         return 1
     began = time.monotonic()
     load_before = os.getloadavg()
@@ -495,7 +502,7 @@ def main() -> int:
         dockerd.start()
     finally:
         os.environ["PATH"] = old_path
-    phases: dict[str, object] = {}
+    phases: dict[str, dict[str, object]] = {}
     try:
         version = server_version(dockerd)
         rootfs = import_image(dockerd, args.image, work / "rootfs")
@@ -550,19 +557,19 @@ def main() -> int:
     return 0
 
 
-def pooled(phases: dict[str, object], seed: int) -> dict[str, object]:
+def pooled(phases: dict[str, dict[str, object]], seed: int) -> dict[str, dict[str, object]]:
     """The daemon paths' goals over every install path's rounds together: each install runs
     the same launcher, daemon and hook code (only the files' places and the no-daemon
     fallback differ), so their rounds are samples of one start; empty for one install."""
     if len(phases) < 2:
         return {}
-    found: dict[str, object] = {}
+    found: dict[str, dict[str, object]] = {}
     for name in POOLED:
         variant: list[float] = []
         base: list[float] = []
         for phase in phases.values():
-            assert isinstance(phase, dict)
             samples = phase["samples"]
+            assert isinstance(samples, dict)
             if name not in samples:
                 break
             variant += samples[name]
