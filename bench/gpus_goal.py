@@ -34,7 +34,8 @@ points at the phase's hook. Each round runs, in a fresh seeded random order and 
 - ``Python floor (only execs runc)``: a native launcher like the install's, no daemon to
   ask, whose "shim" is ``/usr/bin/python3 -I -S`` exec'ing runc: the least any start through a
   Python shim costs (the no-daemon path's floor; it does none of a GPU's work).
-- with ``--podman``, podman's hooks.d path (``podman`` with runc, private storage; each
+- with ``--podman``, podman's hooks.d path (``podman`` with runc, private storage on the
+  same kind as dockerd's: ``overlay`` beside overlay2, podman's own default; each
   compared with ``podman`` given an empty hooks directory): ``podman hooks.d, 1 GPU`` (a
   hooks directory whose entry is the packages' ``oci-nvct-hook.json`` naming the install's
   hook, its work in a daemon worker) and ``podman hooks.d, 1 GPU, Python hook``.
@@ -394,6 +395,11 @@ def host_facts(dockerd_version: str) -> dict[str, object]:
     }
 
 
+def podman_driver(docker_driver: str) -> str:
+    """podman's storage on the same kind as dockerd's (its name for overlay2 is overlay)."""
+    return "overlay" if docker_driver == "overlay2" else docker_driver
+
+
 def cannot_start(prog: str, why_root: str) -> str | None:
     """Why a bench that starts nvct's daemon on the default socket cannot run here, if so."""
     if os.geteuid() != 0:
@@ -514,7 +520,8 @@ def main() -> int:
                 from integration.harness.podman import private_podman
 
                 (work / "podman").mkdir()
-                podman = stack.enter_context(private_podman(work / "podman", rootfs))
+                driver = podman_driver(args.storage_driver)
+                podman = stack.enter_context(private_podman(work / "podman", rootfs, driver))
             for name in paths:
                 with installed(name, debs):
                     phases[name] = run_phase(
@@ -538,6 +545,7 @@ def main() -> int:
         "seed": args.seed,
         "pinning": {"nice": args.nice, "cpus": args.cpus or "all", "sync_each_round": args.sync},
         "podman": args.podman,
+        "podman_storage_driver": podman_driver(args.storage_driver) if args.podman else "",
         "goals_only": args.goals_only,
         "goals": GOALS,
         "install_paths": phases,

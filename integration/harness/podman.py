@@ -23,14 +23,18 @@ RUN_FLAGS = ("--network", "none", "--ulimit", "nofile=1024:1024", "--ulimit", "n
 
 
 @contextmanager
-def private_podman(work: Path, glibc_rootfs_dir: Path) -> Iterator[list[str]]:
-    """podman's command line with storage under ``work`` and the glibc image as ``TAG``."""
+def private_podman(
+    work: Path, glibc_rootfs_dir: Path, storage_driver: str = "vfs"
+) -> Iterator[list[str]]:
+    """podman's command line with storage under ``work`` and the glibc image as ``TAG``
+    (``vfs`` by default: a plain copy per container, nothing mounted that a test could leak;
+    ``overlay`` is podman's own default, what users run)."""
     runroot = Path(tempfile.mkdtemp(prefix="nvct-pm-"))  # podman: at most 50 characters
     base = [
         "podman",
         "--root", str(work / "storage"),
         "--runroot", str(runroot),
-        "--storage-driver", "vfs",
+        "--storage-driver", storage_driver,
         "--runtime", "runc",
         "--cgroup-manager", "cgroupfs",
         "--events-backend", "none",
