@@ -75,7 +75,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.bench import config_for, import_image, quantiles, server_version, timed
+from bench.bench import import_image, quantiles, server_version, timed
 from bench.stats import paired
 from integration.harness.packages import Debs
 from nvct.base.defaults import DEFAULT_SOCKET
@@ -409,14 +409,6 @@ def cannot_start(prog: str, why_root: str) -> str | None:
     return None
 
 
-def gpu_name(driver: str) -> str:
-    """The driver the run used: the simulated one, or the host's first GPU as nvidia-smi says."""
-    if driver == "sim":
-        return "simulated h100x4-550"
-    smi = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False)
-    return (smi.stdout.splitlines() or ["nvidia-smi -L: nothing"])[0]
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.gpus_goal")
     parser.add_argument(
@@ -465,22 +457,16 @@ def main() -> int:
     if args.nice:
         os.nice(args.nice)
 
+    from bench.runc_only import driver_config
     from integration.harness.dockerd import Dockerd
     from integration.harness.images import GLIBC_TAG
-    from integration.simdriver import cached_driver, preset
 
     work = Path(tempfile.mkdtemp(prefix="nvct-bench-goal-"))
     if args.docker_kit:
         from bench.docker_kit import unpack
 
         os.environ["PATH"] = f"{unpack(args.docker_kit, work / 'docker')}:{os.environ['PATH']}"
-    if args.driver == "host":
-        from bench.runc_only import host_config
-
-        config = host_config(work / "nvct")
-    else:
-        sim = cached_driver(preset("h100x4-550"), Path("/tmp/nvct-test-simdrivers"))
-        config = config_for(sim, work / "nvct")
+    config, card = driver_config(args.driver, work / "nvct")
     log = config.parent / "nvct.log"
     installs: dict[str, Install] = {}
     debs: Debs | None = None
@@ -534,7 +520,7 @@ def main() -> int:
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "machine": {
             **host_facts(version),
-            "driver": gpu_name(args.driver),
+            "driver": card,
             "docker_kit": str(args.docker_kit or ""),
             "load_before": [round(x, 2) for x in load_before],
             "load_after": [round(x, 2) for x in os.getloadavg()],

@@ -81,6 +81,19 @@ def host_config(directory: Path) -> Path:
     return path
 
 
+def driver_config(driver: str, directory: Path) -> tuple[Path, str]:
+    """nvct's config in ``directory`` for the simulated 4-GPU driver (``sim``) or the host's
+    own (``host``), and the card the run stands for (the host's first GPU, as nvidia-smi
+    names it)."""
+    if driver == "sim":
+        from integration.simdriver import cached_driver, preset
+
+        sim = cached_driver(preset("h100x4-550"), Path("/tmp/nvct-test-simdrivers"))
+        return config_for(sim, directory), "simulated h100x4-550"
+    smi = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False)
+    return host_config(directory), (smi.stdout.splitlines() or ["nvidia-smi -L: nothing"])[0]
+
+
 def bundle(where: Path, env: list[str], hook: Path | None, config: Path) -> str:
     """A bundle's config.json text: runc's spec running ``/bin/true`` on ``where/merged``,
     with ``env`` and, given ``hook``, nvct's prestart hook as docker --gpus writes it."""
@@ -155,17 +168,7 @@ def main() -> int:
             return 1
     began = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="nvct-bench-runc-"))
-    card = "simulated h100x4-550"
-    if args.driver == "sim":
-        from integration.simdriver import cached_driver, preset
-
-        cfg = config_for(
-            cached_driver(preset("h100x4-550"), Path("/tmp/nvct-test-simdrivers")), work / "nvct"
-        )
-    else:
-        cfg = host_config(work / "nvct")
-        smi = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False)
-        card = (smi.stdout.splitlines() or ["nvidia-smi -L: nothing"])[0]
+    cfg, card = driver_config(args.driver, work / "nvct")
     os.environ["NVCT_CONFIG"] = str(cfg)  # the launchers' (the hooks': their OCI entry's env)
     if args.programs:
         programs, sock = args.programs, PROGRAMS_SOCKET
