@@ -8,14 +8,13 @@ also keep backups and ownership, use ``nvct.engines.files`` on top of the same i
 from __future__ import annotations
 
 import os
-from _thread import get_ident
 
 # Each call's own temp name: two threads of one process replacing the same file must not
-# unlink and rename each other's half-written temp (a torn file for readers). The thread's id
-# tells threads apart; the count, a call from a signal handler that interrupts one in the
-# same thread. (``_thread`` is loaded at every interpreter's start; ``itertools``, whose
-# ``count()`` did this before, costs a hot-path create ~0.2 ms to load.)
-_CALLS = [0]
+# unlink and rename each other's half-written temp (a torn file for readers). ``next`` on a
+# builtin iterator is one C call, so neither another thread nor a signal handler in this one
+# can get the same number (``itertools.count()`` did this before; loading ``itertools`` costs
+# a hot-path create ~0.2 ms).
+_SEQ = iter(range(1 << 62))
 
 
 def write_atomic(
@@ -32,8 +31,7 @@ def write_atomic(
         OSError: the directory is not writable, or the disk is full; ``path`` is unchanged.
     """
     directory, name = os.path.split(path)
-    _CALLS[0] += 1
-    tmp = os.path.join(directory, f".{name}.{os.getpid()}.{get_ident()}.{_CALLS[0]}.tmp")
+    tmp = os.path.join(directory, f".{name}.{os.getpid()}.{next(_SEQ)}.tmp")
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         fd = os.open(tmp, flags, mode, dir_fd=dir_fd)
