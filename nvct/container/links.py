@@ -11,7 +11,7 @@ import os
 import posixpath
 import stat
 
-from nvct.container.rootfs import in_container
+from nvct.container.rootfs import apply_error, in_container
 
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
 if TYPE_CHECKING:
@@ -62,7 +62,5 @@ def _symlink_at(parent: int, name: str, target: str, path: str) -> bool:
                 os.unlink(name, dir_fd=parent)
                 os.symlink(target, name, dir_fd=parent)
     except OSError as err:
-        from nvct.base.errors import ApplyError
-
-        raise ApplyError(f"cannot create symlink {path}: {err.strerror}") from err
+        raise apply_error(f"cannot create symlink {path}: {err.strerror}") from err
     return True
