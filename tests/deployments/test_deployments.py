@@ -466,6 +466,8 @@ def test_run_waits_for_a_gpu_installs_once_one_appears_and_uninstalls_on_sigterm
         (node / "dev/nvidia0").touch()
         assert until((node / "usr/bin/nvct-runtime").exists, 15)
         assert until(lambda: restarts_of(restarts) == 1, 15)
+        # the pending sleep is started just after the install's last step: wait to see it
+        assert until(lambda: bool(_children(proc.pid)), 15)
         children = _children(proc.pid)
         proc.terminate()
         out, _ = proc.communicate(timeout=30)
