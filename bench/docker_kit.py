@@ -2,23 +2,46 @@
 
 The GPU machine a session is sometimes lent has runc but no docker, and reaches no package
 archive; it takes up to 64 MiB of files along. ``python -m bench.docker_kit OUT`` packs this
-host's dockerd, docker CLI, containerd and its runc shim into one xz tarball (~42 MB for
-docker 20.10 and containerd 1.6), and ``python -m bench.gpus_goal --docker-kit OUT`` unpacks
-it into its work directory and puts it first on PATH, so the goal bench's private dockerd
-(and the containerd it starts) run from there. Nothing is installed on the host.
+host's dockerd, docker CLI, containerd, its runc shim and runc into one xz tarball (~36 MB for
+docker 20.10 and containerd 1.6 at xz's strongest preset), and ``python -m bench.gpus_goal
+--docker-kit OUT`` unpacks it into its work directory and puts it first on PATH, so the goal
+bench's private dockerd (and the containerd it starts) run from there. Nothing is installed on
+the host. The shared libraries the programs link, besides glibc's own, ride along under
+``lib/`` for a host that lacks one (dockerd's libdevmapper, runc's libseccomp): ``unpack``
+leaves them out, and where the host lacks one, the caller puts it on the loader's path.
 """
 
 from __future__ import annotations
 
 import argparse
+import lzma
 import shutil
+import subprocess
 import sys
 import tarfile
 from pathlib import Path
 
 # What a private dockerd needs besides runc: itself, the CLI the bench drives it with, the
-# containerd it starts (``--containerd`` unset) and containerd's runc shim.
-PROGRAMS = ("dockerd", "docker", "containerd", "containerd-shim-runc-v2")
+# containerd it starts (``--containerd`` unset), containerd's runc shim, and runc.
+PROGRAMS = ("dockerd", "docker", "containerd", "containerd-shim-runc-v2", "runc")
+# glibc's own: any host that runs the programs has these.
+GLIBC = ("linux-vdso", "libc.so", "libm.so", "ld-linux", "libpthread", "libdl.so", "librt.so")
+
+
+def libraries(program: str) -> list[Path]:
+    """The shared libraries ``program`` links, glibc's own left out (``ldd``'s resolved paths;
+    none for a static program)."""
+    ldd = shutil.which("ldd") or "/usr/bin/ldd"
+    if not Path(ldd).exists():
+        return []  # no loader's lister: the kit goes without them
+    done = subprocess.run([ldd, program], capture_output=True, text=True, check=False)
+    found = []
+    for line in done.stdout.splitlines():
+        name, _, where = line.strip().partition(" => ")
+        path = where.split(" (")[0].strip()
+        if path.startswith("/") and not name.startswith(GLIBC):
+            found.append(Path(path))
+    return found
 
 
 def pack(out: Path, programs: tuple[str, ...] = PROGRAMS) -> list[str]:
@@ -29,10 +52,17 @@ def pack(out: Path, programs: tuple[str, ...] = PROGRAMS) -> list[str]:
         if path is None:
             raise SystemExit(f"bench.docker_kit: {name} is not on PATH (fix: install docker.io)")
         found.append(path)
+    libs = {lib.name: lib for path in found for lib in libraries(path)}
     out.parent.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(out, "w:xz") as tar:
+    # the strongest preset: the kit shares a lent machine's 64 MiB with the tree and wheels
+    with (
+        lzma.LZMAFile(out, "w", preset=9 | lzma.PRESET_EXTREME) as xz,
+        tarfile.open(fileobj=xz, mode="w|") as tar,
+    ):
         for path in found:
             tar.add(Path(path).resolve(), arcname=f"bin/{Path(path).name}")
+        for name, lib in sorted(libs.items()):
+            tar.add(lib.resolve(), arcname=f"lib/{name}")
     return found
 
 

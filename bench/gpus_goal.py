@@ -5,7 +5,7 @@ As root from the repository root, after ``make venv`` (a C compiler, docker, dpk
     .venv/bin/python -m bench.gpus_goal [--install-path all|packages|wheel|venv ...]
         [--rounds N] [--seed N] [--storage-driver overlay2|vfs] [--image glibc|busybox]
         [--nice N] [--cpus LIST] [--no-sync] [--podman] [--goals-only] [--driver sim|host]
-        [--docker-kit FILE] [--output FILE]
+        [--docker-kit FILE] [--budget-s S] [--output FILE]
 
 One private dockerd (the simulated 4-GPU driver, nvct's config through ``NVCT_CONFIG`` in
 dockerd's environment) serves one phase per install path, in turn:
@@ -54,8 +54,9 @@ the measured starts). ``--goals-only`` runs only the variants with a goal and th
 (runc, the control, podman): about 30 % more rounds in the same time, for narrower intervals.
 ``--driver host`` runs on the host's own driver instead of the simulated one (the GPU machine);
 ``--docker-kit FILE`` runs docker from a tarball ``bench.docker_kit`` packed (a machine without
-docker). Results: ``--output`` (default ``bench/results-goal-<host>.json``), with every start's
-time.
+docker); ``--budget-s S`` ends the rounds early, whole, so that the run fits a lent machine's
+time (each result records the rounds it ran). Results: ``--output`` (default
+``bench/results-goal-<host>.json``), with every start's time.
 """
 
 from __future__ import annotations
@@ -236,9 +237,10 @@ def hooks_dirs(work: Path, hook: Path) -> tuple[Path, Path]:
 
 def run_phase(
     install: Install, base: list[str], image: str, env: dict[str, str], args: argparse.Namespace,
-    log: Path, work: Path, podman: list[str] | None,
+    log: Path, work: Path, podman: list[str] | None, until: float = float("inf"),
 ) -> dict[str, object]:  # fmt: skip
-    """Warm-up and interleaved rounds of every variant for one install; its results."""
+    """Warm-up and interleaved rounds of every variant for one install; its results. The
+    rounds stop early, whole, once the monotonic clock passes ``until``."""
     point_hook(work / "hookbin" / HOOK, install.hook)
     variants = {
         name: (
@@ -273,7 +275,9 @@ def run_phase(
                 if done.returncode != 0:
                     raise SystemExit(f"bench.gpus_goal: {name}: {' '.join(argv)}:\n{done.stderr}")
         order = random.Random(args.seed)  # noqa: S311 - an order, not a secret
-        for _ in range(args.rounds):
+        rounds = 0
+        while rounds < args.rounds and time.monotonic() < until:
+            rounds += 1
             if args.sync:
                 os.sync()
             for name in order.sample(list(variants), len(variants)):
@@ -284,7 +288,7 @@ def run_phase(
     expected: dict[str, int] = {}
     for _argv, _served, path in variants.values():
         if path:
-            expected[path] = expected.get(path, 0) + WARM + args.rounds
+            expected[path] = expected.get(path, 0) + WARM + rounds
     if paths != expected:
         raise SystemExit(
             f"bench.gpus_goal: {install.name}: the starts took other paths than their variants "
@@ -301,6 +305,7 @@ def run_phase(
     }
     return {
         "install": install.describe(),
+        "rounds": rounds,
         "results": {name: quantiles(s) for name, s in samples.items()},
         "paired_vs_runc": compared,
         "paired_vs_control": {
@@ -441,6 +446,12 @@ def main() -> int:
     parser.add_argument(
         "--docker-kit", type=Path, help="docker's programs packed by bench.docker_kit, run from it"
     )
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        help="stop the rounds, whole, once the run has taken this long (each install path gets "
+        "an equal share of what is left as it begins): a lent machine's time is counted",
+    )
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
     chosen = args.install_path or ["all"]
@@ -508,10 +519,14 @@ def main() -> int:
                 (work / "podman").mkdir()
                 driver = podman_driver(args.storage_driver)
                 podman = stack.enter_context(private_podman(work / "podman", rootfs, driver))
-            for name in paths:
+            for done, name in enumerate(paths):
+                until = float("inf")
+                if args.budget_s is not None:
+                    share = (began + args.budget_s - time.monotonic()) / (len(paths) - done)
+                    until = time.monotonic() + share
                 with installed(name, debs):
                     phases[name] = run_phase(
-                        installs[name], base, GLIBC_TAG, env, args, log, work, podman
+                        installs[name], base, GLIBC_TAG, env, args, log, work, podman, until
                     )
                 report(name, phases[name])
     finally:
@@ -528,6 +543,7 @@ def main() -> int:
         "storage_driver": args.storage_driver,
         "image": args.image,
         "rounds": args.rounds,
+        "budget_s": args.budget_s,
         "seed": args.seed,
         "pinning": {"nice": args.nice, "cpus": args.cpus or "all", "sync_each_round": args.sync},
         "podman": args.podman,

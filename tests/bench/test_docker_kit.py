@@ -32,6 +32,30 @@ def test_packed_programs_unpack_runnable(tmp_path: Path, monkeypatch: pytest.Mon
         assert os.access(program, os.X_OK)
 
 
+def test_pack_takes_the_linked_libraries_but_glibc_and_unpack_leaves_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ls = Path("/bin/ls").resolve()
+    linked = docker_kit.libraries(str(ls))
+    if not linked:
+        pytest.skip(f"{ls} links no shared library besides glibc's here")
+    _fake_programs(tmp_path / "host")
+    (tmp_path / "host" / "runc").unlink()
+    (tmp_path / "host" / "runc").symlink_to(ls)
+    monkeypatch.setenv("PATH", str(tmp_path / "host"))
+    kit = tmp_path / "kit.tar.xz"
+    docker_kit.pack(kit)
+    with tarfile.open(kit) as tar:
+        names = {m.name: m for m in tar.getmembers()}
+        libs = sorted(n for n in names if n.startswith("lib/"))
+        assert libs == sorted(f"lib/{lib.name}" for lib in linked)
+        assert all(names[n].isfile() for n in libs)
+    assert not any(n.startswith(("lib/libc.so", "lib/ld-linux")) for n in libs)
+    bindir = docker_kit.unpack(kit, tmp_path / "there")
+    assert not (tmp_path / "there" / "lib").exists()
+    assert (bindir / "runc").read_bytes() == ls.read_bytes()
+
+
 def test_pack_names_the_missing_program(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _fake_programs(tmp_path / "host")
     (tmp_path / "host" / "containerd").unlink()
