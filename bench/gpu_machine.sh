@@ -8,15 +8,18 @@
 #
 # from the repository root, with .whl/ (cp312 wheels of nvct's dependencies), and .devcarry/
 # holding kit.tar.xz (python -m bench.docker_kit .devcarry/kit.tar.xz) and a static busybox.
-# BUDGET_S (default 240) bounds gpus_goal's rounds, so the whole run fits a lent machine's
-# time. Everything lands in OUT: gpu-machine.log, check/device-check.{txt,json},
-# results-goal.json. A step that fails is logged and the next one runs.
+# BUDGET_S (default 240) bounds the benches' rounds, so the whole run fits a lent machine's
+# time. STEPS (default "check goal") picks among check (device_check), goal (gpus_goal) and
+# floor (bench.mount_floor: the real driver's mounts and nodes handed to docker itself).
+# Everything lands in OUT: gpu-machine.log, check/device-check.{txt,json}, results-goal.json,
+# results-floor.json. A step that fails is logged and the next one runs.
 set -u
 OUT=${1:?usage: bash bench/gpu_machine.sh OUT [BUDGET_S]}
 BUDGET=${2:-240}
 CARRY=${CARRY:-.devcarry}
 WHEELS=${WHEELS:-.whl}
 DRIVER=${DRIVER:-host} # sim: the simulated driver, for a dry run on a machine without a GPU
+STEPS=" ${STEPS:-check goal} "
 ROOT=$PWD
 mkdir -p "$OUT"
 exec > >(tee "$OUT/gpu-machine.log") 2>&1
@@ -62,13 +65,20 @@ step "nvct's native launcher and hook"
     --output /tmp/v/bin/nvidia-container-runtime-hook || exit 1
 nvidia-smi -L
 
-if [ "$DRIVER" = host ]; then
+if [ "$DRIVER" = host ] && [[ $STEPS == *" check "* ]]; then
     step "device_check"
     timeout 240 /tmp/v/bin/python bench/device_check.py --out "$OUT/check" \
         --busybox /bin/busybox >/dev/null || echo "device_check: exit $?"
     grep -E '^----- ' "$OUT/check/device-check.txt"
 fi
 
+if [[ $STEPS == *" floor "* ]]; then
+    step "mount_floor, budget ${BUDGET} s"
+    timeout $((BUDGET + 180)) /tmp/v/bin/python -m bench.mount_floor --driver "$DRIVER" \
+        --rounds 2000 --budget-s "$BUDGET" --output "$OUT/results-floor.json"
+fi
+
+[[ $STEPS == *" goal "* ]] || { step done; exit 0; }
 step "gpus_goal, budget ${BUDGET} s"
 goal() {
     timeout $((BUDGET + 180)) /tmp/v/bin/python -m bench.gpus_goal --install-path venv \

@@ -3,12 +3,13 @@
 As root from the repository root, after ``make venv`` (a minute or two)::
 
     .venv/bin/python -m bench.mount_floor [--rounds N] [--seed N] [--docker-kit FILE]
-        [--output FILE]
+        [--driver sim|host] [--budget-s S] [--output FILE]
 
-nvct plans a 1-GPU container (the simulated 4-GPU driver, ``NVIDIA_VISIBLE_DEVICES=0``, the
-glibc image) and the same bind mounts and device nodes are handed to docker itself
-(``--mount type=bind,...,readonly,bind-propagation=private`` and ``--device``), with plain
-runc and no nvct program anywhere in the start. Whatever injects a GPU this way (nvct, NVIDIA's
+nvct plans a 1-GPU container (the simulated 4-GPU driver, or with ``--driver host`` the
+host's own, ``NVIDIA_VISIBLE_DEVICES=0``, the glibc image) and the same bind mounts and
+device nodes are handed to docker itself (``--mount
+type=bind,...,readonly,bind-propagation=private`` and ``--device``), with plain runc and no
+nvct program anywhere in the start. Whatever injects a GPU this way (nvct, NVIDIA's
 hook, a CDI spec) makes these mounts and nodes, so their cost over plain runc is a floor no
 injector's code can go under. Interleaved per round, in a seeded random order:
 
@@ -21,7 +22,8 @@ injector's code can go under. Interleaved per round, in a seeded random order:
 Printed and written (``--output``, default ``bench/results-mount-floor-<docker version>.json``):
 per variant the median, and against runc the median of per-round ratios with its bootstrap
 95 % interval and the median paired extra ms (``bench.stats``). ``--docker-kit`` runs docker
-from a tarball ``bench.docker_kit`` packed (another docker than the host's).
+from a tarball ``bench.docker_kit`` packed (another docker than the host's); ``--budget-s``
+ends the rounds, whole, once the run has taken that long (a lent machine's minutes).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.bench import config_for, gpu_spec_edits, import_image, quantiles, server_version, timed
+from bench.bench import gpu_spec_edits, import_image, quantiles, server_version, timed
 from bench.stats import paired
 
 GPU = ["-e", "NVIDIA_VISIBLE_DEVICES=0"]
@@ -74,13 +76,15 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=60)
     parser.add_argument("--seed", type=int, default=6)
     parser.add_argument("--docker-kit", type=Path, help="docker packed by bench.docker_kit")
+    parser.add_argument("--driver", choices=("sim", "host"), default="sim")
+    parser.add_argument("--budget-s", type=float, help="end the rounds after this long")
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
     from bench.gpus_goal import cannot_start, running_daemon, start_paths, venv_install
+    from bench.runc_only import driver_config
     from integration.harness.bundles import runc_spec
     from integration.harness.dockerd import Dockerd
     from integration.harness.images import GLIBC_TAG
-    from integration.simdriver import cached_driver, preset
 
     refused = cannot_start("bench.mount_floor", "dockerd, device nodes")
     if refused:
@@ -92,8 +96,8 @@ def main() -> int:
         from bench.docker_kit import unpack
 
         os.environ["PATH"] = f"{unpack(args.docker_kit, work / 'docker')}:{os.environ['PATH']}"
-    sim = cached_driver(preset("h100x4-550"), Path("/tmp/nvct-test-simdrivers"))
-    config = config_for(sim, work / "nvct")
+    config, card = driver_config(args.driver, work / "nvct")
+    dev_root = "/" if args.driver == "host" else str(sim_dev_root())
     os.environ["NVCT_CONFIG"] = str(config)  # dockerd -> nvct-runtime
     install = venv_install()
     dockerd = Dockerd({"runtimes": {"nvct": {"path": str(install.launcher)}}})
@@ -101,7 +105,7 @@ def main() -> int:
     try:
         version = server_version(dockerd)
         rootfs = import_image(dockerd, "glibc", work / "rootfs")
-        flags = docker_flags(gpu_spec_edits(config, rootfs), runc_spec(), str(sim.dev_root))
+        flags = docker_flags(gpu_spec_edits(config, rootfs), runc_spec(), dev_root)
         base = [dockerd.docker_cli, "-H", dockerd.host, "run", "--rm", "--network", "none"]
         variants = {
             "runc": [],
@@ -119,21 +123,24 @@ def main() -> int:
                     timed(argv, env)
                 dockerd.docker(*argv[3:])  # raises with docker's error
             order = random.Random(args.seed)  # noqa: S311 - an order, not a secret
-            for _ in range(args.rounds):
+            until = began + (args.budget_s if args.budget_s is not None else float("inf"))
+            rounds = 0
+            while rounds < args.rounds and time.monotonic() < until:
+                rounds += 1
                 os.sync()
                 for name in order.sample(list(argvs), len(argvs)):
                     samples[name].append(timed(argvs[name], env))
     finally:
         dockerd.stop()
     paths = start_paths(config.parent / "nvct.log", 0)
-    if paths != {"create:daemon": args.rounds + 3}:  # the rounds, the warm-up and the check
+    if paths != {"create:daemon": rounds + 3}:  # the rounds, the warm-up and the check
         raise SystemExit(f"bench.mount_floor: nvct's creates took other paths: {paths}")
     compared = {
         name: paired(s, samples["runc"], seed=args.seed)
         for name, s in samples.items()
         if name != "runc"
     }
-    print(f"docker {version}, {args.rounds} rounds; mounts {len(flags['mounts']) // 2}, "
+    print(f"{card}; docker {version}, {rounds} rounds; mounts {len(flags['mounts']) // 2}, "
           f"device nodes {len(flags['devices']) // 2}")  # fmt: skip
     print(f"{'variant':<24} {'median':>8}  {'x runc':>6}  95% interval    extra ms")
     for name, s in samples.items():
@@ -150,8 +157,10 @@ def main() -> int:
                     "cpus": os.cpu_count(),
                     "kernel": os.uname().release,
                     "load_before_after": [round(load, 2), round(os.getloadavg()[0], 2)],
+                    "driver": card,
                 },
-                "rounds": args.rounds,
+                "rounds": rounds,
+                "budget_s": args.budget_s,
                 "seed": args.seed,
                 "flags": flags,
                 "results": {name: quantiles(s) for name, s in samples.items()},
@@ -165,6 +174,13 @@ def main() -> int:
     )
     print(f"written: {output}")
     return 0
+
+
+def sim_dev_root() -> Path:
+    """The simulated 4-GPU driver's device-node root (``config_for``'s driver)."""
+    from integration.simdriver import cached_driver, preset
+
+    return cached_driver(preset("h100x4-550"), Path("/tmp/nvct-test-simdrivers")).dev_root
 
 
 if __name__ == "__main__":
