@@ -106,6 +106,10 @@ def query_info(ctx: DoctorContext) -> tuple[dict[str, Any] | None, str]:
         return None, "docker info did not print JSON"
     if not isinstance(data, dict):
         return None, "docker info did not print a JSON object"
+    # docker 20.10's CLI exits 0 with no daemon to ask, naming the failure in ServerErrors
+    errors = data.get("ServerErrors")
+    if errors:
+        return None, str(errors[0] if isinstance(errors, list) else errors)
     return data, ""
 
 

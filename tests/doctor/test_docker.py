@@ -130,6 +130,24 @@ def test_unreachable_daemon_warns(tmp_path) -> None:
     assert daemon.status == WARN and "Cannot connect to the Docker daemon" in daemon.message
 
 
+def test_no_daemon_behind_a_cli_that_exits_0_warns_and_claims_no_runtimes(tmp_path) -> None:
+    # docker 20.10's CLI (Debian 12's docker.io) with no daemon at its socket: exit status 0
+    server_errors = {
+        "ServerErrors": [
+            "Cannot connect to the Docker daemon at unix:///x.sock. Is the docker daemon running?"
+        ],
+        "ClientInfo": {"Debug": False, "Context": "default", "Plugins": [], "Warnings": None},
+    }
+    down = Completed(0, json.dumps(server_errors) + "\n", "")
+    ctx, _ = docker_setup(tmp_path, nvct_runtime_json(tmp_path), info=down)
+    daemon = by_name(run_docker(ctx), docker.DAEMON)
+    assert daemon.status == WARN
+    assert daemon.message == (
+        "cannot query the docker daemon: Cannot connect to the Docker daemon at "
+        "unix:///x.sock. Is the docker daemon running?"
+    )
+
+
 def test_snap_docker_warns(tmp_path) -> None:
     exe = "/snap/docker/2915/bin/dockerd"
     ctx, _ = docker_setup(tmp_path, None, exe=exe)
