@@ -14,6 +14,7 @@ from nvct.base.errors import ApplyError
 from nvct.config.container import Inject
 from nvct.container.ld_conf import LD_CONF, write_ld_conf
 from nvct.container.rootfs import Rootfs
+from nvct.container.stage import remake_missing
 from nvct.host.arch import host_arch
 from nvct.host.fingerprint import inventory_fingerprint
 from nvct.plan.build import build_plan
@@ -21,7 +22,7 @@ from nvct.plan.libdirs import with_library_dirs
 from nvct.plan.model import RootfsLayout
 from nvct.plan.workorder import from_plan
 from nvct.request.parse import parse_request
-from nvct.store.libdir import ensure, remake_missing
+from nvct.store.libdir import ensure
 from tests.conftest import sim_config, sim_inventory
 
 pytestmark = pytest.mark.root
@@ -150,12 +151,13 @@ def test_a_directory_that_cannot_be_made_refuses_the_start(h100x4, tmp_path) -> 
     _, grouped = plans(h100x4, tmp_path, "compute,utility")
     order = from_plan(grouped, sim_config(h100x4, tmp_path))
     missing = str(tmp_path / "gone.so")
-    _, target, _, links = order["libdirs"][0]
+    _, target, _, links, _ = order["libdirs"][0]
     order["libdirs"][0] = (
         str(tmp_path / "cache/libdirs/other"),
         target,
         [(missing, "libcuda.so.1")],
         links,
+        False,
     )
     with pytest.raises(ApplyError, match=r"cannot prepare the driver's library directory .*fix"):
         remake_missing(order)
