@@ -19,7 +19,7 @@ from nvct.plan.explain import _plan_lines
 from nvct.plan.workorder import from_plan
 from nvct.store.libcopies import copies_dir, ensure_copies
 from tests.conftest import sim_config
-from tests.store.test_libdir import plans
+from tests.store.test_libdir import at_once, plans
 
 pytestmark = pytest.mark.root
 
@@ -200,3 +200,21 @@ def test_a_copy_takes_its_sources_selinux_label(tmp_path, elsewhere, monkeypatch
     ((target, label),) = labelled  # the copy's; its directory's source has no label here
     assert Path(str(target)).parent == elsewhere / "libcopies/objects"
     assert label == b"system_u:object_r:lib_t:s0"
+
+
+def test_concurrent_starts_build_one_directory_of_copies(h100x4, tmp_path, elsewhere) -> None:
+    """Six starts that find no directory build it at once: one whole directory, its copies
+    byte-identical, nothing temporary left in the cache."""
+    _, grouped = plans(h100x4, tmp_path, "compute,utility", cache_dir=str(elsewhere), inject=COPIES)
+    (d,) = grouped.library_dirs
+    root = elsewhere / "libcopies"
+    for path in sorted(root.rglob("*"), reverse=True):  # as a cache cleaner would
+        path.rmdir() if path.is_dir() and not path.is_symlink() else path.unlink()
+    assert at_once(6, lambda: ensure_copies(d.host_dir, d.files, d.links)) == [0] * 6
+    host = Path(d.host_dir)
+    assert sorted(p.name for p in host.iterdir()) == sorted(
+        [name for _, name in d.files] + [name for name, _ in d.links]
+    )
+    for source, name in d.files:
+        assert (host / name).read_bytes() == Path(source).read_bytes()
+    assert [p for p in root.rglob(".*")] == []

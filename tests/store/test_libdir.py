@@ -6,6 +6,7 @@ import os
 import posixpath
 import stat
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -97,6 +98,22 @@ def test_another_filesystem_keeps_one_mount_per_library(h100x4, tmp_path) -> Non
             cache.rmdir()
 
 
+def at_once(n: int, build: Callable[[], object]) -> list[int]:
+    """The exit codes of ``n`` forked processes running ``build`` at once (1: it raised)."""
+    pids = []
+    for _ in range(n):
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - child
+            code = 0
+            try:
+                build()
+            except BaseException:
+                code = 1
+            os._exit(code)
+        pids.append(pid)
+    return [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]
+
+
 def test_concurrent_starts_build_one_complete_directory(h100x4, tmp_path) -> None:
     _, grouped = plans(h100x4, tmp_path, "compute,utility")
     (d,) = grouped.library_dirs
@@ -104,18 +121,7 @@ def test_concurrent_starts_build_one_complete_directory(h100x4, tmp_path) -> Non
     for entry in host.iterdir():
         entry.unlink()
     host.rmdir()
-    pids = []
-    for _ in range(6):
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - child
-            code = 0
-            try:
-                ensure(d.host_dir, d.files, d.links)
-            except BaseException:
-                code = 1
-            os._exit(code)
-        pids.append(pid)
-    assert all(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0 for pid in pids)
+    assert at_once(6, lambda: ensure(d.host_dir, d.files, d.links)) == [0] * 6
     assert sorted(p.name for p in host.iterdir()) == sorted(
         [name for _, name in d.files] + [name for name, _ in d.links]
     )
