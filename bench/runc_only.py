@@ -23,7 +23,12 @@ overlay2 gives it, ``/bin/true`` as the process:
 - ``nvct-runtime, no GPU``: the launcher passing a container that asks for nothing to runc.
 
 ``--driver sim`` (default) uses a simulated 4-GPU driver; ``--driver host`` the host's own
-driver (``nvidia-smi -L``'s first GPU is recorded). Per variant: the median, and the median
+driver (``nvidia-smi -L``'s first GPU is recorded). ``--driver-fs tmpfs`` builds the simulated
+driver on a tmpfs of its own, another filesystem than nvct's cache dir (as a read-only driver
+mount, the GPU operator's driver container or GKE keep it: no hard links), and compares, with
+the daemon, a 1-GPU start under ``inject.library-mounts = "directory"`` (which then mounts each
+library on its own) and ``"directory-copies"`` (one directory of copies), paired per round
+(``bench.stats.paired``). Per variant: the median, and the median
 of per-round differences and ratios against runc. No targets: a bare ``runc run`` of
 ``/bin/true`` is a fraction of a ``docker run``, so these ratios are not the README's (they
 show the milliseconds each path adds). Everything goes to ``--output`` (default
@@ -45,6 +50,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from bench.bench import config_for, quantiles
 from integration.harness.bundles import runc_spec
@@ -94,6 +100,38 @@ def driver_config(driver: str, directory: Path) -> tuple[Path, str]:
     return host_config(directory), (smi.stdout.splitlines() or ["nvidia-smi -L: nothing"])[0]
 
 
+FILES = "nvct-runtime, 1 GPU, driver elsewhere, one mount per library"
+COPIES = "nvct-runtime, 1 GPU, driver elsewhere, directory-copies"
+LIBRARY_COPIES = '[inject]\nlibrary-mounts = "directory-copies"\n'
+
+
+@contextlib.contextmanager
+def other_fs_driver(where: Path) -> Iterator[Any]:
+    """The simulated 4-GPU driver built on a tmpfs mounted at ``where`` (unmounted after)."""
+    from integration.harness.tmpfs import mounted_tmpfs
+    from integration.simdriver import cached_driver, preset
+
+    with mounted_tmpfs(where, size="64m"):
+        yield cached_driver(preset("h100x4-550"), where)
+
+
+def libdir_comparison(samples: dict[str, list[float]], files_log: Path, copies_log: Path) -> dict:
+    """Copies against one mount per library, and each against runc (paired per round), with
+    the mounts each start had (their create's log)."""
+    from bench.stats import paired
+
+    def mounts(log: Path) -> list[int]:
+        events = [json.loads(line) for line in log.read_text().splitlines()]
+        return sorted({e["mounts"] for e in events if e.get("event") == "container_prepared"})
+
+    return {
+        "copies_vs_files": paired(samples[COPIES], samples[FILES]).as_dict(),
+        "files_vs_runc": paired(samples[FILES], samples["runc"]).as_dict(),
+        "copies_vs_runc": paired(samples[COPIES], samples["runc"]).as_dict(),
+        "mounts": {"files": mounts(files_log), "copies": mounts(copies_log)},
+    }
+
+
 def bundle(where: Path, env: list[str], hook: Path | None, config: Path) -> str:
     """A bundle's config.json text: runc's spec running ``/bin/true`` on ``where/merged``,
     with ``env`` and, given ``hook``, nvct's prestart hook as docker --gpus writes it."""
@@ -132,11 +170,15 @@ def fresh_overlay(image: Path, where: Path, spec: str) -> Iterator[Path]:
             shutil.rmtree(where / sub)
 
 
-def start(image: Path, where: Path, spec: str, argv: list[str]) -> float:
+def start(
+    image: Path, where: Path, spec: str, argv: list[str], env: dict[str, str] | None = None
+) -> float:
     """Mount a fresh overlay of ``image``, write the bundle, time ``argv``, clean up."""
     with fresh_overlay(image, where, spec):
         began = time.perf_counter()
-        done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
+        done = subprocess.run(
+            argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, check=False
+        )
         took = (time.perf_counter() - began) * 1000
         if done.returncode != 0:  # a start that failed fast must not pass for a fast start
             raise SystemExit(f"bench.runc_only: {' '.join(argv)} failed:\n{done.stderr.decode()}")
@@ -154,7 +196,18 @@ def main() -> int:
         "--busybox", type=Path, default=BUSYBOX, help="the static busybox the image is made of"
     )
     parser.add_argument("--build-programs", type=Path, help="build them into DIR, and stop")
+    parser.add_argument(
+        "--driver-fs",
+        choices=("same", "tmpfs"),
+        default="same",
+        help="tmpfs: the simulated driver on another filesystem; files vs copies (1 GPU)",
+    )
     args = parser.parse_args()
+    if args.driver_fs == "tmpfs":
+        if args.driver != "sim" or args.programs:
+            parser.error("--driver-fs tmpfs takes the simulated driver and builds its programs")
+        if args.output == Path("bench/results-runc-only.json"):
+            args.output = Path("bench/results-libcopies.json")
     if args.build_programs:
         build_programs(args.build_programs, "/etc/nvct/config.toml", PROGRAMS_SOCKET)
         return 0
@@ -168,7 +221,14 @@ def main() -> int:
             return 1
     began = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="nvct-bench-runc-"))
-    cfg, card = driver_config(args.driver, work / "nvct")
+    driver_fs = None
+    if args.driver_fs == "tmpfs":
+        driver_fs = contextlib.ExitStack()
+        sim = driver_fs.enter_context(other_fs_driver(work / "driverfs"))
+        cfg, card = config_for(sim, work / "nvct"), "simulated h100x4-550 on a tmpfs"
+        copies = config_for(sim, work / "copies", LIBRARY_COPIES)
+    else:
+        cfg, card = driver_config(args.driver, work / "nvct")
     os.environ["NVCT_CONFIG"] = str(cfg)  # the launchers' (the hooks': their OCI entry's env)
     if args.programs:
         programs, sock = args.programs, PROGRAMS_SOCKET
@@ -188,6 +248,14 @@ def main() -> int:
         "prestart hook, Python": ("runc", gpu, hook_alone),
         "nvct-runtime, no GPU": (str(served), [], None),
     }
+    envs: dict[str, dict[str, str]] = {}
+    if driver_fs is not None:  # one mount per library, or one directory of copies
+        variants = {
+            "runc": ("runc", [], None),
+            FILES: (str(served), gpu, None),
+            COPIES: (str(served), gpu, None),
+        }
+        envs[COPIES] = {**os.environ, "NVCT_CONFIG": str(copies)}
     shimd = ShimDaemon(
         [sys.executable, "-m", "nvct.runtime.launch.daemon"], sock, work / "shimd.log"
     ).start()
@@ -201,13 +269,16 @@ def main() -> int:
 
         for name in variants:  # warm: the inventory, the work orders, the page cache
             for n in range(2):
-                start(image, work / "b", specs[name], argv(name, n))
+                start(image, work / "b", specs[name], argv(name, n), envs.get(name))
         order = random.Random(args.seed)  # noqa: S311 - an order, not a secret
         for r in range(args.rounds):
             for name in order.sample(list(variants), len(variants)):
-                samples[name].append(start(image, work / "b", specs[name], argv(name, r)))
+                took = start(image, work / "b", specs[name], argv(name, r), envs.get(name))
+                samples[name].append(took)
     finally:
         shimd.stop()
+        if driver_fs is not None:
+            driver_fs.close()
 
     results = {name: quantiles(s) for name, s in samples.items()}
     runc = samples["runc"]
@@ -221,6 +292,10 @@ def main() -> int:
         for name, s in samples.items()
         if name != "runc"
     }
+    compared = {}
+    if driver_fs is not None:
+        compared = libdir_comparison(samples, cfg.parent / "nvct.log", copies.parent / "nvct.log")
+        print(json.dumps(compared, indent=2))
     paths = {"daemon": 0, "hook": 0}
     for line in (cfg.parent / "nvct.log").read_text().splitlines():
         event = json.loads(line)
@@ -246,6 +321,7 @@ def main() -> int:
                 "paired_ratios": ratios,
                 "paired_extra_ms": extra_ms,
                 "hook_paths": paths,
+                **({"library_mounts": compared} if compared else {}),
                 "rounds": args.rounds,
                 "seed": args.seed,
                 "driver": card,

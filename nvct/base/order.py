@@ -8,11 +8,14 @@ applies the one it plans itself. Format::
      "mounts": [[host_path, container_path, [options]], ...],
      "symlinks": [[path, target], ...], "ldconfig": "/sbin/ldconfig",
      "ldconfig_dirs": [...], "ld_cache": [[soname, path, flags], ...],
-     "libdirs": [[host_dir, container_dir, [[host_path, name], ...], [[name, target], ...]]],
+     "libdirs": [[host_dir, container_dir, [[host_path, name], ...], [[name, target], ...],
+                  copies]],
      "log": [file, level], "gpus": [...], "capabilities": [...]}
 
 ``libdirs`` (v4): the host directories a ``mounts`` entry binds as the driver's libraries
-(``nvct.store.libdir``), with what they hold, so a cached order can remake one that is gone.
+(``nvct.store.libdir``), with what they hold, so a cached order can remake one that is gone;
+``copies`` (v8): true when it holds copies of the files (``nvct.store.libcopies``), not hard
+links.
 
 The plan makes orders (``nvct.plan.workorder``, ``nvct.plan.cdi_order``); the store caches them
 and the container package carries them out. Their types live here, below all three, so neither
@@ -33,7 +36,8 @@ if TYPE_CHECKING:
     LinkRow = tuple[str, str]  # path in the container, target
     LdCacheRow = tuple[str, str, int]  # SONAME, path in the container, ld.so.cache flags
     FileRow = tuple[str, str]  # host path, name in the library directory
-    LibdirRow = tuple[str, str, list[FileRow], list[LinkRow]]  # host dir, container dir, ...
+    # host dir, container dir, files, links, whether the files are copies
+    LibdirRow = tuple[str, str, list[FileRow], list[LinkRow], bool]
 
     class _WorkOrderRequired(TypedDict):
         v: int

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 CAPABILITIES = ("utility", "compute", "video", "graphics", "display", "ngx", "compat32")
 LOG_LEVELS = ("debug", "info", "warning", "error")
-LIBRARY_MOUNTS = ("directory", "files")
+LIBRARY_MOUNTS = ("directory", "directory-copies", "files")
 PROC_DRIVER_MODES = ("hook", "always", "off")
 CUDA_COMPAT = ("ldconfig", "off")
 

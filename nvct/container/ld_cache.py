@@ -70,7 +70,7 @@ def _only_driver_libraries(rootfs: Rootfs, order: WorkOrder) -> bool:
         )
     }
     # What a library directory holds (the hook runs once it is mounted): its files and links.
-    for _host, target, files, links in order.get("libdirs", ()):
+    for _host, target, files, links, _copies in order.get("libdirs", ()):
         ours.update((target, name) for _, name in files)
         ours.update((target, name) for name, _ in links)
     # Directories the driver's files are put in (vdpau/, firmware/nvidia/...): ldconfig does

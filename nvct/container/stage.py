@@ -19,7 +19,7 @@ from nvct.container.ld_cache import image_cache_with
 from nvct.container.ld_conf import write_ld_conf
 from nvct.container.links import create_symlinks
 from nvct.container.rootfs import Rootfs, in_container
-from nvct.store.libdir import remake_missing
+from nvct.store.libdir import complete, ensure
 
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
 if TYPE_CHECKING:
@@ -127,3 +127,29 @@ def stage_rootfs(
         staged.ldconfig = start_ldconfig(rootfs, order["ldconfig"], [*first, *dirs], binds=binds)
     staged.lap("ld_cache", start)
     return staged
+
+
+def remake_missing(order: WorkOrder) -> None:
+    """Remake the library directories of a (cached) work order that are gone or incomplete:
+    a cache dir cleaned since the order was planned.
+
+    Raises:
+        ApplyError: one cannot be made again; the container must not start without it.
+    """
+    for host, _target, files, links, copies in order.get("libdirs", ()):
+        try:
+            if not copies:
+                ensure(host, files, links)  # one listdir when the directory is whole
+            elif not complete(host, files, links):
+                from nvct.store.libcopies import ensure_copies  # only when one is missing
+
+                ensure_copies(host, files, links)
+        except OSError as err:
+            from nvct.base.errors import ApplyError  # loaded by the rare failure only
+
+            raise ApplyError(
+                f"cannot prepare the driver's library directory {host}: {err.strerror or err}",
+                hint='set inject.library-mounts = "files" in nvct\'s config.toml, or a '
+                "writable cache-dir: on the driver libraries' filesystem, or with room for "
+                'their copies under "directory-copies"',
+            ) from err

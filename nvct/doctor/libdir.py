@@ -1,8 +1,9 @@
 """Whether the driver's libraries can be bound as one directory (``nvct.store.libdir``).
 
 That needs hard links from the cache dir to the libraries, so both on one filesystem; a
-separate ``/var`` silently costs every GPU start one mount per library instead. The cache dir
-also decides what every GPU container mounts, so only root may write it.
+separate ``/var`` silently costs every GPU start one mount per library instead, unless
+``inject.library-mounts = "directory-copies"`` copies them there (``nvct.store.libcopies``).
+The cache dir also decides what every GPU container mounts, so only root may write it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ PROBE = "libnvidia-ml.so.1"
 def check_library_dir(ctx: DoctorContext) -> CheckResult:
     """The cache dir is root's alone, and on the driver libraries' filesystem."""
     config = ctx.config
-    if config.inject.library_mounts != "directory":
+    if config.inject.library_mounts == "files":
         return passed(LIBDIR, 'one mount per library (inject.library-mounts = "files")')
     if not config.cache_dir:
         return warned(
@@ -52,16 +53,46 @@ def check_library_dir(ctx: DoctorContext) -> CheckResult:
             "see the ldcache check",
         )
     if library.stat().st_dev != st.st_dev:
+        if config.inject.library_mounts == "directory-copies":
+            return _copies(config.cache_dir, library)
         return warned(
             LIBDIR,
             f"cache-dir {config.cache_dir} is on another filesystem than {library}: no hard "
             "links, so every GPU start mounts each driver library on its own (slower starts)",
             "set cache-dir to a directory on the libraries' filesystem (e.g. /var/lib/nvct "
-            'when /var/cache is separate), or inject.library-mounts = "files" to say so',
+            'when /var/cache is separate), or inject.library-mounts = "directory-copies" to '
+            "copy the libraries there once per driver (disk: their size), or "
+            'inject.library-mounts = "files" to say so',
         )
     return passed(
         LIBDIR,
         f"driver libraries bound as one directory, hard-linked under {config.cache_dir}",
+    )
+
+
+def _copies(cache_dir: str, library: Path) -> CheckResult:
+    """With "directory-copies" and the libraries elsewhere: copies, if the cache dir takes them."""
+    from nvct.store.libcopies import SUBDIR, copies_size
+
+    parent = existing_parent(cache_dir)
+    if not os.access(parent, os.W_OK):
+        return failed(
+            LIBDIR,
+            f'inject.library-mounts is "directory-copies" but {parent} (cache-dir '
+            f"{cache_dir}) is not writable here: every GPU start mounts each driver library "
+            "on its own",
+            f"run nvct as root, or make {parent} root's and writable by it",
+        )
+    count, size = copies_size(cache_dir)
+    made = (
+        f"{count} copies, {size / 1e6:.1f} MB, under {os.path.join(cache_dir, SUBDIR)}"
+        if count
+        else "none made yet: the first GPU start copies the libraries it needs"
+    )
+    return passed(
+        LIBDIR,
+        f"driver libraries bound as one directory of copies ({library.parent} is on another "
+        f'filesystem than cache-dir; inject.library-mounts = "directory-copies"): {made}',
     )
 
 

@@ -77,7 +77,7 @@ def plan_container(
     )
     if library_dirs != "none":
         plan = with_library_dirs(plan, config, fingerprint, create=library_dirs == "create")
-        if config.inject.library_mounts == "directory":
+        if config.inject.library_mounts in ("directory", "directory-copies"):
             plan = with_firmware_dir(plan)
     return Planned(plan, from_plan(plan, config), fingerprint)
 

@@ -368,7 +368,8 @@ def _plan_lines(plan: Plan) -> list[str]:
             lines.append(f"  {m.target:<{width}}  <- {m.source}  ({m.reason})")
             if m.kind == "libdir" and m.target in libdirs:
                 d = libdirs[m.target]
-                lines += [f"      {name}  (hard link of {source})" for source, name in d.files]
+                how = "copy" if d.copies else "hard link"
+                lines += [f"      {name}  ({how} of {source})" for source, name in d.files]
                 lines += [f"      {name} -> {target}  (link)" for name, target in d.links]
     if plan.symlinks:
         lines.append("Symlinks:")

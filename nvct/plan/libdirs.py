@@ -12,7 +12,11 @@ from dataclasses import replace
 
 from nvct.config import Config
 from nvct.plan.model import LIBRARY_SUBDIR, RO_OPTIONS, LibraryDir, Mount, Pairs, Plan, Symlink
+from nvct.store.libcopies import copies_dir, ensure_copies
 from nvct.store.libdir import ensure, host_dir, ready, same_filesystem
+
+DIRECTORY = "directory"
+COPIES = "directory-copies"  # as DIRECTORY, copying the files where they cannot be linked
 
 
 def library_groups(plan: Plan) -> list[tuple[str, str, Pairs, Pairs]]:
@@ -32,18 +36,23 @@ def library_groups(plan: Plan) -> list[tuple[str, str, Pairs, Pairs]]:
     return [(base, kind, tuple(f), tuple(k)) for base, (kind, f, k) in groups.items()]
 
 
-def group_libraries(plan: Plan, host_dirs: dict[str, str]) -> Plan:
+def group_libraries(
+    plan: Plan, host_dirs: dict[str, str], copied: frozenset[str] = frozenset()
+) -> Plan:
     """``plan`` with the libraries of each ``base`` in ``host_dirs`` bound as one directory:
-    ``host_dirs[base]`` (prepared from ``library_groups``) at ``base``/nvidia-driver, in place
-    of one mount per library and one symlink per SONAME in the container's layer. The
-    ld.so.cache entries and ldconfig's directories follow them there."""
+    ``host_dirs[base]`` (prepared from ``library_groups``; of copies for the bases in
+    ``copied``) at ``base``/nvidia-driver, in place of one mount per library and one symlink
+    per SONAME in the container's layer. The ld.so.cache entries and ldconfig's directories
+    follow them there."""
     if not host_dirs:
         return plan
     dirs: list[LibraryDir] = []
     for base, kind, files, links in library_groups(plan):
         if base in host_dirs:
             target = f"{base}/{LIBRARY_SUBDIR}"
-            dirs.append(LibraryDir(base, target, host_dirs[base], kind, files, links))
+            dirs.append(
+                LibraryDir(base, target, host_dirs[base], kind, files, links, base in copied)
+            )
     by_base = {d.base: d for d in dirs}
     mounts: list[Mount] = []
     for m in plan.mounts:
@@ -51,7 +60,10 @@ def group_libraries(plan: Plan, host_dirs: dict[str, str]) -> Plan:
         if d is None or m.kind not in ("lib", "lib32"):
             mounts.append(m)
         elif not any(x.target == d.target for x in mounts):
-            reason = f"{len(d.files)} driver libraries and {len(d.links)} links, one directory"
+            held = "copies of " if d.copies else ""
+            reason = (
+                f"{held}{len(d.files)} driver libraries and {len(d.links)} links, one directory"
+            )
             mounts.append(Mount(d.host_dir, d.target, "libdir", RO_OPTIONS, reason))
     entries = []
     for soname, path, flags in plan.ld_cache_entries:
@@ -81,21 +93,43 @@ def _follow(link: Symlink, by_base: dict[str, LibraryDir]) -> Symlink:
 
 def with_library_dirs(plan: Plan, config: Config, fingerprint: str, *, create: bool) -> Plan:
     """``plan`` with its libraries bound as directories (``group_libraries``) where
-    the config allows it (``inject.library-mounts = "directory"`` and a ``cache-dir``) and
-    the directory exists or can be made; else ``plan`` as it is. With ``create`` false
-    (``list``, ``explain``) nothing is written: a directory that does not exist yet counts
-    when the cache dir is on the libraries' filesystem."""
-    if config.inject.library_mounts != "directory" or not config.cache_dir:
+    the config allows it (``inject.library-mounts`` "directory" or "directory-copies", and a
+    ``cache-dir``) and the directory exists or can be made; else ``plan`` as it is. Hard
+    links where they can be made; with "directory-copies", copies where they cannot. With
+    ``create`` false (``list``, ``explain``) nothing is written: a directory that does not
+    exist yet counts when the cache dir is on the libraries' filesystem, or copies are on."""
+    mode = config.inject.library_mounts
+    if mode not in (DIRECTORY, COPIES) or not config.cache_dir:
         return plan
+    cache_dir = str(config.cache_dir)
     chosen: dict[str, str] = {}
+    copied: set[str] = set()
     for base, _kind, files, links in library_groups(plan):
-        path = host_dir(str(config.cache_dir), fingerprint, files, links)
-        if create:
-            try:
-                ensure(path, files, links)
-            except OSError:
+        path = host_dir(cache_dir, fingerprint, files, links)
+        if mode == DIRECTORY or ready(path) or same_filesystem(cache_dir, files):
+            if _linked(path, files, links, cache_dir, create=create):
+                chosen[base] = path
                 continue
-        elif not (ready(path) or same_filesystem(str(config.cache_dir), files)):
+            if mode == DIRECTORY:
+                continue
+        try:  # "directory-copies": the files cannot be hard-linked from the cache dir
+            path = copies_dir(cache_dir, fingerprint, files, links)
+            if create:
+                ensure_copies(path, files, links)
+        except OSError:
             continue
         chosen[base] = path
-    return group_libraries(plan, chosen)
+        copied.add(base)
+    return group_libraries(plan, chosen, frozenset(copied))
+
+
+def _linked(path: str, files: Pairs, links: Pairs, cache_dir: str, *, create: bool) -> bool:
+    """Whether ``path`` holds (``create``: now holds) hard links of ``files``; without
+    ``create``, whether it will (it exists, or the cache dir is on the files' filesystem)."""
+    if not create:
+        return ready(path) or same_filesystem(cache_dir, files)
+    try:
+        ensure(path, files, links)
+    except OSError:
+        return False
+    return True

@@ -81,6 +81,7 @@ class LibraryDir:
     kind: str  # lib or lib32, as the libraries' own mounts
     files: Pairs
     links: Pairs
+    copies: bool = False  # host_dir holds copies of the files (nvct.store.libcopies)
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,7 +47,8 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
                 "host_path": source,
                 "container_path": f"{libdir.target}/{name}",
                 "options": list(m.options),
-                "reason": f"in {libdir.host_dir}, bound at {libdir.target}",
+                "reason": f"{'copied into' if libdir.copies else 'in'} {libdir.host_dir}, "
+                f"bound at {libdir.target}",
             }
             for source, name in libdir.files
         )
@@ -90,6 +91,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
                 "host_dir": d.host_dir,
                 "container_path": d.target,
                 "files": [name for _, name in d.files],
+                "copies": d.copies,
                 "links": [{"path": f"{d.target}/{n}", "target": t} for n, t in d.links],
             }
             for d in plan.library_dirs

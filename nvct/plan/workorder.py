@@ -26,7 +26,8 @@ def from_plan(plan: Plan, config: Config) -> WorkOrder:
         "ldconfig_dirs": list(plan.ldconfig_dirs),
         "ld_cache": list(plan.ld_cache_entries),
         "libdirs": [
-            (d.host_dir, d.target, list(d.files), list(d.links)) for d in plan.library_dirs
+            (d.host_dir, d.target, list(d.files), list(d.links), d.copies)
+            for d in plan.library_dirs
         ],
         "log": (config.log.file, config.log.level),
         "gpus": [s.gpu.uuid if s.mig is None else s.mig.uuid for s in plan.selected],

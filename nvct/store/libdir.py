@@ -12,7 +12,8 @@ the driver's fingerprint (``nvct.host.fingerprint``) and the file list, so a new
 or reinstalled driver, or another selection, gets a new directory. It is built under a
 temporary name and renamed into place, so concurrent starts never see half of one. Hard
 links need the cache dir on the driver's filesystem; where they cannot be made, the plan
-keeps one mount per library (``nvct.plan.libdirs``).
+keeps one mount per library (``nvct.plan.libdirs``), or, with ``inject.library-mounts =
+"directory-copies"``, binds a directory of copies (``nvct.store.libcopies``).
 
 A directory whose files are the last links to their inodes (the driver was upgraded or
 removed) only pins disk space: it is removed, once an hour old, when a new one is built.
@@ -31,7 +32,6 @@ TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings h
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from nvct.base.order import WorkOrder
 
 SUBDIR = "libdirs"
 XATTR_SELINUX = "security.selinux"
@@ -79,30 +79,48 @@ def ensure(path: str, files: Sequence[Sequence[str]], links: Sequence[Sequence[s
         return
     root, key = os.path.split(path)
     os.makedirs(root, mode=0o755, exist_ok=True)
+    tmp = fresh_tmp(path)
+    try:
+        for source, name in files:
+            os.link(source, os.path.join(tmp, file_name(name)))
+        for name, target in links:
+            os.symlink(target, os.path.join(tmp, file_name(name)))
+        if files:
+            copy_label(os.path.dirname(files[0][0]), tmp, [name for name, _ in links])
+        publish(tmp, path)
+    finally:
+        remove_tree(tmp)
+    _sweep_orphans(root, keep=key)
+
+
+def fresh_tmp(path: str) -> str:
+    """An empty 0755 directory beside ``path`` to make its content in (``publish``); an
+    incomplete ``path`` is removed first, moved aside in one step, so a start sees one or
+    the other."""
+    root, key = os.path.split(path)
     tmp = os.path.join(root, f".{key}.{os.getpid()}.tmp")
-    _remove_tree(tmp)  # a leftover of a killed process with the same pid
-    if ready(path):  # incomplete: moved aside in one step, so a start sees one or the other
+    remove_tree(tmp)  # a leftover of a killed process with the same pid
+    if ready(path):
         aside = os.path.join(root, f".{key}.{os.getpid()}.old")
-        _remove_tree(aside)
+        remove_tree(aside)
         os.rename(path, aside)
-        _remove_tree(aside)
+        remove_tree(aside)
     os.mkdir(tmp, 0o755)
     try:
         os.chmod(tmp, 0o755)  # noqa: S103 - the container's users read the libraries in it
-        for source, name in files:
-            os.link(source, os.path.join(tmp, _plain(name)))
-        for name, target in links:
-            os.symlink(target, os.path.join(tmp, _plain(name)))
-        if files:
-            _copy_label(os.path.dirname(files[0][0]), tmp, [name for name, _ in links])
-        try:
-            os.rename(tmp, path)
-        except OSError:
-            if not ready(path):  # another start built it first: theirs serves
-                raise
-    finally:
-        _remove_tree(tmp)
-    _sweep_orphans(root, keep=key)
+    except OSError:
+        remove_tree(tmp)
+        raise
+    return tmp
+
+
+def publish(tmp: str, path: str) -> None:
+    """Rename the directory ``tmp`` made by ``fresh_tmp`` to ``path``."""
+    try:
+        os.rename(tmp, path)
+    except OSError:
+        if not ready(path):  # another start built it first: theirs serves
+            raise
 
 
 def existing_parent(path: str) -> str:
@@ -120,7 +138,7 @@ def same_filesystem(cache_dir: str, files: Sequence[Sequence[str]]) -> bool:
         return False
 
 
-def _copy_label(source_dir: str, directory: str, links: Sequence[str]) -> None:
+def copy_label(source_dir: str, directory: str, links: Sequence[str]) -> None:
     """Give ``directory`` and its ``links`` the SELinux label of the libraries' own directory
     (the hard links keep their files' labels): made under cache-dir, they would carry its
     label, which a container's domain may not be allowed to search. No-op without SELinux."""
@@ -136,7 +154,7 @@ def _copy_label(source_dir: str, directory: str, links: Sequence[str]) -> None:
         return  # a policy that refuses the label: the cache dir's own one stays
 
 
-def _plain(name: str) -> str:
+def file_name(name: str) -> str:
     if not name or "/" in name or name in (".", ".."):
         raise OSError(f"not a file name: {name!r}")
     return name
@@ -159,13 +177,13 @@ def _sweep_orphans(root: str, keep: str) -> None:
             for entry in os.listdir(path):
                 st = os.lstat(os.path.join(path, entry))
                 if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
-                    _remove_tree(path)
+                    remove_tree(path)
                     break
         except OSError:
             continue
 
 
-def _remove_tree(path: str) -> None:
+def remove_tree(path: str) -> None:
     """Remove a directory of files and symlinks (no subdirectories: ``ensure`` makes none);
     a symlink in its place is removed, never followed."""
     if not ready(path):
@@ -176,23 +194,3 @@ def _remove_tree(path: str) -> None:
     for name in names:
         os.unlink(os.path.join(path, name))
     os.rmdir(path)
-
-
-def remake_missing(order: WorkOrder) -> None:
-    """Remake the library directories of a (cached) work order that are gone or incomplete:
-    a cache dir cleaned since the order was planned.
-
-    Raises:
-        ApplyError: one cannot be made again; the container must not start without it.
-    """
-    for host, _target, files, links in order.get("libdirs", ()):
-        try:
-            ensure(host, files, links)  # one listdir when the directory is whole
-        except OSError as err:
-            from nvct.base.errors import ApplyError  # loaded by the rare failure only
-
-            raise ApplyError(
-                f"cannot prepare the driver's library directory {host}: {err.strerror or err}",
-                hint='set inject.library-mounts = "files" in nvct\'s config.toml, or a '
-                "cache-dir on the driver libraries' filesystem",
-            ) from err

@@ -154,7 +154,13 @@ def _order(plan: Any) -> dict[str, Any]:
         "symlinks": [[s.path, s.target] for s in plan.symlinks],
         "mounts": [[m.source, m.target, list(m.options)] for m in plan.mounts],
         "libdirs": [
-            [d.host_dir, d.target, [list(f) for f in d.files], [list(k) for k in d.links]]
+            [
+                d.host_dir,
+                d.target,
+                [list(f) for f in d.files],
+                [list(k) for k in d.links],
+                d.copies,
+            ]
             for d in plan.library_dirs
         ],
     }

@@ -40,3 +40,35 @@ def test_library_dir_needs_a_root_only_cache_dir_on_the_libraries_filesystem(
         finally:
             other.rmdir()
         assert elsewhere.status == WARN and "another filesystem" in elsewhere.message
+
+
+@pytest.mark.root
+def test_library_dir_names_copies_and_passes_with_them(h100x4, tmp_path) -> None:
+    """A cache dir on another filesystem than the libraries: the fix names
+    "directory-copies"; set, the check passes and says what the copies cost."""
+    from integration.harness.tmpfs import mounted_tmpfs
+    from nvct.store.libcopies import copies_dir, ensure_copies
+
+    with mounted_tmpfs(tmp_path / "otherfs") as mount:
+        cache = mount / "cache"
+
+        def check(**config: Any) -> CheckResult:
+            cfg = sim_config(h100x4, tmp_path, cache_dir=str(cache), **config)
+            return libdir.check_library_dir(context(tmp_path, cfg))
+
+        links = check()
+        assert links.status == WARN and "another filesystem" in links.message
+        assert 'inject.library-mounts = "directory-copies"' in (links.fix or "")
+        copies = Inject(library_mounts="directory-copies")
+        before = check(inject=copies)
+        assert before.status == PASS and "of copies" in before.message
+        assert "none made yet" in before.message
+        lib = Path(h100x4.lib_dir)
+        files = [
+            [str(p), p.name] for p in sorted(lib.glob("libnvidia-ml.so.*")) if not p.is_symlink()
+        ]
+        assert files
+        ensure_copies(copies_dir(str(cache), "fp", files, []), files, [])
+        made = check(inject=copies)
+        size = sum(Path(f).stat().st_size for f, _ in files) / 1e6
+        assert made.status == PASS and f"{len(files)} copies, {size:.1f} MB" in made.message

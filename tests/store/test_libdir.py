@@ -6,6 +6,7 @@ import os
 import posixpath
 import stat
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from nvct.base.errors import ApplyError
 from nvct.config.container import Inject
 from nvct.container.ld_conf import LD_CONF, write_ld_conf
 from nvct.container.rootfs import Rootfs
+from nvct.container.stage import remake_missing
 from nvct.host.arch import host_arch
 from nvct.host.fingerprint import inventory_fingerprint
 from nvct.plan.build import build_plan
@@ -21,7 +23,7 @@ from nvct.plan.libdirs import with_library_dirs
 from nvct.plan.model import RootfsLayout
 from nvct.plan.workorder import from_plan
 from nvct.request.parse import parse_request
-from nvct.store.libdir import ensure, remake_missing
+from nvct.store.libdir import ensure
 from tests.conftest import sim_config, sim_inventory
 
 pytestmark = pytest.mark.root
@@ -96,6 +98,22 @@ def test_another_filesystem_keeps_one_mount_per_library(h100x4, tmp_path) -> Non
             cache.rmdir()
 
 
+def at_once(n: int, build: Callable[[], object]) -> list[int]:
+    """The exit codes of ``n`` forked processes running ``build`` at once (1: it raised)."""
+    pids = []
+    for _ in range(n):
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - child
+            code = 0
+            try:
+                build()
+            except BaseException:
+                code = 1
+            os._exit(code)
+        pids.append(pid)
+    return [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]
+
+
 def test_concurrent_starts_build_one_complete_directory(h100x4, tmp_path) -> None:
     _, grouped = plans(h100x4, tmp_path, "compute,utility")
     (d,) = grouped.library_dirs
@@ -103,18 +121,7 @@ def test_concurrent_starts_build_one_complete_directory(h100x4, tmp_path) -> Non
     for entry in host.iterdir():
         entry.unlink()
     host.rmdir()
-    pids = []
-    for _ in range(6):
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - child
-            code = 0
-            try:
-                ensure(d.host_dir, d.files, d.links)
-            except BaseException:
-                code = 1
-            os._exit(code)
-        pids.append(pid)
-    assert all(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0 for pid in pids)
+    assert at_once(6, lambda: ensure(d.host_dir, d.files, d.links)) == [0] * 6
     assert sorted(p.name for p in host.iterdir()) == sorted(
         [name for _, name in d.files] + [name for name, _ in d.links]
     )
@@ -150,12 +157,13 @@ def test_a_directory_that_cannot_be_made_refuses_the_start(h100x4, tmp_path) -> 
     _, grouped = plans(h100x4, tmp_path, "compute,utility")
     order = from_plan(grouped, sim_config(h100x4, tmp_path))
     missing = str(tmp_path / "gone.so")
-    _, target, _, links = order["libdirs"][0]
+    _, target, _, links, _ = order["libdirs"][0]
     order["libdirs"][0] = (
         str(tmp_path / "cache/libdirs/other"),
         target,
         [(missing, "libcuda.so.1")],
         links,
+        False,
     )
     with pytest.raises(ApplyError, match=r"cannot prepare the driver's library directory .*fix"):
         remake_missing(order)
