@@ -9,10 +9,12 @@
 # from the repository root, with .whl/ (cp312 wheels of nvct's dependencies), and .devcarry/
 # holding kit.tar.xz (python -m bench.docker_kit .devcarry/kit.tar.xz) and a static busybox.
 # BUDGET_S (default 240) bounds the benches' rounds, so the whole run fits a lent machine's
-# time. STEPS (default "check goal") picks among check (device_check), goal (gpus_goal) and
-# floor (bench.mount_floor: the real driver's mounts and nodes handed to docker itself).
+# time. STEPS (default "check goal") picks among check (device_check), goal (gpus_goal),
+# floor (bench.mount_floor: the real driver's mounts and nodes handed to docker itself) and
+# copies (bench.runc_only --compare-copies: 1 GPU with one mount per library against
+# inject.library-mounts = "directory-copies", bare runc, 200 rounds, about a minute).
 # Everything lands in OUT: gpu-machine.log, check/device-check.{txt,json}, results-goal.json,
-# results-floor.json. A step that fails is logged and the next one runs.
+# results-floor.json, results-libcopies.json. A step that fails is logged and the next one runs.
 set -u
 OUT=${1:?usage: bash bench/gpu_machine.sh OUT [BUDGET_S]}
 BUDGET=${2:-240}
@@ -20,6 +22,9 @@ CARRY=${CARRY:-.devcarry}
 WHEELS=${WHEELS:-.whl}
 DRIVER=${DRIVER:-host} # sim: the simulated driver, for a dry run on a machine without a GPU
 STEPS=" ${STEPS:-check goal} "
+# LIBRARY_MOUNTS: nvct's inject.library-mounts for the benches (directory-copies where the
+# driver is on another filesystem than the cache dir, as on the lent machines)
+MOUNTS=${LIBRARY_MOUNTS:+--library-mounts $LIBRARY_MOUNTS}
 ROOT=$PWD
 mkdir -p "$OUT"
 exec > >(tee "$OUT/gpu-machine.log") 2>&1
@@ -75,14 +80,20 @@ fi
 if [[ $STEPS == *" floor "* ]]; then
     step "mount_floor, budget ${BUDGET} s"
     timeout $((BUDGET + 180)) /tmp/v/bin/python -m bench.mount_floor --driver "$DRIVER" \
-        --rounds 2000 --budget-s "$BUDGET" --output "$OUT/results-floor.json"
+        --rounds 2000 --budget-s "$BUDGET" --output "$OUT/results-floor.json" $MOUNTS
+fi
+
+if [[ $STEPS == *" copies "* ]]; then
+    step "runc_only --compare-copies"
+    timeout 300 /tmp/v/bin/python -m bench.runc_only --driver "$DRIVER" --compare-copies \
+        --rounds 200 --output "$OUT/results-libcopies.json" | tail -12
 fi
 
 [[ $STEPS == *" goal "* ]] || { step done; exit 0; }
 step "gpus_goal, budget ${BUDGET} s"
 goal() {
     timeout $((BUDGET + 180)) /tmp/v/bin/python -m bench.gpus_goal --install-path venv \
-        --goals-only --driver "$DRIVER" --rounds 2000 --output "$OUT/results-goal.json" "$@"
+        --goals-only --driver "$DRIVER" --rounds 2000 --output "$OUT/results-goal.json" $MOUNTS "$@"
 }
 began=$SECONDS
 if ! goal --budget-s "$BUDGET" --storage-driver overlay2 && [ $((SECONDS - began)) -lt 90 ]; then

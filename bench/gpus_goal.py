@@ -5,7 +5,7 @@ As root from the repository root, after ``make venv`` (a C compiler, docker, dpk
     .venv/bin/python -m bench.gpus_goal [--install-path all|packages|wheel|venv ...]
         [--rounds N] [--seed N] [--storage-driver overlay2|vfs] [--image glibc|busybox]
         [--nice N] [--cpus LIST] [--no-sync] [--podman] [--goals-only] [--driver sim|host]
-        [--docker-kit FILE] [--budget-s S] [--output FILE]
+        [--docker-kit FILE] [--budget-s S] [--library-mounts MODE] [--output FILE]
 
 One private dockerd (the simulated 4-GPU driver, nvct's config through ``NVCT_CONFIG`` in
 dockerd's environment) serves one phase per install path, in turn:
@@ -447,6 +447,12 @@ def main() -> int:
         "--docker-kit", type=Path, help="docker's programs packed by bench.docker_kit, run from it"
     )
     parser.add_argument(
+        "--library-mounts",
+        choices=("directory", "directory-copies", "files"),
+        default="",
+        help="nvct's inject.library-mounts (default: the config's default, directory)",
+    )
+    parser.add_argument(
         "--budget-s",
         type=float,
         help="stop the rounds, whole, once the run has taken this long (each install path gets "
@@ -477,7 +483,7 @@ def main() -> int:
         from bench.docker_kit import unpack
 
         os.environ["PATH"] = f"{unpack(args.docker_kit, work / 'docker')}:{os.environ['PATH']}"
-    config, card = driver_config(args.driver, work / "nvct")
+    config, card = driver_config(args.driver, work / "nvct", args.library_mounts)
     log = config.parent / "nvct.log"
     installs: dict[str, Install] = {}
     debs: Debs | None = None
@@ -544,6 +550,7 @@ def main() -> int:
         "image": args.image,
         "rounds": args.rounds,
         "budget_s": args.budget_s,
+        "library_mounts": args.library_mounts or "directory (default)",
         "seed": args.seed,
         "pinning": {"nice": args.nice, "cpus": args.cpus or "all", "sync_each_round": args.sync},
         "podman": args.podman,

@@ -3,7 +3,7 @@
 As root from the repository root, after ``make venv`` (a minute or two)::
 
     .venv/bin/python -m bench.mount_floor [--rounds N] [--seed N] [--docker-kit FILE]
-        [--driver sim|host] [--budget-s S] [--output FILE]
+        [--driver sim|host] [--budget-s S] [--library-mounts MODE] [--output FILE]
 
 nvct plans a 1-GPU container (the simulated 4-GPU driver, or with ``--driver host`` the
 host's own, ``NVIDIA_VISIBLE_DEVICES=0``, the glibc image) and the same bind mounts and
@@ -78,6 +78,12 @@ def main() -> int:
     parser.add_argument("--docker-kit", type=Path, help="docker packed by bench.docker_kit")
     parser.add_argument("--driver", choices=("sim", "host"), default="sim")
     parser.add_argument("--budget-s", type=float, help="end the rounds after this long")
+    parser.add_argument(
+        "--library-mounts",
+        choices=("directory", "directory-copies", "files"),
+        default="",
+        help="nvct's inject.library-mounts (default: the config's default, directory)",
+    )
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
     from bench.gpus_goal import cannot_start, running_daemon, start_paths, venv_install
@@ -96,7 +102,7 @@ def main() -> int:
         from bench.docker_kit import unpack
 
         os.environ["PATH"] = f"{unpack(args.docker_kit, work / 'docker')}:{os.environ['PATH']}"
-    config, card = driver_config(args.driver, work / "nvct")
+    config, card = driver_config(args.driver, work / "nvct", args.library_mounts)
     dev_root = "/" if args.driver == "host" else str(sim_dev_root())
     os.environ["NVCT_CONFIG"] = str(config)  # dockerd -> nvct-runtime
     install = venv_install()
@@ -161,6 +167,7 @@ def main() -> int:
                 },
                 "rounds": rounds,
                 "budget_s": args.budget_s,
+                "library_mounts": args.library_mounts or "directory (default)",
                 "seed": args.seed,
                 "flags": flags,
                 "results": {name: quantiles(s) for name, s in samples.items()},

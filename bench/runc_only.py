@@ -77,27 +77,30 @@ def build_programs(directory: Path, config: str, sock: Path) -> None:
         build_native(directory / name, command, config, str(sock) if served else "", hook=hook)
 
 
-def host_config(directory: Path) -> Path:
-    """nvct's config for the host's own driver (default roots), cache and log in ``directory``."""
+def host_config(directory: Path, extra: str = "") -> Path:
+    """nvct's config for the host's own driver (default roots), cache and log in ``directory``,
+    then ``extra`` (TOML tables)."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "config.toml"
     path.write_text(
-        f'cache-dir = "{directory / "cache"}"\n[log]\nfile = "{directory / "nvct.log"}"\n'
+        f'cache-dir = "{directory / "cache"}"\n[log]\nfile = "{directory / "nvct.log"}"\n{extra}'
     )
     return path
 
 
-def driver_config(driver: str, directory: Path) -> tuple[Path, str]:
+def driver_config(driver: str, directory: Path, library_mounts: str = "") -> tuple[Path, str]:
     """nvct's config in ``directory`` for the simulated 4-GPU driver (``sim``) or the host's
-    own (``host``), and the card the run stands for (the host's first GPU, as nvidia-smi
-    names it)."""
+    own (``host``), with ``inject.library-mounts`` where given, and the card the run stands
+    for (the host's first GPU, as nvidia-smi names it)."""
+    extra = f'[inject]\nlibrary-mounts = "{library_mounts}"\n' if library_mounts else ""
     if driver == "sim":
         from integration.simdriver import cached_driver, preset
 
         sim = cached_driver(preset("h100x4-550"), Path("/tmp/nvct-test-simdrivers"))
-        return config_for(sim, directory), "simulated h100x4-550"
+        return config_for(sim, directory, extra), "simulated h100x4-550"
     smi = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False)
-    return host_config(directory), (smi.stdout.splitlines() or ["nvidia-smi -L: nothing"])[0]
+    card = (smi.stdout.splitlines() or ["nvidia-smi -L: nothing"])[0]
+    return host_config(directory, extra), card
 
 
 FILES = "nvct-runtime, 1 GPU, driver elsewhere, one mount per library"
@@ -115,7 +118,9 @@ def other_fs_driver(where: Path) -> Iterator[Any]:
         yield cached_driver(preset("h100x4-550"), where)
 
 
-def libdir_comparison(samples: dict[str, list[float]], files_log: Path, copies_log: Path) -> dict:
+def libdir_comparison(
+    samples: dict[str, list[float]], files_log: Path, copies_log: Path
+) -> dict[str, object]:
     """Copies against one mount per library, and each against runc (paired per round), with
     the mounts each start had (their create's log)."""
     from bench.stats import paired
@@ -202,10 +207,18 @@ def main() -> int:
         default="same",
         help="tmpfs: the simulated driver on another filesystem; files vs copies (1 GPU)",
     )
+    parser.add_argument(
+        "--compare-copies",
+        action="store_true",
+        help="files vs copies (1 GPU) on the driver as it lies (--driver host on a machine "
+        "whose driver is on another filesystem than the cache dir)",
+    )
     args = parser.parse_args()
-    if args.driver_fs == "tmpfs":
-        if args.driver != "sim" or args.programs:
-            parser.error("--driver-fs tmpfs takes the simulated driver and builds its programs")
+    if args.driver_fs == "tmpfs" or args.compare_copies:
+        if args.driver_fs == "tmpfs" and args.driver != "sim":
+            parser.error("--driver-fs tmpfs takes the simulated driver")
+        if args.programs:
+            parser.error("comparing files and copies builds its own programs: no --programs")
         if args.output == Path("bench/results-runc-only.json"):
             args.output = Path("bench/results-libcopies.json")
     if args.build_programs:
@@ -227,6 +240,10 @@ def main() -> int:
         sim = driver_fs.enter_context(other_fs_driver(work / "driverfs"))
         cfg, card = config_for(sim, work / "nvct"), "simulated h100x4-550 on a tmpfs"
         copies = config_for(sim, work / "copies", LIBRARY_COPIES)
+    elif args.compare_copies:  # the driver as it lies: nothing to mount or unmount
+        driver_fs = contextlib.ExitStack()
+        cfg, card = driver_config(args.driver, work / "nvct")
+        copies, _ = driver_config(args.driver, work / "copies", "directory-copies")
     else:
         cfg, card = driver_config(args.driver, work / "nvct")
     os.environ["NVCT_CONFIG"] = str(cfg)  # the launchers' (the hooks': their OCI entry's env)
@@ -305,10 +322,10 @@ def main() -> int:
         ["runc", "--version"], capture_output=True, text=True, check=False
     ).stdout
     print(f"{'measurement':<34} {'median':>8} {'p10':>8} {'p90':>8} {'n':>4}  (ms)  paired: ms, x")
-    for name, r in results.items():
+    for name, q in results.items():
         ratio = f"{extra_ms[name]:+7.2f} {ratios[name]:.3f}" if name in ratios else ""
         print(
-            f"{name:<34} {r['median']:>8.2f} {r['p10']:>8.2f} {r['p90']:>8.2f} {r['n']:>4}  {ratio}"
+            f"{name:<34} {q['median']:>8.2f} {q['p10']:>8.2f} {q['p90']:>8.2f} {q['n']:>4}  {ratio}"
         )
     print(f"prestart hooks' work: daemon worker {paths['daemon']}, Python hook {paths['hook']}")
     elapsed = time.monotonic() - began
