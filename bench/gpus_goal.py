@@ -208,18 +208,34 @@ def point_hook(link: Path, target: Path) -> None:
     fresh.replace(link)
 
 
+def _starts(log: Path, skip_lines: int) -> Iterator[tuple[str, dict[str, object]]]:
+    """``(create|hook, event)`` of each start nvct logged after ``skip_lines``."""
+    kinds = {"container_prepared": "create", "container_configured": "hook"}
+    for line in log.read_text().splitlines()[skip_lines:]:
+        event = json.loads(line)
+        kind = kinds.get(event.get("event", ""))
+        if kind:
+            yield kind, event
+
+
 def start_paths(log: Path, skip_lines: int) -> dict[str, int]:
     """How many creates and hooks each path did, from nvct's log after ``skip_lines``."""
     counts: dict[str, int] = {}
-    for line in log.read_text().splitlines()[skip_lines:]:
-        event = json.loads(line)
-        kind = {"container_prepared": "create", "container_configured": "hook"}.get(
-            event.get("event", "")
-        )
-        if kind:
-            key = f"{kind}:{event.get('via', '?')}"
-            counts[key] = counts.get(key, 0) + 1
+    for kind, event in _starts(log, skip_lines):
+        key = f"{kind}:{event.get('via', '?')}"
+        counts[key] = counts.get(key, 0) + 1
     return counts
+
+
+def mounts_per_start(log: Path, skip_lines: int) -> dict[str, list[int]]:
+    """The bind mounts nvct gave each kind of start (create, hook), from nvct's log after
+    ``skip_lines``: the distinct counts, which say how the driver's files were bound."""
+    seen: dict[str, set[int]] = {}
+    for kind, event in _starts(log, skip_lines):
+        mounts = event.get("mounts")
+        if isinstance(mounts, int):
+            seen.setdefault(kind, set()).add(mounts)
+    return {kind: sorted(counts) for kind, counts in seen.items()}
 
 
 def hooks_dirs(work: Path, hook: Path) -> tuple[Path, Path]:
@@ -314,6 +330,7 @@ def run_phase(
             if name in VARIANTS and name not in ("runc", "runc, another runtime name")
         },
         "start_paths": paths,
+        "mounts_per_start": mounts_per_start(log, skip),
         "seconds": round(time.monotonic() - began),
         # each variant's starts in round order (ms): for other statistics than these
         "samples": {name: [round(x, 2) for x in s] for name, s in samples.items()},

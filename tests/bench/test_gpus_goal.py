@@ -64,6 +64,20 @@ def test_start_paths_counts_creates_and_hooks_by_who_did_them(tmp_path: Path) ->
     }
 
 
+def test_mounts_per_start_lists_the_distinct_counts_per_kind(tmp_path: Path) -> None:
+    log = tmp_path / "nvct.log"
+    events = [
+        {"event": "container_prepared", "via": "daemon", "mounts": 15},  # an earlier phase's
+        {"event": "container_prepared", "via": "daemon", "mounts": 6},
+        {"event": "container_prepared", "via": "shim", "mounts": 6},
+        {"event": "container_prepared", "via": "daemon", "mounts": 0},  # no GPU asked
+        {"event": "container_configured", "via": "daemon", "mounts": 6},
+        {"event": "passthrough_create"},
+    ]
+    log.write_text("".join(json.dumps(e) + "\n" for e in events))
+    assert gpus_goal.mounts_per_start(log, 1) == {"create": [0, 6], "hook": [6]}
+
+
 def test_podmans_hooks_dir_is_the_packages_entry_naming_the_installs_hook(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
