@@ -28,6 +28,7 @@ import stat
 import time
 
 from nvct.base import fastjson
+from nvct.base.atomic import write_atomic
 from nvct.base.digest import sha256
 from nvct.store.libdir import (
     ORPHAN_AGE_S,
@@ -123,7 +124,7 @@ def ensure_copies(
         if files:
             copy_label(os.path.dirname(files[0][0]), tmp, [name for name, _ in links])
         manifest = fastjson.dumps(ids).encode()
-        _write_atomic(path + MANIFEST, 0o644, lambda fd, _: _write_all(fd, manifest))
+        write_atomic(path + MANIFEST, manifest)
         publish(tmp, path)
     except BaseException:
         remove_tree(tmp)
@@ -155,12 +156,6 @@ def _link_copy(objects: str, ident: Identity, dest: str, made: list[str]) -> Non
         except FileNotFoundError:  # swept between the check and the link: copied again
             continue
     raise OSError(f"cannot keep a copy of {ident[0]} in {objects}")
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 def _unlink_unused(objects: list[str]) -> None:
