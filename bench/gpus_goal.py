@@ -432,6 +432,8 @@ def cannot_start(prog: str, why_root: str) -> str | None:
 
 
 def main() -> int:
+    from bench.runc_only import add_library_mounts, driver_config
+
     parser = argparse.ArgumentParser(prog="python -m bench.gpus_goal")
     parser.add_argument(
         "--install-path",
@@ -463,12 +465,7 @@ def main() -> int:
     parser.add_argument(
         "--docker-kit", type=Path, help="docker's programs packed by bench.docker_kit, run from it"
     )
-    parser.add_argument(
-        "--library-mounts",
-        choices=("directory", "directory-copies", "files"),
-        default="",
-        help="nvct's inject.library-mounts (default: the config's default, directory)",
-    )
+    add_library_mounts(parser)
     parser.add_argument(
         "--budget-s",
         type=float,
@@ -491,7 +488,6 @@ def main() -> int:
     if args.nice:
         os.nice(args.nice)
 
-    from bench.runc_only import driver_config
     from integration.harness.dockerd import Dockerd
     from integration.harness.images import GLIBC_TAG
 

@@ -72,25 +72,22 @@ def docker_flags(
 
 
 def main() -> int:
+    from bench.runc_only import add_library_mounts, driver_config
+
     parser = argparse.ArgumentParser(prog="python -m bench.mount_floor")
     parser.add_argument("--rounds", type=int, default=60)
     parser.add_argument("--seed", type=int, default=6)
     parser.add_argument("--docker-kit", type=Path, help="docker packed by bench.docker_kit")
     parser.add_argument("--driver", choices=("sim", "host"), default="sim")
     parser.add_argument("--budget-s", type=float, help="end the rounds after this long")
-    parser.add_argument(
-        "--library-mounts",
-        choices=("directory", "directory-copies", "files"),
-        default="",
-        help="nvct's inject.library-mounts (default: the config's default, directory)",
-    )
+    add_library_mounts(parser)
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
     from bench.gpus_goal import cannot_start, running_daemon, start_paths, venv_install
-    from bench.runc_only import driver_config
     from integration.harness.bundles import runc_spec
     from integration.harness.dockerd import Dockerd
     from integration.harness.images import GLIBC_TAG
+    from nvct.config import load_config
 
     refused = cannot_start("bench.mount_floor", "dockerd, device nodes")
     if refused:
@@ -103,7 +100,7 @@ def main() -> int:
 
         os.environ["PATH"] = f"{unpack(args.docker_kit, work / 'docker')}:{os.environ['PATH']}"
     config, card = driver_config(args.driver, work / "nvct", args.library_mounts)
-    dev_root = "/" if args.driver == "host" else str(sim_dev_root())
+    dev_root = str(load_config(str(config)).dev_root)  # "/" for the host's driver
     os.environ["NVCT_CONFIG"] = str(config)  # dockerd -> nvct-runtime
     install = venv_install()
     dockerd = Dockerd({"runtimes": {"nvct": {"path": str(install.launcher)}}})
@@ -181,13 +178,6 @@ def main() -> int:
     )
     print(f"written: {output}")
     return 0
-
-
-def sim_dev_root() -> Path:
-    """The simulated 4-GPU driver's device-node root (``config_for``'s driver)."""
-    from integration.simdriver import cached_driver, preset
-
-    return cached_driver(preset("h100x4-550"), Path("/tmp/nvct-test-simdrivers")).dev_root
 
 
 if __name__ == "__main__":

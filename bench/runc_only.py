@@ -88,11 +88,28 @@ def host_config(directory: Path, extra: str = "") -> Path:
     return path
 
 
+def add_library_mounts(parser: argparse.ArgumentParser) -> None:
+    """``--library-mounts``: nvct's ``inject.library-mounts`` for the bench's config."""
+    from nvct.config.container import LIBRARY_MOUNTS
+
+    parser.add_argument(
+        "--library-mounts",
+        choices=LIBRARY_MOUNTS,
+        default="",
+        help="nvct's inject.library-mounts (default: the config's default, directory)",
+    )
+
+
+def library_mounts_toml(mode: str) -> str:
+    """The config table that sets ``inject.library-mounts`` to ``mode`` ("" : none)."""
+    return f'[inject]\nlibrary-mounts = "{mode}"\n' if mode else ""
+
+
 def driver_config(driver: str, directory: Path, library_mounts: str = "") -> tuple[Path, str]:
     """nvct's config in ``directory`` for the simulated 4-GPU driver (``sim``) or the host's
     own (``host``), with ``inject.library-mounts`` where given, and the card the run stands
     for (the host's first GPU, as nvidia-smi names it)."""
-    extra = f'[inject]\nlibrary-mounts = "{library_mounts}"\n' if library_mounts else ""
+    extra = library_mounts_toml(library_mounts)
     if driver == "sim":
         from integration.simdriver import cached_driver, preset
 
@@ -105,7 +122,6 @@ def driver_config(driver: str, directory: Path, library_mounts: str = "") -> tup
 
 FILES = "nvct-runtime, 1 GPU, driver elsewhere, one mount per library"
 COPIES = "nvct-runtime, 1 GPU, driver elsewhere, directory-copies"
-LIBRARY_COPIES = '[inject]\nlibrary-mounts = "directory-copies"\n'
 
 
 @contextlib.contextmanager
@@ -239,7 +255,7 @@ def main() -> int:
         driver_fs = contextlib.ExitStack()
         sim = driver_fs.enter_context(other_fs_driver(work / "driverfs"))
         cfg, card = config_for(sim, work / "nvct"), "simulated h100x4-550 on a tmpfs"
-        copies = config_for(sim, work / "copies", LIBRARY_COPIES)
+        copies = config_for(sim, work / "copies", library_mounts_toml("directory-copies"))
     elif args.compare_copies:  # the driver as it lies: nothing to mount or unmount
         driver_fs = contextlib.ExitStack()
         cfg, card = driver_config(args.driver, work / "nvct")
