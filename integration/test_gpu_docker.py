@@ -222,8 +222,10 @@ def test_shim_log_records_phases_and_no_hook_runs(
     run(nvidia_dockerd, "true", "NVIDIA_VISIBLE_DEVICES=2")
     lines = [json.loads(line) for line in log.read_text().splitlines()[before:]]
     shim = [e for e in lines if e["event"] == "container_prepared"][-1]
-    # the library directory, 5 binaries, 2 IPC sockets, the MPS directory, the firmware directory
-    assert shim["devices"][-1] == "/dev/nvidia2" and shim["mounts"] == 10
+    # the library directory (its 5 binaries linked from /usr/bin), 2 IPC sockets, the MPS
+    # directory, the firmware directory
+    assert shim["devices"][-1] == "/dev/nvidia2" and shim["mounts"] == 5
+    assert shim["binary_links"] == 5
     assert set(shim["phases_ms"]) == {"plan", "rootfs", "spec", "ldconfig"}
     assert len(shim["container_id"]) == 64
     assert not [e for e in lines if e["component"] == "nvct-hook"]

@@ -10,12 +10,16 @@ applies the one it plans itself. Format::
      "ldconfig_dirs": [...], "ld_cache": [[soname, path, flags], ...],
      "libdirs": [[host_dir, container_dir, [[host_path, name], ...], [[name, target], ...],
                   copies]],
+     "binlinks": [[container_path, link_target, host_path, [options]], ...],
      "log": [file, level], "gpus": [...], "capabilities": [...]}
 
 ``libdirs`` (v4): the host directories a ``mounts`` entry binds as the driver's libraries
 (``nvct.store.libdir``), with what they hold, so a cached order can remake one that is gone;
 ``copies`` (v8): true when it holds copies of the files (``nvct.store.libcopies``), not hard
 links.
+``binlinks`` (v9): driver binaries made symlinks into a library directory (its
+``container_dir``/name); where the image has its own file at that path, ``host_path`` is bound
+there with ``options`` instead. Orders without it (CDI's) have none.
 
 The plan makes orders (``nvct.plan.workorder``, ``nvct.plan.cdi_order``); the store caches them
 and the container package carries them out. Their types live here, below all three, so neither
@@ -38,6 +42,8 @@ if TYPE_CHECKING:
     FileRow = tuple[str, str]  # host path, name in the library directory
     # host dir, container dir, files, links, whether the files are copies
     LibdirRow = tuple[str, str, list[FileRow], list[LinkRow], bool]
+    # container path, link target, host path, the options of its bind where the image has a file
+    BinlinkRow = tuple[str, str, str, list[str]]
 
     class _WorkOrderRequired(TypedDict):
         v: int
@@ -66,6 +72,7 @@ if TYPE_CHECKING:
         """A plan as the shim and the hook carry it out (the format above). CDI devices
         (``nvct.plan.cdi_order``) may also bring variables, OCI hooks and groups."""
 
+        binlinks: list[BinlinkRow]
         env: list[str]  # KEY=VALUE, appended to the process's
         hooks: list[tuple[str, dict[str, Any]]]  # (OCI hook stage, hook)
         additional_gids: list[int]

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 CAPABILITIES = ("utility", "compute", "video", "graphics", "display", "ngx", "compat32")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LIBRARY_MOUNTS = ("directory", "directory-copies", "files")
+BINARIES = ("links", "mounts")
 PROC_DRIVER_MODES = ("hook", "always", "off")
 CUDA_COMPAT = ("ldconfig", "off")
 
@@ -73,6 +74,7 @@ class Inject(Table):
     proc_driver: str = key("hook", {"enum": list(PROC_DRIVER_MODES)})
     cuda_compat: str = key("ldconfig", {"enum": list(CUDA_COMPAT)})
     library_mounts: str = key("directory", {"enum": list(LIBRARY_MOUNTS)})
+    binaries: str = key("links", {"enum": list(BINARIES)})
 
 
 @section

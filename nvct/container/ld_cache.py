@@ -67,6 +67,7 @@ def _only_driver_libraries(rootfs: Rootfs, order: WorkOrder) -> bool:
             *(e[1] for e in order["ld_cache"]),
             *(link[0] for link in order["symlinks"]),
             *(m[1] for m in order["mounts"]),
+            *(b[0] for b in order.get("binlinks", ())),
         )
     }
     # What a library directory holds (the hook runs once it is mounted): its files and links.

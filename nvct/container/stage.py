@@ -17,7 +17,7 @@ import time
 from nvct.container.cuda_compat import COMPAT_DIR, stage_compat
 from nvct.container.ld_cache import image_cache_with
 from nvct.container.ld_conf import write_ld_conf
-from nvct.container.links import create_symlinks
+from nvct.container.links import create_symlinks, link_binaries
 from nvct.container.rootfs import Rootfs, in_container
 from nvct.store.libdir import complete, ensure
 
@@ -25,7 +25,7 @@ TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings h
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from nvct.base.order import WorkOrder
+    from nvct.base.order import MountRow, WorkOrder
     from nvct.container.ldconfig import Ldconfig
 
 LD_SO_CACHE = "/etc/ld.so.cache"
@@ -35,6 +35,8 @@ class Staged:
     """What staging did, for the caller's log line, and ldconfig when it still runs."""
 
     __slots__ = (
+        "binary_binds",
+        "binary_links",
         "cuda_compat",
         "ld_cache",
         "ldconfig",
@@ -51,6 +53,10 @@ class Staged:
         self.mounts = 0
         self.symlinks = 0
         self.skipped_symlinks = 0
+        self.binary_links = 0
+        # Bind mounts standing in for binary links the image's own files took the place of
+        # (``link_binaries``): the shim adds them to the spec; the hook has made them.
+        self.binary_binds: list[MountRow] = []
         self.phases_ms: dict[str, float] = {}
 
     def lap(self, phase: str, start: float) -> float:
@@ -109,6 +115,16 @@ def stage_rootfs(
             staged.mounts += 1
         start = staged.lap("mounts", start)
     staged.symlinks, staged.skipped_symlinks = create_symlinks(rootfs, order["symlinks"])
+    binlinks = order.get("binlinks", ())
+    if binlinks:
+        staged.binary_binds = link_binaries(rootfs, binlinks)
+        staged.binary_links = len(binlinks) - len(staged.binary_binds)
+        if bind_mounts:
+            from nvct.container.apply import bind_mount
+
+            for source, target, options in staged.binary_binds:
+                in_container(target, bind_mount, rootfs, source, target, options)
+                staged.mounts += 1
     write_ld_conf(rootfs, order)
     start = staged.lap("symlinks", start)
     if known is not None:

@@ -119,6 +119,7 @@ def _prestart(log: EventLog, raw: bytes, pinned: Pinned | None) -> int:
         mounts=stats.mounts,
         symlinks=stats.symlinks,
         symlinks_kept_from_image=stats.skipped_symlinks,
+        binary_links=stats.binary_links,
         ld_cache=stats.ld_cache,
         cuda_compat=stats.cuda_compat,
         phases_ms={

@@ -371,6 +371,11 @@ def _plan_lines(plan: Plan) -> list[str]:
                 how = "copy" if d.copies else "hard link"
                 lines += [f"      {name}  ({how} of {source})" for source, name in d.files]
                 lines += [f"      {name} -> {target}  (link)" for name, target in d.links]
+    if plan.binary_links:
+        lines.append("Binaries (links into the library directory; bound instead where the image")
+        lines.append("has its own file there):")
+        width = max(len(b.path) for b in plan.binary_links)
+        lines += [f"  {b.path:<{width}}  -> {b.target}  ({b.reason})" for b in plan.binary_links]
     if plan.symlinks:
         lines.append("Symlinks:")
         lines += [f"  {s.path} -> {s.target}  ({s.reason})" for s in plan.symlinks]

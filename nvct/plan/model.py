@@ -67,6 +67,20 @@ Pairs = tuple[tuple[str, str], ...]
 
 
 @dataclass(frozen=True, slots=True)
+class BinaryLink:
+    """A driver binary seen as a symlink into its library directory instead of a bind mount
+    of its own (``inject.binaries = "links"``): ``path`` -> ``target``, the hard link (or copy)
+    of ``source`` the directory holds. Where the image has a file of its own at ``path``,
+    ``source`` is bound there instead, as with ``"mounts"``."""
+
+    path: str
+    target: str
+    source: str
+    options: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class LibraryDir:
     """The driver's libraries of one container directory (``base``), bound as one directory.
 
@@ -129,6 +143,7 @@ class Plan:
     requirements: tuple[RequirementResult, ...] = ()
     env: tuple[tuple[str, str], ...] = field(default=())
     library_dirs: tuple[LibraryDir, ...] = ()
+    binary_links: tuple[BinaryLink, ...] = ()
     # What the host has and the request would bring that the plan leaves out, and why (a
     # feature switched off in the config, a device asked for that the host lacks).
     notes: tuple[str, ...] = ()
@@ -138,4 +153,4 @@ class Plan:
     @property
     def empty(self) -> bool:
         """True when there is nothing to do."""
-        return not (self.devices or self.mounts or self.symlinks)
+        return not (self.devices or self.mounts or self.symlinks or self.binary_links)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import asdict
 from typing import Any
 
@@ -29,6 +30,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "config": "configs",
     }
     libdirs = {d.target: d for d in plan.library_dirs}
+    linked = {(b.source, posixpath.basename(b.path)) for b in plan.binary_links}
     for m in plan.mounts:
         libdir = libdirs.get(m.target) if m.kind == "libdir" else None
         if libdir is None:
@@ -51,7 +53,19 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
                 f"bound at {libdir.target}",
             }
             for source, name in libdir.files
+            if (source, name) not in linked
         )
+    # A binary made a link into its library directory: listed where the container runs it.
+    mounts["binaries"].extend(
+        {
+            "host_path": b.source,
+            "container_path": b.path,
+            "options": list(b.options),
+            "reason": b.reason,
+            "link": b.target,
+        }
+        for b in plan.binary_links
+    )
     return {
         "driver_version": plan.driver_version,
         "request": {

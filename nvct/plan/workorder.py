@@ -29,6 +29,7 @@ def from_plan(plan: Plan, config: Config) -> WorkOrder:
             (d.host_dir, d.target, list(d.files), list(d.links), d.copies)
             for d in plan.library_dirs
         ],
+        "binlinks": [(b.path, b.target, b.source, list(b.options)) for b in plan.binary_links],
         "log": (config.log.file, config.log.level),
         "gpus": [s.gpu.uuid if s.mig is None else s.mig.uuid for s in plan.selected],
         "capabilities": sorted(plan.request.capabilities),

@@ -81,7 +81,8 @@ def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tu
         staged = stage_rootfs(rootfs, order, bind_mounts=False, reused=earlier.read)
         staged_at = time.perf_counter()
         # The spec is edited while ldconfig runs; the container starts only if both succeed.
-        edit_spec(spec, order["devices"], order["mounts"], _create_hooks(order))
+        mounts = [*order["mounts"], *staged.binary_binds]
+        edit_spec(spec, order["devices"], mounts, _create_hooks(order))
         add_cdi_edits(spec, order)
         write_spec(bundle, spec)
         edited = time.perf_counter()
@@ -94,8 +95,9 @@ def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tu
         "container_prepared",
         devices=[d[0] for d in order["devices"]],
         gpus=entry["gpus"],
-        mounts=len(order["mounts"]),
+        mounts=len(order["mounts"]) + len(staged.binary_binds),
         symlinks=len(order["symlinks"]),
+        binary_links=staged.binary_links,
         cached=cached,
         ld_cache=staged.ld_cache,
         cuda_compat=staged.cuda_compat,

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 # The work order's format (``nvct.base.order``): part of every order key, so an nvct that writes
 # another format never reads this one's orders.
-ORDER_VERSION = 8
+ORDER_VERSION = 9
 
 
 def read_order(cache_dir: str | os.PathLike[str], key: str) -> CacheEntry | None:

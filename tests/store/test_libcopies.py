@@ -56,7 +56,9 @@ def test_copies_are_bound_as_one_directory_made_once(h100x4, tmp_path, elsewhere
     assert d.copies and d.host_dir.startswith(f"{elsewhere}/libcopies/dirs/")
     assert [m.kind for m in grouped.mounts].count("libdir") == 1
     assert not any(m.kind == "lib" for m in grouped.mounts)
-    assert sum(m.kind == "lib" for m in files.mounts) == len(d.files) > 1
+    bins = sum(m.kind == "bin" for m in files.mounts)
+    assert bins and len(grouped.binary_links) == bins  # copied too, run through links
+    assert sum(m.kind == "lib" for m in files.mounts) + bins == len(d.files) > 1
     host = Path(d.host_dir)
     assert stat.S_IMODE(host.stat().st_mode) == 0o755 and host.stat().st_uid == 0
     for source, name in d.files:  # byte-identical copies, not the driver's inodes

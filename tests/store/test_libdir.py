@@ -54,7 +54,11 @@ def test_libraries_are_bound_as_one_directory_per_lib_dir(h100x4, tmp_path) -> N
     kept = [m.target for m in grouped.mounts if m.kind in ("lib", "lib32")]
     assert kept and all("-linux-gnu/vdpau/" in t for t in kept)
     grouped_libs = [m for m in libs if m.target not in kept]
-    assert sum(len(d.files) for d in dirs.values()) == len(grouped_libs)
+    # the binaries are links into the 64-bit directory (inject.binaries = "links")
+    bins = [m for m in files.mounts if m.kind == "bin"]
+    assert len(grouped.binary_links) == len(bins) > 0
+    assert not any(m.kind == "bin" for m in grouped.mounts)
+    assert sum(len(d.files) for d in dirs.values()) == len(grouped_libs) + len(bins)
     # no SONAME link is left to make in the container's layer, but vdpau's, and the GBM
     # backend's, which follows the allocator into the directory
     assert all("/vdpau/" in s.path or "/gbm/" in s.path for s in grouped.symlinks)
@@ -241,3 +245,29 @@ def test_the_directory_takes_the_libraries_selinux_label(h100x4, tmp_path, monke
         name for name, _ in d.links
     }
     assert set(labels.values()) == {b"system_u:object_r:lib_t:s0"}
+
+
+def test_binaries_are_links_into_the_directory_unless_mounts_are_asked(h100x4, tmp_path) -> None:
+    files, grouped = plans(h100x4, tmp_path, "compute,utility")
+    (d,) = grouped.library_dirs
+    bins = {m.target: m for m in files.mounts if m.kind == "bin"}
+    assert {"/usr/bin/nvidia-smi", "/usr/bin/nvidia-cuda-mps-server"} <= set(bins)
+    assert {b.path for b in grouped.binary_links} == set(bins)
+    for b in grouped.binary_links:
+        name = posixpath.basename(b.path)
+        assert b.target == f"{d.target}/{name}" and b.source == bins[b.path].source
+        # the directory holds the binary itself: its inode, executable
+        held = Path(d.host_dir) / name
+        assert held.stat().st_ino == Path(b.source).stat().st_ino and os.access(held, os.X_OK)
+    assert len(grouped.mounts) == len(files.mounts) - len(bins) - (
+        sum(m.kind == "lib" for m in files.mounts) - 1
+    )
+    # what a start carries out: the links, each with the bind that stands in for it
+    order = from_plan(grouped, sim_config(h100x4, tmp_path))
+    assert sorted(row[0] for row in order["binlinks"]) == sorted(bins)
+    assert all(row[3] == list(bins[row[0]].options) for row in order["binlinks"])
+    # inject.binaries = "mounts": a bind mount per binary, as NVIDIA's toolkit makes
+    _, mounted = plans(h100x4, tmp_path, "compute,utility", inject=Inject(binaries="mounts"))
+    assert not mounted.binary_links and mounted.library_dirs
+    assert {m.target for m in mounted.mounts if m.kind == "bin"} == set(bins)
+    assert all(name.startswith("lib") for _, name in mounted.library_dirs[0].files)
