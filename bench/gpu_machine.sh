@@ -12,9 +12,11 @@
 # time. STEPS (default "check goal") picks among check (device_check), goal (gpus_goal),
 # floor (bench.mount_floor: the real driver's mounts and nodes handed to docker itself) and
 # copies (bench.runc_only --compare-copies: 1 GPU with one mount per library against
-# inject.library-mounts = "directory-copies", bare runc, 200 rounds, about a minute).
+# inject.library-mounts = "directory-copies", bare runc, 200 rounds, about a minute) and
+# binaries (bench.runc_only --compare-binaries: inject.binaries "links" against "mounts",
+# through nvct-runtime and the --gpus hook, bare runc, 150 rounds; with LIBRARY_MOUNTS).
 # Everything lands in OUT: gpu-machine.log, check/device-check.{txt,json}, results-goal.json,
-# results-floor.json, results-libcopies.json. A step that fails is logged and the next one runs.
+# results-floor.json, results-libcopies.json, results-binaries.json. A step that fails is logged and the next one runs.
 set -u
 OUT=${1:?usage: bash bench/gpu_machine.sh OUT [BUDGET_S]}
 BUDGET=${2:-240}
@@ -87,6 +89,12 @@ if [[ $STEPS == *" copies "* ]]; then
     step "runc_only --compare-copies"
     timeout 300 /tmp/v/bin/python -m bench.runc_only --driver "$DRIVER" --compare-copies \
         --rounds 200 --output "$OUT/results-libcopies.json" | tail -12
+fi
+
+if [[ $STEPS == *" binaries "* ]]; then
+    step "runc_only --compare-binaries"
+    timeout 300 /tmp/v/bin/python -m bench.runc_only --driver "$DRIVER" --compare-binaries \
+        --rounds 150 --output "$OUT/results-binaries.json" $MOUNTS | tail -12
 fi
 
 [[ $STEPS == *" goal "* ]] || { step done; exit 0; }

@@ -100,16 +100,20 @@ def add_library_mounts(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def library_mounts_toml(mode: str) -> str:
-    """The config table that sets ``inject.library-mounts`` to ``mode`` ("" : none)."""
-    return f'[inject]\nlibrary-mounts = "{mode}"\n' if mode else ""
+def library_mounts_toml(mode: str, binaries: str = "") -> str:
+    """The config table that sets ``inject.library-mounts`` to ``mode`` and
+    ``inject.binaries`` to ``binaries`` (each "": the default; both: no table)."""
+    keys = [f'{k} = "{v}"\n' for k, v in (("library-mounts", mode), ("binaries", binaries)) if v]
+    return "".join(["[inject]\n", *keys]) if keys else ""
 
 
-def driver_config(driver: str, directory: Path, library_mounts: str = "") -> tuple[Path, str]:
+def driver_config(
+    driver: str, directory: Path, library_mounts: str = "", binaries: str = ""
+) -> tuple[Path, str]:
     """nvct's config in ``directory`` for the simulated 4-GPU driver (``sim``) or the host's
-    own (``host``), with ``inject.library-mounts`` where given, and the card the run stands
-    for (the host's first GPU, as nvidia-smi names it)."""
-    extra = library_mounts_toml(library_mounts)
+    own (``host``), with ``inject.library-mounts`` and ``inject.binaries`` where given, and
+    the card the run stands for (the host's first GPU, as nvidia-smi names it)."""
+    extra = library_mounts_toml(library_mounts, binaries)
     if driver == "sim":
         from integration.simdriver import cached_driver, preset
 
@@ -120,6 +124,10 @@ def driver_config(driver: str, directory: Path, library_mounts: str = "") -> tup
     return host_config(directory, extra), card
 
 
+LINKS = "nvct-runtime, 1 GPU, binaries as links"
+MOUNTS = "nvct-runtime, 1 GPU, binaries as mounts"
+HOOK_LINKS = "prestart hook, daemon, binaries as links"
+HOOK_MOUNTS = "prestart hook, daemon, binaries as mounts"
 FILES = "nvct-runtime, 1 GPU, driver elsewhere, one mount per library"
 COPIES = "nvct-runtime, 1 GPU, driver elsewhere, directory-copies"
 
@@ -150,6 +158,31 @@ def libdir_comparison(
         "files_vs_runc": paired(samples[FILES], samples["runc"]).as_dict(),
         "copies_vs_runc": paired(samples[COPIES], samples["runc"]).as_dict(),
         "mounts": {"files": mounts(files_log), "copies": mounts(copies_log)},
+    }
+
+
+def binaries_comparison(
+    samples: dict[str, list[float]], links_log: Path, mounts_log: Path
+) -> dict[str, object]:
+    """``inject.binaries`` "links" against "mounts", through nvct-runtime and through the
+    --gpus hook (paired per round), with the mounts each start had (from its log line)."""
+    from bench.stats import paired
+
+    def mounts(log: Path) -> dict[str, list[int]]:
+        events = [json.loads(line) for line in log.read_text().splitlines()]
+        return {
+            kind: sorted({e["mounts"] for e in events if e.get("event") == kind})
+            for kind in ("container_prepared", "container_configured")
+        }
+
+    return {
+        "runtime_links_vs_mounts": paired(samples[LINKS], samples[MOUNTS]).as_dict(),
+        "hook_links_vs_mounts": paired(samples[HOOK_LINKS], samples[HOOK_MOUNTS]).as_dict(),
+        **{
+            f"{name}_vs_runc": paired(samples[name], samples["runc"]).as_dict()
+            for name in (LINKS, MOUNTS, HOOK_LINKS, HOOK_MOUNTS)
+        },
+        "mounts": {"links": mounts(links_log), "mounts": mounts(mounts_log)},
     }
 
 
@@ -229,8 +262,22 @@ def main() -> int:
         help="files vs copies (1 GPU) on the driver as it lies (--driver host on a machine "
         "whose driver is on another filesystem than the cache dir)",
     )
+    add_library_mounts(parser)
+    parser.add_argument(
+        "--compare-binaries",
+        action="store_true",
+        help='inject.binaries "links" vs "mounts" (1 GPU, nvct-runtime and the --gpus hook, '
+        "both through the daemon)",
+    )
     args = parser.parse_args()
+    if args.compare_binaries:
+        if args.driver_fs == "tmpfs" or args.compare_copies or args.programs:
+            parser.error("--compare-binaries builds its own programs, on the driver as it lies")
+        if args.output == Path("bench/results-runc-only.json"):
+            args.output = Path("bench/results-binaries.json")
     if args.driver_fs == "tmpfs" or args.compare_copies:
+        if args.library_mounts:
+            parser.error("comparing files and copies sets inject.library-mounts itself")
         if args.driver_fs == "tmpfs" and args.driver != "sim":
             parser.error("--driver-fs tmpfs takes the simulated driver")
         if args.programs:
@@ -261,7 +308,9 @@ def main() -> int:
         cfg, card = driver_config(args.driver, work / "nvct")
         copies, _ = driver_config(args.driver, work / "copies", "directory-copies")
     else:
-        cfg, card = driver_config(args.driver, work / "nvct")
+        cfg, card = driver_config(args.driver, work / "nvct", args.library_mounts)
+    if args.compare_binaries:
+        mounted, _ = driver_config(args.driver, work / "mounts", args.library_mounts, "mounts")
     os.environ["NVCT_CONFIG"] = str(cfg)  # the launchers' (the hooks': their OCI entry's env)
     if args.programs:
         programs, sock = args.programs, PROGRAMS_SOCKET
@@ -289,12 +338,25 @@ def main() -> int:
             COPIES: (str(served), gpu, None),
         }
         envs[COPIES] = {**os.environ, "NVCT_CONFIG": str(copies)}
+    if args.compare_binaries:
+        variants = {
+            "runc": ("runc", [], None),
+            LINKS: (str(served), gpu, None),
+            MOUNTS: (str(served), gpu, None),
+            HOOK_LINKS: ("runc", gpu, hook),
+            HOOK_MOUNTS: ("runc", gpu, hook),
+        }
+        envs[MOUNTS] = {**os.environ, "NVCT_CONFIG": str(mounted)}
     shimd = ShimDaemon(
         [sys.executable, "-m", "nvct.runtime.launch.daemon"], sock, work / "shimd.log"
     ).start()
     samples: dict[str, list[float]] = {name: [] for name in variants}
     try:
-        specs = {n: bundle(work / "b", env, h, cfg) for n, (_, env, h) in variants.items()}
+        configs = {HOOK_MOUNTS: mounted} if args.compare_binaries else {}
+        specs = {
+            n: bundle(work / "b", env, h, configs.get(n, cfg))
+            for n, (_, env, h) in variants.items()
+        }
 
         def argv(name: str, n: int) -> list[str]:
             runtime = variants[name][0]
@@ -329,19 +391,32 @@ def main() -> int:
     if driver_fs is not None:
         compared = libdir_comparison(samples, cfg.parent / "nvct.log", copies.parent / "nvct.log")
         print(json.dumps(compared, indent=2))
+    if args.compare_binaries:
+        compared = binaries_comparison(
+            samples, cfg.parent / "nvct.log", mounted.parent / "nvct.log"
+        )
+        print(json.dumps(compared, indent=2))
+    compared_as = "binaries" if args.compare_binaries else "library_mounts"
     paths = {"daemon": 0, "hook": 0}
-    for line in (cfg.parent / "nvct.log").read_text().splitlines():
+    logs = [
+        cfg.parent / "nvct.log",
+        *([mounted.parent / "nvct.log"] if args.compare_binaries else []),
+    ]
+    for line in (line for log in logs for line in log.read_text().splitlines()):
         event = json.loads(line)
         if event.get("event") == "container_configured":
             paths[event.get("via", "hook")] += 1
     runc_version = subprocess.run(
         ["runc", "--version"], capture_output=True, text=True, check=False
     ).stdout
-    print(f"{'measurement':<34} {'median':>8} {'p10':>8} {'p90':>8} {'n':>4}  (ms)  paired: ms, x")
+    width = max(34, *map(len, results))
+    head = f"{'median':>8} {'p10':>8} {'p90':>8} {'n':>4}  (ms)  paired: ms, x"
+    print(f"{'measurement':<{width}} {head}")
     for name, q in results.items():
         ratio = f"{extra_ms[name]:+7.2f} {ratios[name]:.3f}" if name in ratios else ""
         print(
-            f"{name:<34} {q['median']:>8.2f} {q['p10']:>8.2f} {q['p90']:>8.2f} {q['n']:>4}  {ratio}"
+            f"{name:<{width}} {q['median']:>8.2f} {q['p10']:>8.2f} {q['p90']:>8.2f} "
+            f"{q['n']:>4}  {ratio}"
         )
     print(f"prestart hooks' work: daemon worker {paths['daemon']}, Python hook {paths['hook']}")
     elapsed = time.monotonic() - began
@@ -354,7 +429,7 @@ def main() -> int:
                 "paired_ratios": ratios,
                 "paired_extra_ms": extra_ms,
                 "hook_paths": paths,
-                **({"library_mounts": compared} if compared else {}),
+                **({compared_as: compared} if compared else {}),
                 "rounds": args.rounds,
                 "seed": args.seed,
                 "driver": card,
