@@ -168,12 +168,21 @@ def binaries_comparison(
     --gpus hook (paired per round), with the mounts each start had (from its log line)."""
     from bench.stats import paired
 
-    def mounts(log: Path) -> dict[str, list[int]]:
+    def mounts(log: Path) -> dict[str, object]:
+        """The mounts each kind of start had, and the median of each phase nvct logged."""
         events = [json.loads(line) for line in log.read_text().splitlines()]
-        return {
-            kind: sorted({e["mounts"] for e in events if e.get("event") == kind})
-            for kind in ("container_prepared", "container_configured")
-        }
+        out: dict[str, object] = {}
+        for kind in ("container_prepared", "container_configured"):
+            mine = [e for e in events if e.get("event") == kind]
+            phases = {p for e in mine for p in e.get("phases_ms", {})}
+            out[kind] = sorted({e["mounts"] for e in mine})
+            out[f"{kind}_phases_ms"] = {
+                p: round(statistics.median(e["phases_ms"].get(p, 0.0) for e in mine), 2)
+                for p in sorted(phases)
+            }
+            if mine:
+                out[f"{kind}_total_ms"] = round(statistics.median(e["total_ms"] for e in mine), 2)
+        return out
 
     return {
         "runtime_links_vs_mounts": paired(samples[LINKS], samples[MOUNTS]).as_dict(),
