@@ -432,7 +432,7 @@ def cannot_start(prog: str, why_root: str) -> str | None:
 
 
 def main() -> int:
-    from bench.runc_only import add_library_mounts, driver_config
+    from bench.runc_only import add_binaries, add_library_mounts, driver_config
 
     parser = argparse.ArgumentParser(prog="python -m bench.gpus_goal")
     parser.add_argument(
@@ -466,6 +466,7 @@ def main() -> int:
         "--docker-kit", type=Path, help="docker's programs packed by bench.docker_kit, run from it"
     )
     add_library_mounts(parser)
+    add_binaries(parser)
     parser.add_argument(
         "--budget-s",
         type=float,
@@ -496,7 +497,7 @@ def main() -> int:
         from bench.docker_kit import unpack
 
         os.environ["PATH"] = f"{unpack(args.docker_kit, work / 'docker')}:{os.environ['PATH']}"
-    config, card = driver_config(args.driver, work / "nvct", args.library_mounts)
+    config, card = driver_config(args.driver, work / "nvct", args.library_mounts, args.binaries)
     log = config.parent / "nvct.log"
     installs: dict[str, Install] = {}
     debs: Debs | None = None
@@ -564,6 +565,7 @@ def main() -> int:
         "rounds": args.rounds,
         "budget_s": args.budget_s,
         "library_mounts": args.library_mounts or "directory (default)",
+        "binaries": args.binaries or "links (default)",
         "seed": args.seed,
         "pinning": {"nice": args.nice, "cpus": args.cpus or "all", "sync_each_round": args.sync},
         "podman": args.podman,

@@ -100,6 +100,18 @@ def add_library_mounts(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_binaries(parser: argparse.ArgumentParser) -> None:
+    """``--binaries``: nvct's ``inject.binaries`` for the bench's config."""
+    from nvct.config.container import BINARIES
+
+    parser.add_argument(
+        "--binaries",
+        choices=BINARIES,
+        default="",
+        help="nvct's inject.binaries (default: the config's default, links)",
+    )
+
+
 def library_mounts_toml(mode: str, binaries: str = "") -> str:
     """The config table that sets ``inject.library-mounts`` to ``mode`` and
     ``inject.binaries`` to ``binaries`` (each "": the default; both: no table)."""
