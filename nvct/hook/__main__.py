@@ -144,13 +144,23 @@ def _apply(
     start = time.perf_counter()
     if pinned is None:
         grant_devices(state.pid, missing)  # host namespace: the cgroup fs as the host sees it
+        granted = time.perf_counter()
         enter_mount_namespace(state.pid)
     else:  # what was read of the process while it was pinned, never its pid again
         grant_devices(state.pid, missing, cgroup_lines=pinned.cgroup_lines)
+        granted = time.perf_counter()
         pinned.enter_mount_namespace()
+    entered = time.perf_counter()
     with Rootfs(root) as rootfs:
         created = create_device_nodes(rootfs, missing)
+        made = time.perf_counter()
         staged = stage_rootfs(rootfs, order, bind_mounts=True)
+        # Where the rest of the hook's time goes, beside stage_rootfs's own phases.
+        staged.phases_ms.update(
+            cgroup=round((granted - start) * 1000, 2),
+            enter=round((entered - granted) * 1000, 2),
+            nodes=round((made - entered) * 1000, 2),
+        )
         if order["proc_driver"] is not None:
             stage_proc_driver(rootfs, *order["proc_driver"])
         if staged.ldconfig is not None:
