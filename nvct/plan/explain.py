@@ -372,8 +372,9 @@ def _plan_lines(plan: Plan) -> list[str]:
                 lines += [f"      {name}  ({how} of {source})" for source, name in d.files]
                 lines += [f"      {name} -> {target}  (link)" for name, target in d.links]
     if plan.binary_links:
-        lines.append("Binaries (links into the library directory; bound instead where the image")
-        lines.append("has its own file there):")
+        lines.append(
+            "Binaries (links into the library directory; bound where the image has its own):"
+        )
         width = max(len(b.path) for b in plan.binary_links)
         lines += [f"  {b.path:<{width}}  -> {b.target}  ({b.reason})" for b in plan.binary_links]
     if plan.symlinks:

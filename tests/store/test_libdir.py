@@ -262,6 +262,11 @@ def test_binaries_are_links_into_the_directory_unless_mounts_are_asked(h100x4, t
     assert len(grouped.mounts) == len(files.mounts) - len(bins) - (
         sum(m.kind == "lib" for m in files.mounts) - 1
     )
+    # what explain shows: each binary where the container runs it, and where the link goes
+    from nvct.plan.explain import _plan_lines
+
+    shown = [ln.split() for ln in _plan_lines(grouped) if ln.startswith("  /usr/bin/")]
+    assert ["/usr/bin/nvidia-smi", "->", f"{d.target}/nvidia-smi"] in [ln[:3] for ln in shown]
     # what a start carries out: the links, each with the bind that stands in for it
     order = from_plan(grouped, sim_config(h100x4, tmp_path))
     assert sorted(row[0] for row in order["binlinks"]) == sorted(bins)
