@@ -54,7 +54,7 @@ def check_library_dir(ctx: DoctorContext) -> CheckResult:
         )
     if library.stat().st_dev != st.st_dev:
         if config.inject.library_mounts == "directory-copies":
-            return _copies(config.cache_dir, library)
+            return _copies(config.cache_dir, library, config.inject.binaries)
         return warned(
             LIBDIR,
             f"cache-dir {config.cache_dir} is on another filesystem than {library}: no hard "
@@ -66,11 +66,19 @@ def check_library_dir(ctx: DoctorContext) -> CheckResult:
         )
     return passed(
         LIBDIR,
-        f"driver libraries bound as one directory, hard-linked under {config.cache_dir}",
+        f"driver libraries bound as one directory, hard-linked under {config.cache_dir}"
+        + _binaries(config.inject.binaries),
     )
 
 
-def _copies(cache_dir: str, library: Path) -> CheckResult:
+def _binaries(mode: str) -> str:
+    """What the check adds about the driver's binaries (``inject.binaries``)."""
+    if mode == "links":
+        return "; the driver's binaries in it too, /usr/bin/nvidia-smi a link there"
+    return '; each driver binary bound on its own (inject.binaries = "mounts")'
+
+
+def _copies(cache_dir: str, library: Path, binaries: str) -> CheckResult:
     """With "directory-copies" and the libraries elsewhere: copies, if the cache dir takes them."""
     from nvct.store.libcopies import SUBDIR, copies_size
 
@@ -92,7 +100,8 @@ def _copies(cache_dir: str, library: Path) -> CheckResult:
     return passed(
         LIBDIR,
         f"driver libraries bound as one directory of copies ({library.parent} is on another "
-        f'filesystem than cache-dir; inject.library-mounts = "directory-copies"): {made}',
+        f'filesystem than cache-dir; inject.library-mounts = "directory-copies"): {made}'
+        + _binaries(binaries),
     )
 
 

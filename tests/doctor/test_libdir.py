@@ -23,6 +23,9 @@ def test_library_dir_needs_a_root_only_cache_dir_on_the_libraries_filesystem(
 
     ok = check()
     assert ok.status == PASS and "bound as one directory" in ok.message
+    assert "/usr/bin/nvidia-smi a link there" in ok.message
+    mounted = check(inject=Inject(binaries="mounts"))
+    assert mounted.status == PASS and 'inject.binaries = "mounts"' in mounted.message
     assert check(inject=Inject(library_mounts="files")).status == PASS
     assert check(cache_dir="").status == WARN
     shared = tmp_path / "shared-cache"
