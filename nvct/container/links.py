@@ -17,10 +17,13 @@ from nvct.container.rootfs import apply_error, in_container
 
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
+    from typing import Any, TypeVar
 
     from nvct.base.order import BinlinkRow, LinkRow, MountRow
     from nvct.container.rootfs import Rootfs
+
+    Row = TypeVar("Row", bound=Sequence[Any])  # a work order row, its container path first
 
 
 def create_symlink(rootfs: Rootfs, path: str, target: str) -> bool:
@@ -36,19 +39,14 @@ def create_symlinks(rootfs: Rootfs, links: Sequence[LinkRow]) -> tuple[int, int]
 
     Each directory is resolved (and made) once for all the links it holds.
     """
-    by_dir: dict[str, list[tuple[str, str, str]]] = {}
-    for path, target in links:
-        by_dir.setdefault(posixpath.dirname(path), []).append(
-            (path, posixpath.basename(path), target)
-        )
     made = 0
-    for directory, entries in by_dir.items():
-        parent = in_container(directory, rootfs.makedirs, directory)
-        try:
-            for path, name, target in entries:
-                made += _symlink_at(parent, name, target, path)
-        finally:
-            os.close(parent)
+
+    def make(parent: int, row: LinkRow) -> None:
+        nonlocal made
+        path, target = row
+        made += _symlink_at(parent, posixpath.basename(path), target, path)
+
+    _each_in_its_directory(rootfs, links, make)
     return made, len(links) - made
 
 
@@ -56,19 +54,32 @@ def link_binaries(rootfs: Rootfs, rows: Sequence[BinlinkRow]) -> list[MountRow]:
     """Make a work order's ``binlinks``; return the bind mounts that stand in for those whose
     path the image holds already (a file of its own, or a link elsewhere): the host's binary
     must win there as a bind mount would, and the image's entry is left as it is."""
-    by_dir: dict[str, list[BinlinkRow]] = {}
+    binds: list[MountRow] = []
+
+    def make(parent: int, row: BinlinkRow) -> None:
+        path, target, source, options = row
+        if not _link_only(parent, posixpath.basename(path), target, path):
+            binds.append((source, path, list(options)))
+
+    _each_in_its_directory(rootfs, rows, make)
+    return binds
+
+
+def _each_in_its_directory(
+    rootfs: Rootfs, rows: Sequence[Row], make: Callable[[int, Row], None]
+) -> None:
+    """``make(parent, row)`` for each row, ``parent`` a descriptor of the row's directory,
+    resolved (and made) inside the rootfs once for all the rows it holds."""
+    by_dir: dict[str, list[Row]] = {}
     for row in rows:
         by_dir.setdefault(posixpath.dirname(row[0]), []).append(row)
-    binds: list[MountRow] = []
     for directory, entries in by_dir.items():
         parent = in_container(directory, rootfs.makedirs, directory)
         try:
-            for path, target, source, options in entries:
-                if not _link_only(parent, posixpath.basename(path), target, path):
-                    binds.append((source, path, list(options)))
+            for row in entries:
+                make(parent, row)
         finally:
             os.close(parent)
-    return binds
 
 
 def _link_only(parent: int, name: str, target: str, path: str) -> bool:
