@@ -82,21 +82,20 @@ def _device(path: str) -> int | None:
 
 def group_libraries(
     plan: Plan,
+    groups: list[tuple[str, str, Pairs, Pairs]],
     host_dirs: dict[str, str],
     copied: frozenset[str] = frozenset(),
-    *,
-    binaries: bool = False,
 ) -> Plan:
     """``plan`` with the libraries of each ``base`` in ``host_dirs`` bound as one directory:
-    ``host_dirs[base]`` (prepared from ``library_groups``; of copies for the bases in
-    ``copied``) at ``base``/nvidia-driver, in place of one mount per library and one symlink
-    per SONAME in the container's layer. The ld.so.cache entries and ldconfig's directories
-    follow them there. The binaries a group holds (``library_groups``'s ``binaries``) become
-    links into its directory."""
+    ``host_dirs[base]`` (prepared from ``groups``, what ``library_groups`` gave for ``plan``;
+    of copies for the bases in ``copied``) at ``base``/nvidia-driver, in place of one mount
+    per library and one symlink per SONAME in the container's layer. The ld.so.cache entries
+    and ldconfig's directories follow them there. The binaries a group holds (``binaries``
+    of ``library_groups``) become links into its directory."""
     if not host_dirs:
         return plan
     dirs: list[LibraryDir] = []
-    for base, kind, files, links in library_groups(plan, binaries=binaries):
+    for base, kind, files, links in groups:
         if base in host_dirs:
             target = f"{base}/{LIBRARY_SUBDIR}"
             dirs.append(
@@ -160,11 +159,11 @@ def with_library_dirs(plan: Plan, config: Config, fingerprint: str, *, create: b
     mode = config.inject.library_mounts
     if mode not in (DIRECTORY, COPIES) or not config.cache_dir:
         return plan
-    binaries = config.inject.binaries == "links"
+    groups = library_groups(plan, binaries=config.inject.binaries == "links")
     cache_dir = str(config.cache_dir)
     chosen: dict[str, str] = {}
     copied: set[str] = set()
-    for base, _kind, files, links in library_groups(plan, binaries=binaries):
+    for base, _kind, files, links in groups:
         path = host_dir(cache_dir, fingerprint, files, links)
         if mode == DIRECTORY or ready(path) or same_filesystem(cache_dir, files):
             if _linked(path, files, links, cache_dir, create=create):
@@ -180,7 +179,7 @@ def with_library_dirs(plan: Plan, config: Config, fingerprint: str, *, create: b
             continue
         chosen[base] = path
         copied.add(base)
-    return group_libraries(plan, chosen, frozenset(copied), binaries=binaries)
+    return group_libraries(plan, groups, chosen, frozenset(copied))
 
 
 def _linked(path: str, files: Pairs, links: Pairs, cache_dir: str, *, create: bool) -> bool:
