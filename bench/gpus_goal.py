@@ -432,7 +432,7 @@ def cannot_start(prog: str, why_root: str) -> str | None:
 
 
 def main() -> int:
-    from bench.runc_only import add_binaries, add_library_mounts, driver_config
+    from bench.runc_only import add_inject_options, driver_config
 
     parser = argparse.ArgumentParser(prog="python -m bench.gpus_goal")
     parser.add_argument(
@@ -465,8 +465,7 @@ def main() -> int:
     parser.add_argument(
         "--docker-kit", type=Path, help="docker's programs packed by bench.docker_kit, run from it"
     )
-    add_library_mounts(parser)
-    add_binaries(parser)
+    add_inject_options(parser, "library-mounts", "binaries")
     parser.add_argument(
         "--budget-s",
         type=float,

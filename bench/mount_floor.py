@@ -72,7 +72,7 @@ def docker_flags(
 
 
 def main() -> int:
-    from bench.runc_only import add_library_mounts, driver_config
+    from bench.runc_only import add_inject_options, driver_config
 
     parser = argparse.ArgumentParser(prog="python -m bench.mount_floor")
     parser.add_argument("--rounds", type=int, default=60)
@@ -80,7 +80,7 @@ def main() -> int:
     parser.add_argument("--docker-kit", type=Path, help="docker packed by bench.docker_kit")
     parser.add_argument("--driver", choices=("sim", "host"), default="sim")
     parser.add_argument("--budget-s", type=float, help="end the rounds after this long")
-    add_library_mounts(parser)
+    add_inject_options(parser, "library-mounts")
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
     from bench.gpus_goal import cannot_start, running_daemon, start_paths, venv_install

@@ -88,34 +88,27 @@ def host_config(directory: Path, extra: str = "") -> Path:
     return path
 
 
-def add_library_mounts(parser: argparse.ArgumentParser) -> None:
-    """``--library-mounts``: nvct's ``inject.library-mounts`` for the bench's config."""
-    from nvct.config.container import LIBRARY_MOUNTS
+def add_inject_options(parser: argparse.ArgumentParser, *keys: str) -> None:
+    """``--library-mounts``, ``--binaries`` (those of ``keys``): nvct's ``inject.<key>`` for
+    the bench's config, its choices and default nvct's own."""
+    from nvct.config.container import BINARIES, LIBRARY_MOUNTS, Inject
 
-    parser.add_argument(
-        "--library-mounts",
-        choices=LIBRARY_MOUNTS,
-        default="",
-        help="nvct's inject.library-mounts (default: the config's default, directory)",
-    )
-
-
-def add_binaries(parser: argparse.ArgumentParser) -> None:
-    """``--binaries``: nvct's ``inject.binaries`` for the bench's config."""
-    from nvct.config.container import BINARIES
-
-    parser.add_argument(
-        "--binaries",
-        choices=BINARIES,
-        default="",
-        help="nvct's inject.binaries (default: the config's default, links)",
-    )
+    choices = {"library-mounts": LIBRARY_MOUNTS, "binaries": BINARIES}
+    for key in keys:
+        default = getattr(Inject(), key.replace("-", "_"))
+        parser.add_argument(
+            f"--{key}",
+            choices=choices[key],
+            default="",
+            help=f"nvct's inject.{key} (default: the config's default, {default})",
+        )
 
 
-def library_mounts_toml(mode: str, binaries: str = "") -> str:
-    """The config table that sets ``inject.library-mounts`` to ``mode`` and
-    ``inject.binaries`` to ``binaries`` (each "": the default; both: no table)."""
-    keys = [f'{k} = "{v}"\n' for k, v in (("library-mounts", mode), ("binaries", binaries)) if v]
+def inject_toml(library_mounts: str = "", binaries: str = "") -> str:
+    """The config table that sets ``inject.library-mounts`` and ``inject.binaries`` (each "":
+    the default; both: no table)."""
+    pairs = (("library-mounts", library_mounts), ("binaries", binaries))
+    keys = [f'{k} = "{v}"\n' for k, v in pairs if v]
     return "".join(["[inject]\n", *keys]) if keys else ""
 
 
@@ -125,7 +118,7 @@ def driver_config(
     """nvct's config in ``directory`` for the simulated 4-GPU driver (``sim``) or the host's
     own (``host``), with ``inject.library-mounts`` and ``inject.binaries`` where given, and
     the card the run stands for (the host's first GPU, as nvidia-smi names it)."""
-    extra = library_mounts_toml(library_mounts, binaries)
+    extra = inject_toml(library_mounts, binaries)
     if driver == "sim":
         from integration.simdriver import cached_driver, preset
 
@@ -283,7 +276,7 @@ def main() -> int:
         help="files vs copies (1 GPU) on the driver as it lies (--driver host on a machine "
         "whose driver is on another filesystem than the cache dir)",
     )
-    add_library_mounts(parser)
+    add_inject_options(parser, "library-mounts")
     parser.add_argument(
         "--compare-binaries",
         action="store_true",
@@ -323,7 +316,7 @@ def main() -> int:
         driver_fs = contextlib.ExitStack()
         sim = driver_fs.enter_context(other_fs_driver(work / "driverfs"))
         cfg, card = config_for(sim, work / "nvct"), "simulated h100x4-550 on a tmpfs"
-        copies = config_for(sim, work / "copies", library_mounts_toml("directory-copies"))
+        copies = config_for(sim, work / "copies", inject_toml("directory-copies"))
     elif args.compare_copies:  # the driver as it lies: nothing to mount or unmount
         driver_fs = contextlib.ExitStack()
         cfg, card = driver_config(args.driver, work / "nvct")
