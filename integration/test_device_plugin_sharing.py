@@ -246,6 +246,50 @@ def test_mps_limits_applied_before_advertising_daemon_restarted_and_quit(
     assert not process_alive(second) and not (pipe / PID_FILE).exists()
 
 
+def test_a_daemon_whose_limits_mps_control_has_not_applied_is_asked_nothing(
+    kubelet, plugin_factory, mps_control, sim_driver, tmp_path
+) -> None:
+    """A daemon answers on its pipe, with the driver's defaults, before its limits are set.
+    The plugin asks it nothing and advertises nothing until nvct-cli mps-control has applied
+    them (its limits-applied file), and says why; mps-control replaces that daemon."""
+    ids = uuids(sim_driver)
+    plugin = plugin_factory("--mps-root", str(tmp_path / "mps"), start=False, **MPS_RULES)
+    base = plugin.work / "mps" / ids[1]
+    for name in ("pipe", "log"):
+        (base / name).mkdir(parents=True)
+    env = {
+        **os.environ,
+        **sim_driver.env(plugin.dev_root),
+        "CUDA_MPS_PIPE_DIRECTORY": str(base / "pipe"),
+        "CUDA_MPS_LOG_DIRECTORY": str(base / "log"),
+    }
+    mps = str(sim_driver.bin_dir / "nvidia-cuda-mps-control")
+    subprocess.run([mps, "-d"], env=env, check=True, timeout=10)
+    assert until((base / "pipe" / PID_FILE).exists, 5)
+    stray = int((base / "pipe" / PID_FILE).read_text())
+    asked = subprocess.run(
+        [mps], input="get_default_active_thread_percentage\n", env=env, text=True,
+        capture_output=True, check=True, timeout=10,
+    )  # fmt: skip
+    assert asked.stdout.strip() == "100.0"  # it answers, with the defaults
+    before = len(inject.mps_commands(plugin.control))
+    plugin.start()
+    said = f"has not applied the limits of {ids[1]}'s MPS control daemon yet"
+    assert kubelet.wait(lambda: plugin.output().count(said) >= 2, 10), plugin.output()
+    assert inject.mps_commands(plugin.control)[before:] == []  # the plugin asked nothing
+    assert not [d for d in kubelet.devices(SHARED) if d.startswith(ids[1])]
+
+    control = mps_control(plugin)
+    memory = sim_driver.spec.gpus[1].memory_mib // 2
+    expected = dict.fromkeys([*replicas(ids[1], 2), *replicas(ids[2], 4)], "Healthy")
+    assert kubelet.wait(lambda: kubelet.devices(SHARED) == expected, 30), control.output()
+    assert not process_alive(stray)  # its defaults are not the config's: replaced
+    applied = base / "limits-applied"
+    assert applied.read_text() == f"pinned memory 0: {memory}M and 50% active threads\n"
+    assert control.stop() == 0
+    assert not applied.exists()  # quit: the next daemon there is not taken for this one
+
+
 def test_mps_daemons_and_their_clients_outlive_a_plugin_restart(
     kubelet, plugin_factory, mps_control, sim_driver, tmp_path
 ) -> None:

@@ -19,6 +19,12 @@ with every plugin restart (a crash, an upgrade, a config change), and their clie
 them. The plugin only asks each daemon, through its pipe, for the limits it runs with
 (``MpsProbe``). Pids are never the way to find a daemon again: the supervisor and the plugin
 may live in different PID namespaces, and a pid file can outlive its process.
+
+A new daemon answers on its pipe before its limits are set, with the driver's defaults (no
+pinned-memory limit, 100% of the threads). So that the plugin tells "being started" from "runs
+with other limits" (a config the two do not share), the supervisor removes
+``<mps-root>/<uuid>/limits-applied`` before it starts or quits a daemon and writes it once the
+daemon answers with its limits; the plugin asks a daemon nothing until that file is there.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from nvct.base.atomic import write_atomic
 from nvct.base.errors import NvctError
 from nvct.config import Config
 from nvct.host.inventory import Inventory
@@ -93,6 +100,11 @@ class MpsPaths:
         return f"{self.base}/shm"
 
     @property
+    def applied(self) -> str:
+        """The file the supervisor writes once the daemon answers with its limits."""
+        return f"{self.base}/limits-applied"
+
+    @property
     def container_pipe(self) -> str:
         """The pipe directory as the container sees it."""
         return f"{CONTAINER_ROOT}/{self.uuid}/pipe"
@@ -148,7 +160,9 @@ class MpsDaemon:
         if answer is not None and self.answers_limits(answer):
             self.pid = self.visible_pid()  # an earlier supervisor's: kept, clients and all
             self.adopted = True
+            self._mark_applied()
             return
+        self._unmark_applied()  # before a daemon without our limits can answer there
         if answer is not None:  # other limits: replaced, so the config holds
             self.quit()
         stale = self._pid_file()
@@ -184,6 +198,14 @@ class MpsDaemon:
         except MpsError:
             self.stop()  # a daemon without its limits must not serve
             raise
+        self._mark_applied()
+
+    def _mark_applied(self) -> None:
+        write_atomic(self.paths.applied, f"{self.describe_limits()}\n".encode(), durable=False)
+
+    def _unmark_applied(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.paths.applied)
 
     def _limits(self) -> None:
         sets = [f"set_default_device_pinned_mem_limit {d} {m}M" for d, m in self.limits.items()]
@@ -272,6 +294,7 @@ class MpsDaemon:
     def quit(self, timeout: float = 5.0) -> None:
         """``quit`` through the pipe and wait until nothing answers there (a daemon found by
         its pipe, whatever PID namespace it is in)."""
+        self._unmark_applied()
         with contextlib.suppress(MpsError):
             self.command("quit")
         deadline = time.monotonic() + timeout
@@ -280,6 +303,7 @@ class MpsDaemon:
 
     def stop(self, timeout: float = 5.0) -> None:
         """``quit``, then SIGKILL if it is still there after ``timeout``."""
+        self._unmark_applied()
         if self.pid is None:
             if self.adopted:
                 self.quit(timeout)
@@ -380,8 +404,16 @@ class MpsProbe(MpsDaemon):
         """Whether the daemon answers with the configured limits (a probe starts nothing).
 
         Raises:
-            MpsError: no daemon answers on the pipe, or it runs with other limits.
+            MpsError: its supervisor has not applied the limits, no daemon answers on the
+                pipe, or it runs with other limits.
         """
+        if not os.path.exists(self.paths.applied):  # asked nothing: it may be starting
+            raise MpsError(
+                f"nvct-cli mps-control has not applied the limits of {self.paths.uuid}'s MPS "
+                f"control daemon yet (no {self.paths.applied})",
+                hint="run nvct-cli mps-control on this node with the device plugin's config "
+                "(deployments/mps-control.yaml)",
+            )
         answer = self.limits_answered()
         if answer is None:
             raise MpsError(
