@@ -38,13 +38,17 @@ points at the phase's hook. Each round runs, in a fresh seeded random order and 
   same kind as dockerd's: ``overlay`` beside overlay2, podman's own default; each
   compared with ``podman`` given an empty hooks directory): ``podman hooks.d, 1 GPU`` (a
   hooks directory whose entry is the packages' ``oci-nvct-hook.json`` naming the install's
-  hook, its work in a daemon worker) and ``podman hooks.d, 1 GPU, Python hook``.
+  hook, its work in a daemon worker), ``podman hooks.d, 1 GPU, Python hook``, ``podman
+  hooks.d, no GPU`` (the entry runs the hook for every container: one that asks for nothing
+  ends in the native hook) and ``podman hooks.d, void`` (``NVIDIA_VISIBLE_DEVICES=void``: the
+  whole path through a daemon worker that every container asking for nothing took before).
 
 nvct's log says which path each start took (``via``: a daemon worker, the shim, the Python
 hook); a phase whose starts did not all take their variant's path fails the run. Per variant:
 the median of per-round ratios to runc, its bootstrap 95 % interval (``bench.stats``) and, for
 the goals (1 GPU <= 1.05, 1 GPU without the daemon <= 1.08, ``--gpus`` <= 1.05, no GPU <=
-1.025, podman's hooks.d <= 1.05 x podman), *met*, *not met* or *undecided* (the interval
+1.025, podman's hooks.d <= 1.05 x podman, and <= 1.025 for a container that asks for no GPU
+there), *met*, *not met* or *undecided* (the interval
 straddles the goal).
 
 Pinning: ``--nice N`` (default -5) and ``--cpus LIST`` apply to this process before anything
@@ -111,6 +115,8 @@ PODMAN_VARIANTS: dict[str, tuple[bool, list[str], bool, str | None]] = {
     "podman": (False, [], True, None),
     "podman hooks.d, 1 GPU": (True, GPU, True, "hook:daemon"),
     "podman hooks.d, 1 GPU, Python hook": (True, GPU, False, "hook:hook"),
+    "podman hooks.d, no GPU": (True, [], True, None),
+    "podman hooks.d, void": (True, ["-e", "NVIDIA_VISIBLE_DEVICES=void"], True, None),
 }
 GOALS = {
     "1 GPU": 1.05,
@@ -118,6 +124,7 @@ GOALS = {
     "--gpus device=0": 1.05,
     "no GPU": 1.025,
     "podman hooks.d, 1 GPU": 1.05,
+    "podman hooks.d, no GPU": 1.025,
 }
 # The goals whose starts run the same code on every install path (pooled over them too).
 POOLED = ("no GPU", "1 GPU", "--gpus device=0", "podman hooks.d, 1 GPU")

@@ -137,6 +137,30 @@ FILES = "nvct-runtime, 1 GPU, driver elsewhere, one mount per library"
 COPIES = "nvct-runtime, 1 GPU, driver elsewhere, directory-copies"
 
 
+NO_GPU_HOOK = "prestart hook, no GPU, daemon"
+VOID_HOOK = "prestart hook, void, daemon"
+NO_GPU_HOOK_ALONE = "prestart hook, no GPU, no daemon"
+VOID_HOOK_ALONE = "prestart hook, void, Python"
+
+
+def no_gpu_hook_comparison(samples: dict[str, list[float]]) -> dict[str, object]:
+    """A container that asks for no GPU, ending in the native hook, against the path it took
+    before (the same hook on a ``void`` request: the daemon's worker, or the Python hook),
+    and each against runc without a hook (paired per round)."""
+    from bench.stats import paired
+
+    return {
+        "daemon_ends_in_hook_vs_worker": paired(samples[NO_GPU_HOOK], samples[VOID_HOOK]).as_dict(),
+        "alone_ends_in_hook_vs_python": paired(
+            samples[NO_GPU_HOOK_ALONE], samples[VOID_HOOK_ALONE]
+        ).as_dict(),
+        **{
+            f"{name}_vs_runc": paired(samples[name], samples["runc"]).as_dict()
+            for name in (NO_GPU_HOOK, VOID_HOOK, NO_GPU_HOOK_ALONE, VOID_HOOK_ALONE)
+        },
+    }
+
+
 @contextlib.contextmanager
 def other_fs_driver(where: Path) -> Iterator[Any]:
     """The simulated 4-GPU driver built on a tmpfs mounted at ``where`` (unmounted after)."""
@@ -283,7 +307,19 @@ def main() -> int:
         help='inject.binaries "links" vs "mounts" (1 GPU, nvct-runtime and the --gpus hook, '
         "both through the daemon)",
     )
+    parser.add_argument(
+        "--compare-no-gpu-hook",
+        action="store_true",
+        help="the prestart hook on a container that asks for no GPU (podman's hooks.d runs it "
+        "for every one): ending in the native hook, against the whole path such a container "
+        "took before (NVIDIA_VISIBLE_DEVICES=void: the daemon's worker, or the Python hook)",
+    )
     args = parser.parse_args()
+    if args.compare_no_gpu_hook:
+        if args.driver_fs == "tmpfs" or args.compare_copies or args.compare_binaries:
+            parser.error("--compare-no-gpu-hook is a comparison of its own")
+        if args.output == Path("bench/results-runc-only.json"):
+            args.output = Path("bench/results-hook-no-gpu.json")
     if args.compare_binaries:
         if args.driver_fs == "tmpfs" or args.compare_copies or args.programs:
             parser.error("--compare-binaries builds its own programs, on the driver as it lies")
@@ -361,6 +397,15 @@ def main() -> int:
             HOOK_MOUNTS: ("runc", gpu, hook),
         }
         envs[MOUNTS] = {**os.environ, "NVCT_CONFIG": str(mounted)}
+    if args.compare_no_gpu_hook:
+        void = ["NVIDIA_VISIBLE_DEVICES=void"]
+        variants = {
+            "runc": ("runc", [], None),
+            NO_GPU_HOOK: ("runc", [], hook),
+            VOID_HOOK: ("runc", void, hook),
+            NO_GPU_HOOK_ALONE: ("runc", [], hook_alone),
+            VOID_HOOK_ALONE: ("runc", void, hook_alone),
+        }
     shimd = ShimDaemon(
         [sys.executable, "-m", "nvct.runtime.launch.daemon"], sock, work / "shimd.log"
     ).start()
@@ -410,13 +455,22 @@ def main() -> int:
             samples, cfg.parent / "nvct.log", mounted.parent / "nvct.log"
         )
         print(json.dumps(compared, indent=2))
-    compared_as = "binaries" if args.compare_binaries else "library_mounts"
+    if args.compare_no_gpu_hook:
+        compared = no_gpu_hook_comparison(samples)
+        print(json.dumps(compared, indent=2))
+    compared_as = (
+        "binaries"
+        if args.compare_binaries
+        else "no_gpu_hook"
+        if args.compare_no_gpu_hook
+        else "library_mounts"
+    )
     paths = {"daemon": 0, "hook": 0}
     logs = [
         cfg.parent / "nvct.log",
         *([mounted.parent / "nvct.log"] if args.compare_binaries else []),
     ]
-    for line in (line for log in logs for line in log.read_text().splitlines()):
+    for line in (line for log in logs if log.exists() for line in log.read_text().splitlines()):
         event = json.loads(line)
         if event.get("event") == "container_configured":
             paths[event.get("via", "hook")] += 1

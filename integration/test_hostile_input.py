@@ -132,9 +132,15 @@ def test_hook_bad_spec(case: str, nvct_config: Path, tmp_path: Path) -> None:
 
 
 def test_hook_config_json_not_json(nvct_config: Path, tmp_path: Path) -> None:
+    """Garbage that may name a GPU is the Python hook's to report; garbage that names none
+    asks for nothing (the native hook ends at once, as the launcher hands such a create to
+    runc: the runtime that parsed this bundle judges its file)."""
     bundle = bundle_with(tmp_path, [])
-    (bundle / "config.json").write_bytes(b'{"process": \xff\x00')
+    (bundle / "config.json").write_bytes(b'{"process": {"env": ["NVIDIA_VISIBLE_DEVICES\xff\x00')
     assert_one_line(run_hook(state_for(bundle), nvct_config), "nvct-hook", "config.json")
+    (bundle / "config.json").write_bytes(b'{"process": \xff\x00')
+    done = run_hook(state_for(bundle), nvct_config)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
 
 
 @pytest.mark.parametrize("case", CONFIG_CASES)
@@ -196,11 +202,14 @@ def test_malformed_spec_shapes(case: str, nvct_config: Path, tmp_path: Path) -> 
     bundle = bundle_with(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
     spec = {**json.loads((bundle / "config.json").read_text()), **patch}
     (bundle / "config.json").write_text(json.dumps(spec))
-    assert_one_line(run_hook(state_for(bundle), nvct_config), "nvct-hook", cause)
+    hooked = run_hook(state_for(bundle), nvct_config)
     if "NVIDIA_VISIBLE_DEVICES" in json.dumps(spec):
+        assert_one_line(hooked, "nvct-hook", cause)
         assert_one_line(run_shim(bundle, nvct_config), "nvct-runtime", cause)
     else:  # the patch removed the GPU request: a passthrough, refused by runc itself
         assert_passthrough_refused(run_shim(bundle, nvct_config))
+        # and nothing for the hook to do (the runtime that runs it parsed the spec)
+        assert (hooked.returncode, hooked.stdout, hooked.stderr) == (0, "", "")
 
 
 @pytest.mark.runc

@@ -248,8 +248,11 @@ def test_each_runc_value_flag_of_the_shim_is_skipped_with_its_value(launcher, tm
 
 
 def test_the_launcher_sources_hold_no_copy_of_the_shims_lists() -> None:
-    """launcher.c and launcher.sh name none of the generated strings themselves."""
-    source = re.sub(r"/\*.*?\*/", "", Path(build.SOURCE).read_text(), flags=re.DOTALL)
+    """launcher.c, hook.c, client.h and launcher.sh name none of the generated strings
+    themselves."""
+    sources = (build.SOURCE, build.HOOK_SOURCE, Path(build.SOURCE).parent / "client.h")
+    text = "\n".join(Path(p).read_text() for p in sources)
+    source = re.sub(r"/\*.*?\*/", "", re.sub(r"#define PROGRAM .*", "", text), flags=re.DOTALL)
     script = (Path(build.SOURCE).parent / "launcher.sh").read_text().splitlines()
     template = "\n".join(line for line in script if not line.lstrip().startswith("#"))
     words = (*tables.gpu_markers(), *tables.global_value_flags(), *tables.sub_value_flags())

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from integration.harness.skips import need_cc, require
+from nvct.runtime.launch import tables
 from nvct.runtime.launch.build import build_native, hook_command
 from tests.runtime.test_shim_daemon import daemon, gpu_bundle, gpu_config, tools  # noqa: F401
 
@@ -70,11 +72,12 @@ def start(hook: Path, bundle: Path, config: Path, whose: str = "child") -> dict[
     return result
 
 
-def plain_bundle(tmp_path: Path) -> Path:
-    """A container that asks for no GPU: the hook's work ends after the plan."""
+def plain_bundle(tmp_path: Path, env: tuple[str, ...] = ("NVIDIA_VISIBLE_DEVICES=void",)) -> Path:
+    """A container whose request is ``void``: the hook's work ends after the plan. (With no
+    NVIDIA variable at all, ``env=()``, the native hook ends before asking anyone.)"""
     b = gpu_bundle(tmp_path)
     spec = json.loads((b / "config.json").read_text())
-    spec["process"]["env"] = ["PATH=/bin"]
+    spec["process"]["env"] = ["PATH=/bin", *env]
     (b / "config.json").write_text(json.dumps(spec))
     return b
 
@@ -126,6 +129,132 @@ def test_no_daemon_runs_the_python_hook_with_the_state(tmp_path) -> None:
     assert done.stdout == b"FAKEPY prestart\n" + state
     other = subprocess.run([str(hook), "poststop"], input=b"", capture_output=True, check=False)
     assert other.stdout == b"FAKEPY poststop\n"  # every other stage: the Python hook
+
+
+# --- A container that asks for no GPU ends in the native hook (podman's hooks.d runs the hook
+# for every container): its state's bundle, read by hook.c's own JSON scanner ----------------
+
+
+def ends_at_once(hook: Path, state: str | bytes) -> bool:
+    """Whether ``hook`` ended with status 0 and asked nobody (no daemon answers on its socket:
+    going on would have run the Python fallback, which prints FAKEPY)."""
+    data = state.encode() if isinstance(state, str) else state
+    done = subprocess.run([str(hook), "prestart"], input=data, capture_output=True, check=False)
+    if done.stdout.startswith(b"FAKEPY prestart\n"):
+        assert done.stdout.split(b"\n", 1)[1] == data  # the state, whole
+        return False
+    assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
+    return True
+
+
+@pytest.fixture
+def bundles(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """(the hook, a bundle that asks for nothing, a bundle that asks for GPU 0)."""
+    hook = native_hook(tmp_path, str(fake_python(tmp_path)), tmp_path / "absent.sock")
+    return hook, plain_bundle(tmp_path / "plain", env=()), gpu_bundle(tmp_path / "gpu", "0")
+
+
+def test_a_container_asking_for_no_gpu_ends_in_the_native_hook(bundles, tmp_path) -> None:
+    """runc's state as it writes it, its annotations included: a bundle without any request
+    marker ends at once; one with any marker of the shim's request inputs goes on."""
+    hook, plain, gpu = bundles
+    state = {"ociVersion": "1.0.2", "id": "c1", "status": "creating", "pid": 5}
+    annotations = {"annotations": {"io.podman.annotations.autoremove": "FALSE", "n": "1"}}
+    assert ends_at_once(hook, json.dumps({**state, "bundle": str(plain), **annotations}))
+    assert not ends_at_once(hook, json.dumps({**state, "bundle": str(gpu), **annotations}))
+    for marker in tables.request_markers():
+        spec = json.loads((plain / "config.json").read_text())
+        spec["process"]["env"].append(f"X={marker}")
+        marked = tmp_path / "marked" / marker.replace("/", "_")
+        marked.mkdir(parents=True)
+        (marked / "config.json").write_text(json.dumps(spec))
+        assert not ends_at_once(hook, json.dumps({**state, "bundle": str(marked)})), marker
+
+
+def test_the_native_hook_reads_the_bundle_as_json_does(bundles) -> None:
+    """Every spelling JSON allows for the same state (escapes, spacing, key order) is read as
+    Python's json reads it; a "bundle" nested in an annotation is not the state's."""
+    hook, plain, gpu = bundles
+    escaped = "".join(f"\\u{ord(c):04x}" if c.isalpha() else c for c in str(plain))
+    spellings = [
+        json.dumps({"bundle": str(plain)}, indent=2),
+        json.dumps({"pid": -1.5e3, "ok": [True, None, {"a": []}], "bundle": str(plain)}),
+        '{"bundle":"' + str(plain).replace("/", "\\/") + '"}',
+        '{"bundle":"' + escaped + '"}',
+        '{"bundl\\u0065": "' + str(plain) + '"}',
+    ]
+    for text in spellings:
+        assert json.loads(text)["bundle"] == str(plain), text
+        assert ends_at_once(hook, text), text
+    # the state's own bundle asks for a GPU: whatever else names the plain one must not count
+    nested = {"bundle": str(gpu), "annotations": {"bundle": str(plain)}}
+    assert not ends_at_once(hook, json.dumps(nested))
+    assert not ends_at_once(hook, json.dumps({"annotations": {"bundle": str(plain)}}))
+    assert not ends_at_once(hook, json.dumps({"id": "bundle", "x": str(plain)}))
+
+
+def test_the_native_hook_agrees_with_json_on_random_states(bundles) -> None:
+    """Random states as runtimes could write them (any key order, nested annotations, text
+    from every Unicode plane, escaped or raw UTF-8, any spacing): the hook ends at once
+    exactly when the state's own bundle is the one that asks for nothing."""
+    hook, plain, gpu = bundles
+    rng = random.Random(31)  # noqa: S311 - a repeatable test, not a secret
+    alphabet = ["a", "/", '"', "\\", "\n", "\x7f", "é", "\u2028", "\U0001f600", "bundle"]
+
+    def text() -> str:
+        return "".join(rng.choice(alphabet) for _ in range(rng.randrange(6)))
+
+    def value(depth: int) -> object:
+        kind = rng.randrange(6 if depth < 4 else 3)
+        if kind == 0:
+            return text()
+        if kind == 1:
+            return rng.choice([0, -1, 2.5e-3, 10**20, True, False, None])
+        if kind == 2:
+            return str(rng.choice([plain, gpu]))
+        if kind == 3:
+            return [value(depth + 1) for _ in range(rng.randrange(3))]
+        return {text() or "bundle": value(depth + 1) for _ in range(rng.randrange(3))}
+
+    for _ in range(150):
+        own = rng.choice([plain, gpu])
+        state = {text(): value(0) for _ in range(rng.randrange(4))}
+        state.pop("bundle", None)
+        items = [*state.items(), ("bundle", str(own))]
+        rng.shuffle(items)
+        spaced = rng.choice([None, 1]), rng.choice([(",", ":"), (", ", ": ")])
+        data = json.dumps(
+            dict(items), ensure_ascii=rng.random() < 0.5, indent=spaced[0], separators=spaced[1]
+        )
+        assert ends_at_once(hook, data) == (own == plain), data
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"bundle": "PLAIN", "bundle": "GPU"}',  # json.loads takes the last: refused outright
+        '{"bundle": "PLAIN"',
+        '{"bundle": "PLAIN"} trailing',
+        '{"bundle": "PLAIN",}',
+        '["bundle", "PLAIN"]',
+        '{"bundle": "PLAIN", "x": tru}',
+        '{"bundle": "PLAIN", "x": "\\x41"}',
+        '{"bundle": "PLAIN\\u0000/x"}',
+        '{"bundle": "PLAIN\\ud800"}',
+        '{"bundle": "PLAIN", "x": ' + "[" * 70 + "]" * 70 + "}",
+        '{"bundle": "relative/path"}',
+        '{"bundle": 7}',
+    ],
+    ids=[
+        "duplicate", "unclosed", "trailing", "comma", "array", "literal", "escape", "nul",
+        "lone-surrogate", "deep", "relative", "number",
+    ],
+)  # fmt: skip
+def test_a_state_the_scanner_does_not_accept_goes_on_as_before(bundles, text) -> None:
+    """Anything hook.c's scanner does not take whole goes on to whoever judged it before (the
+    daemon, else the Python hook), with the state unchanged: never an early end."""
+    hook, plain, gpu = bundles
+    assert not ends_at_once(hook, text.replace("PLAIN", str(plain)).replace("GPU", str(gpu)))
 
 
 @pytest.mark.parametrize(

@@ -111,8 +111,8 @@ def header(python_command: str, config: str, socket: str, *, hook: bool = False)
         f"#define NVCT_SOCKET {c_string(socket)}\n"
         f"#define NVCT_CODE_ID {c_string(code_id())}\n"
     )
-    if hook:  # the hook reads no runc command line: none of the launcher's tables
-        return common
+    if hook:  # the hook reads no runc command line: only the request's markers
+        return common + c_array("NVCT_MARKERS", tables.request_markers())
     return (
         common
         + c_array("NVCT_MARKERS", tables.gpu_markers())

@@ -2,9 +2,9 @@
  * asking the shim daemon (nvct.runtime.launch.daemon) to do their work.
  *
  * Included by launcher.c (nvct-runtime) and hook.c (nvct-hook); the generated header gives
- * NVCT_PYTHON (the Python program's argv), NVCT_SOCKET ("" = never ask a daemon) and
- * NVCT_CODE_ID (a daemon running other nvct code declines). PROGRAM names the program in
- * its error lines.
+ * NVCT_PYTHON (the Python program's argv), NVCT_SOCKET ("" = never ask a daemon),
+ * NVCT_CODE_ID (a daemon running other nvct code declines) and NVCT_MARKERS (what a
+ * config.json that may ask for a GPU holds). PROGRAM names the program in its error lines.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -69,6 +69,71 @@ static void exec_python(char **args, int n)
     fprintf(stderr, PROGRAM ": error: cannot run %s: %s (fix: reinstall nvct)\n", argv[0],
             strerror(errno));
     exit(127);
+}
+
+#define MAX_FILE (64 << 20)
+
+/* The whole file, NUL-terminated; NULL when it cannot be read. */
+static char *read_file(const char *path, size_t *size)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    size_t cap = 65536, len = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        if (len == cap) {
+            if (cap >= MAX_FILE) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            cap *= 2;
+            char *bigger = realloc(buf, cap + 1);
+            if (!bigger) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = bigger;
+        }
+        ssize_t got = read(fd, buf + len, cap - len);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        if (got == 0) {
+            buf[len] = '\0';
+            *size = len;
+            break;
+        }
+        len += (size_t)got;
+    }
+    close(fd);
+    return buf;
+}
+
+/* A container asks for nothing when its config.json names none of NVCT_MARKERS (generated
+ * from the shim's constants: its NVIDIA variables, device mount and CDI annotations, and for
+ * the launcher the GPU hooks the shim replaces); an unreadable config.json goes to Python,
+ * which reports it properly. */
+static int asks_for_gpus(const char *bundle)
+{
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s/config.json", bundle) >= (int)sizeof path)
+        return 1;
+    size_t size = 0;
+    char *spec = read_file(path, &size);
+    if (!spec)
+        return 1;
+    int found = 0;
+    for (int i = 0; NVCT_MARKERS[i] && !found; i++)
+        found = memmem(spec, size, NVCT_MARKERS[i], strlen(NVCT_MARKERS[i])) != NULL;
+    free(spec);
+    return found;
 }
 
 struct buf {

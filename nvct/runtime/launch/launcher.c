@@ -22,72 +22,9 @@
 
 #include "client.h"
 
-#define MAX_FILE (64 << 20)
-
 /* NVCT_MARKERS, NVCT_GLOBAL_VALUE_FLAGS, NVCT_BUNDLE_FLAGS, NVCT_SUB_VALUE_FLAGS,
  * NVCT_SEARCH_DIRS and NVCT_RUNTIMES (NULL-terminated) come with the generated header, from the
  * Python shim's own constants (nvct.runtime.launch.tables): they cannot drift from it. */
-
-/* The whole file, NUL-terminated; NULL when it cannot be read. */
-static char *read_file(const char *path, size_t *size)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return NULL;
-    size_t cap = 65536, len = 0;
-    char *buf = malloc(cap + 1);
-    while (buf) {
-        if (len == cap) {
-            if (cap >= MAX_FILE) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            cap *= 2;
-            char *bigger = realloc(buf, cap + 1);
-            if (!bigger) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = bigger;
-        }
-        ssize_t got = read(fd, buf + len, cap - len);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got < 0) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        if (got == 0) {
-            buf[len] = '\0';
-            *size = len;
-            break;
-        }
-        len += (size_t)got;
-    }
-    close(fd);
-    return buf;
-}
-
-/* A container asks for nothing when its config.json names no NVIDIA variable, device mount
- * or GPU hook; an unreadable config.json goes to the shim, which reports it properly. */
-static int asks_for_gpus(const char *bundle)
-{
-    char path[PATH_MAX];
-    if (snprintf(path, sizeof path, "%s/config.json", bundle) >= (int)sizeof path)
-        return 1;
-    size_t size = 0;
-    char *spec = read_file(path, &size);
-    if (!spec)
-        return 1;
-    int found = 0;
-    for (int i = 0; NVCT_MARKERS[i] && !found; i++)
-        found = memmem(spec, size, NVCT_MARKERS[i], strlen(NVCT_MARKERS[i])) != NULL;
-    free(spec);
-    return found;
-}
 
 #define MAX_LOW_LEVEL 16
 

@@ -16,11 +16,18 @@ from nvct.runtime.args import BUNDLE_FLAGS, GLOBAL_VALUE_FLAGS, SUB_VALUE_FLAGS
 from nvct.runtime.lowlevel import DEFAULT_DIRS, DEFAULT_RUNTIMES
 
 
-def gpu_markers() -> tuple[str, ...]:
-    """Strings one of which is in every config.json that may ask for a GPU or carries a GPU
-    hook the shim replaces; a create whose spec has none is exec'd to runc directly."""
+def request_markers() -> tuple[str, ...]:
+    """Strings one of which is in every config.json that may ask for a GPU (its request's
+    inputs, ``nvct.request.inputs``); the native prestart hook ends at once on a spec with
+    none, as the Python hook would after planning."""
     mount_dir = posixpath.basename(DEVICE_MOUNT_DIR.rstrip("/"))
-    return (*GPU_ENV, mount_dir, CDI_ANNOTATION_PREFIX, *sorted(REPLACED_HOOKS), HOOK_MARK)
+    return (*GPU_ENV, mount_dir, CDI_ANNOTATION_PREFIX)
+
+
+def gpu_markers() -> tuple[str, ...]:
+    """The request markers, and the GPU hooks the shim replaces (a spec carrying one is the
+    shim's to rewrite): a create whose spec has none is exec'd to runc directly."""
+    return (*request_markers(), *sorted(REPLACED_HOOKS), HOOK_MARK)
 
 
 def global_value_flags() -> tuple[str, ...]:
