@@ -127,7 +127,7 @@ GOALS = {
     "podman hooks.d, no GPU": 1.025,
 }
 # The goals whose starts run the same code on every install path (pooled over them too).
-POOLED = ("no GPU", "1 GPU", "--gpus device=0", "podman hooks.d, 1 GPU")
+POOLED = ("no GPU", "1 GPU", "--gpus device=0", "podman hooks.d, 1 GPU", "podman hooks.d, no GPU")
 # What a goal's verdict is reckoned against: kept by --goals-only.
 BASELINES = ("runc", "runc, another runtime name", "podman")
 WARM = 2  # starts per variant before the rounds: inventory, work orders, page cache
