@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from nvct.base.order import DeviceRow, WorkOrder
     from nvct.container.stage import Staged
     from nvct.hook.pinned import Pinned
-    from nvct.plan.model import RootfsLayout
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,8 +177,7 @@ def _plan_here(spec: dict[str, Any], root: str, log: EventLog) -> WorkOrder | No
 
     path, required = config_path()
     raw = read_config(path, required)
-    debian = _layout(root).debian
-    entry, cached, _, _ = cached_entry(spec, path, raw, None, debian, hook=True)
+    entry, cached, _, _ = cached_entry(spec, path, raw, None, _debian(root), hook=True)
     log.configure(*entry["log"])
     for line in entry.get("ignored", ()):
         log.info("nvidia_input_ignored", why=line)
@@ -189,12 +187,13 @@ def _plan_here(spec: dict[str, Any], root: str, log: EventLog) -> WorkOrder | No
     return order
 
 
-def _layout(root: str) -> RootfsLayout:
+def _debian(root: str) -> bool:
+    """Whether the image is Debian-like (the order key's layout; ``RootfsLayout.debian``),
+    read without the planner's modules: a cached order needs none of them."""
     from nvct.container.rootfs import Rootfs
-    from nvct.plan.model import RootfsLayout
 
     with Rootfs(root) as rootfs:
-        return RootfsLayout(debian=rootfs.exists("/etc/debian_version"))
+        return rootfs.exists("/etc/debian_version")
 
 
 if __name__ == "__main__":

@@ -144,6 +144,37 @@ def test_a_real_cached_create_imports_nothing_it_skips(h100x4: Any, tmp_path: Pa
     assert {"json", "tomllib"} <= loaded[0]  # the check can fail: planning loads them
 
 
+# The planner's modules: a cached work order is read without them (``nvct.plan.cached``).
+PLANNING = ("nvct.plan.model", "nvct.plan.decide", "nvct.config", "nvct.request.parse")
+
+
+def test_the_python_hooks_cached_plan_imports_no_planning_code(h100x4: Any, tmp_path: Path) -> None:
+    """The Python hook (the native hook's fallback where no daemon answers, the hook itself
+    where there is no compiler) on a container seen before: it reads the cached entry and
+    loads none of LEAN or the planner's modules, while its first pass of that kind does. (It
+    read the image's layout through ``nvct.plan.model`` once: ~50 ms of imports on every
+    start, a container asking for nothing 71 ms in all, 22 ms without.)"""
+    from nvct.runtime.launch.build import hook_command
+
+    cfg = write_nvct_config(tmp_path / "nvct" / "config.toml", h100x4)
+    python, *flags = shlex.split(hook_command())
+    loaded = []
+    for n in range(2):
+        bundle = minimal_gpu_bundle(tmp_path / f"b{n}", "void")
+        state = json.dumps({"ociVersion": "1.0.2", "id": f"c{n}", "pid": 1, "bundle": str(bundle)})
+        done = subprocess.run(
+            [python, "-X", "importtime", *flags, "prestart"],
+            input=state, env={"NVCT_CONFIG": str(cfg), "PATH": "/usr/bin:/bin"},
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        lines = [ln for ln in done.stderr.splitlines() if ln.startswith("import time:")]
+        loaded.append({ln.rsplit("|", 1)[1].strip() for ln in lines[1:]})
+    assert "nvct.plan.cached" in loaded[1]
+    assert sorted({*LEAN, *PLANNING} & loaded[1]) == [], "a cached hook imports these"
+    assert set(PLANNING) <= loaded[0]  # the check can fail: planning loads them
+
+
 def test_cached_create_calls_stay_lean() -> None:
     """What the cached create calls (not only imports) loads none of LEANEST either: reading
     cache-dir from the shipped config and a plain one, JSON both ways, a cache key."""
