@@ -28,7 +28,11 @@ driver on a tmpfs of its own, another filesystem than nvct's cache dir (as a rea
 mount, the GPU operator's driver container or GKE keep it: no hard links), and compares, with
 the daemon, a 1-GPU start under ``inject.library-mounts = "directory"`` (which then mounts each
 library on its own) and ``"directory-copies"`` (one directory of copies), paired per round
-(``bench.stats.paired``). Per variant: the median, and the median
+(``bench.stats.paired``). ``--compare-no-gpu-hook`` times the prestart hook on a container
+that asks for no GPU (ending in the native hook) against the same hook on a ``void`` request
+(the whole path, through the daemon's worker or the Python hook), with and without a daemon.
+``--python-hook-against DIR`` times the Python hook (no daemon), 1 GPU and ``void``, of this
+checkout against another's (DIR), interleaved. Per variant: the median, and the median
 of per-round differences and ratios against runc. No targets: a bare ``runc run`` of
 ``/bin/true`` is a fraction of a ``docker run``, so these ratios are not the README's (they
 show the milliseconds each path adds). Everything goes to ``--output`` (default
@@ -42,6 +46,7 @@ import contextlib
 import json
 import os
 import random
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -157,6 +162,39 @@ def no_gpu_hook_comparison(samples: dict[str, list[float]]) -> dict[str, object]
         **{
             f"{name}_vs_runc": paired(samples[name], samples["runc"]).as_dict()
             for name in (NO_GPU_HOOK, VOID_HOOK, NO_GPU_HOOK_ALONE, VOID_HOOK_ALONE)
+        },
+    }
+
+
+PY_GPU = "prestart hook, Python, 1 GPU"
+PY_GPU_AGAINST = "prestart hook, Python, 1 GPU, against"
+PY_VOID = "prestart hook, Python, void"
+PY_VOID_AGAINST = "prestart hook, Python, void, against"
+
+
+def python_hook(output: Path, tree: Path, config: Path) -> Path:
+    """A native hook with no daemon to ask whose Python hook is ``tree``'s nvct (this
+    venv's interpreter, the command ``make venv``'s hook runs)."""
+    code = (
+        f"import sys; sys.path.insert(0, {str(tree.resolve())!r}); "
+        "from nvct.hook.__main__ import main; sys.exit(main())"
+    )
+    command = shlex.join([sys.executable, "-I", "-S", "-c", code])
+    build_native(output, command, str(config), "", hook=True)
+    return output
+
+
+def python_hook_comparison(samples: dict[str, list[float]], tree: Path) -> dict[str, object]:
+    """This checkout's Python hook against ``tree``'s (paired per round), 1 GPU and void."""
+    from bench.stats import paired
+
+    return {
+        "against": str(tree),
+        "gpu_this_vs_against": paired(samples[PY_GPU], samples[PY_GPU_AGAINST]).as_dict(),
+        "void_this_vs_against": paired(samples[PY_VOID], samples[PY_VOID_AGAINST]).as_dict(),
+        **{
+            f"{name}_vs_runc": paired(samples[name], samples["runc"]).as_dict()
+            for name in (PY_GPU, PY_GPU_AGAINST, PY_VOID, PY_VOID_AGAINST)
         },
     }
 
@@ -314,7 +352,21 @@ def main() -> int:
         "for every one): ending in the native hook, against the whole path such a container "
         "took before (NVIDIA_VISIBLE_DEVICES=void: the daemon's worker, or the Python hook)",
     )
+    parser.add_argument(
+        "--python-hook-against",
+        type=Path,
+        metavar="DIR",
+        help="the Python hook (no daemon), 1 GPU and void, of this checkout against another "
+        "(DIR: e.g. git archive main | tar -x -C DIR), interleaved",
+    )
     args = parser.parse_args()
+    if args.python_hook_against:
+        if args.driver_fs == "tmpfs" or args.compare_copies or args.compare_binaries:
+            parser.error("--python-hook-against is a comparison of its own")
+        if args.compare_no_gpu_hook or args.programs:
+            parser.error("--python-hook-against builds its own programs")
+        if args.output == Path("bench/results-runc-only.json"):
+            args.output = Path("bench/results-python-hook.json")
     if args.compare_no_gpu_hook:
         if args.driver_fs == "tmpfs" or args.compare_copies or args.compare_binaries:
             parser.error("--compare-no-gpu-hook is a comparison of its own")
@@ -406,6 +458,16 @@ def main() -> int:
             NO_GPU_HOOK_ALONE: ("runc", [], hook_alone),
             VOID_HOOK_ALONE: ("runc", void, hook_alone),
         }
+    if args.python_hook_against:
+        void = ["NVIDIA_VISIBLE_DEVICES=void"]
+        against = python_hook(programs / "hook-against", args.python_hook_against, cfg)
+        variants = {
+            "runc": ("runc", [], None),
+            PY_GPU: ("runc", gpu, hook_alone),
+            PY_GPU_AGAINST: ("runc", gpu, against),
+            PY_VOID: ("runc", void, hook_alone),
+            PY_VOID_AGAINST: ("runc", void, against),
+        }
     shimd = ShimDaemon(
         [sys.executable, "-m", "nvct.runtime.launch.daemon"], sock, work / "shimd.log"
     ).start()
@@ -458,11 +520,16 @@ def main() -> int:
     if args.compare_no_gpu_hook:
         compared = no_gpu_hook_comparison(samples)
         print(json.dumps(compared, indent=2))
+    if args.python_hook_against:
+        compared = python_hook_comparison(samples, args.python_hook_against)
+        print(json.dumps(compared, indent=2))
     compared_as = (
         "binaries"
         if args.compare_binaries
         else "no_gpu_hook"
         if args.compare_no_gpu_hook
+        else "python_hook"
+        if args.python_hook_against
         else "library_mounts"
     )
     paths = {"daemon": 0, "hook": 0}
