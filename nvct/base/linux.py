@@ -22,7 +22,7 @@ class _Int(_ctypes._SimpleCData):  # type: ignore[type-arg]
     _type_ = "i"
 
 
-class _Long(_ctypes._SimpleCData):  # type: ignore[type-arg]
+class CLong(_ctypes._SimpleCData):  # type: ignore[type-arg]
     _type_ = "l"
 
 
@@ -39,7 +39,8 @@ class _LibcFunction(_ctypes.CFuncPtr):
     _restype_ = _Int
 
 
-def _function(name: str, *argtypes: type) -> _LibcFunction:
+def libc_function(name: str, *argtypes: type) -> _LibcFunction:
+    """libc's ``name``, called with ``argtypes`` (errno kept for ``_ctypes.get_errno``)."""
     func = _LibcFunction(_ctypes.dlsym(_LIBC, name))
     func.argtypes = argtypes
     return func
@@ -47,12 +48,12 @@ def _function(name: str, *argtypes: type) -> _LibcFunction:
 
 _LIBC = _ctypes.dlopen(None, _ctypes.RTLD_LOCAL)  # type: ignore[arg-type]  # the program itself
 # long syscall(long number, ...): openat2 has no libc wrapper before glibc 2.36.
-_syscall_openat2 = _function("syscall", _Long, _Long, _CharP, _CharP, _Long)
-_mount = _function("mount", _CharP, _CharP, _CharP, _ULong, _CharP)
-_umount2 = _function("umount2", _CharP, _Int)
-_setns = _function("setns", _Int, _Int)
-_unshare = _function("unshare", _Int)
-_madvise = _function("madvise", _ULong, _ULong, _Int)
+_syscall_openat2 = libc_function("syscall", CLong, CLong, _CharP, _CharP, CLong)
+_mount = libc_function("mount", _CharP, _CharP, _CharP, _ULong, _CharP)
+_umount2 = libc_function("umount2", _CharP, _Int)
+_setns = libc_function("setns", _Int, _Int)
+_unshare = libc_function("unshare", _Int)
+_madvise = libc_function("madvise", _ULong, _ULong, _Int)
 
 SYS_OPENAT2 = 437  # same number on x86_64, aarch64 and ppc64le (post-4.20 syscall table)
 

@@ -18,7 +18,6 @@ host's own ``/proc``; with the host's ``/proc`` there is no driver to show.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import posixpath
 
@@ -124,8 +123,10 @@ def _entry_parent(top: int, rel: str) -> int:
     """The directory of ``rel`` in the new tmpfs, made as needed, opened."""
     fd = os.dup(top)
     for part in [p for p in posixpath.dirname(rel).split("/") if p]:
-        with contextlib.suppress(FileExistsError):
+        try:  # noqa: SIM105 - contextlib (and collections) would load on the Python hook's path
             os.mkdir(part, 0o555, dir_fd=fd)
+        except FileExistsError:
+            pass
         nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
         os.close(fd)
         fd = nxt

@@ -60,6 +60,23 @@ HOT_MODULES = {
             "nvct.store.cache",
         ],
     ),
+    # The Python hook (no daemon) from a cached work order, through the rootfs work: what
+    # `_apply` and `stage_rootfs` load for a GPU container (procfs: inject.proc-driver "hook";
+    # cgroup_v2 and its bpf(2) calls on a cgroup v2 host).
+    "hook prestart, cached work order, applied": (
+        (*LEANEST, "platform"),
+        [
+            "nvct.hook.__main__",
+            "nvct.plan.order_key",
+            "nvct.plan.cached",
+            "nvct.container.apply",
+            "nvct.container.cgroup",
+            "nvct.container.cgroup_v2",
+            "nvct.container.procfs",
+            "nvct.container.rootfs",
+            "nvct.container.stage",
+        ],
+    ),
     "hook prestart planning itself (--gpus)": (
         HEAVY,
         [
