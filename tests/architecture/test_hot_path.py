@@ -12,6 +12,7 @@ from typing import Any
 from integration.harness.bundles import minimal_gpu_bundle
 from integration.harness.nvct_config import write_nvct_config
 from nvct.runtime.launch.build import default_command
+from nvct.runtime.launch.daemon import HOOK_PRELOAD
 
 SHIPPED_CONFIG = Path(__file__).resolve().parents[2] / "config" / "config.toml"
 
@@ -66,15 +67,10 @@ HOT_MODULES = {
     "hook prestart, cached work order, applied": (
         (*LEANEST, "platform"),
         [
-            "nvct.hook.__main__",
             "nvct.plan.order_key",
             "nvct.plan.cached",
-            "nvct.container.apply",
-            "nvct.container.cgroup",
-            "nvct.container.cgroup_v2",
-            "nvct.container.procfs",
-            "nvct.container.rootfs",
-            "nvct.container.stage",
+            # nvct.hook.pinned is the daemon's alone: it needs signal, hence enum
+            *(m for m in HOOK_PRELOAD if m != "nvct.hook.pinned"),
         ],
     ),
     "hook prestart planning itself (--gpus)": (

@@ -60,6 +60,20 @@ class Decline(Exception):
     """The launcher must run the shim itself; nothing has been done."""
 
 
+# What the native hook's prestart (docker --gpus, podman's hooks.d) imports in a worker: the
+# Python hook's modules (tests/architecture/test_hot_path.py keeps them lean) and the
+# worker's own pinning of the container's process.
+HOOK_PRELOAD = (
+    "nvct.base.oci",
+    "nvct.container.apply",
+    "nvct.container.cgroup",
+    "nvct.container.cgroup_v2",
+    "nvct.container.procfs",
+    "nvct.container.rootfs",
+    "nvct.container.stage",
+    "nvct.hook.__main__",
+    "nvct.hook.pinned",
+)
 PRELOAD = (
     "nvct.host.arch",
     "nvct.config",
@@ -83,16 +97,7 @@ PRELOAD = (
     "nvct.runtime.args",
     "nvct.runtime.create",
     "nvct.runtime.lowlevel",
-    # the native hook's prestart (docker --gpus, podman's hooks.d)
-    "nvct.base.oci",
-    "nvct.container.apply",
-    "nvct.container.cgroup",
-    "nvct.container.cgroup_v2",
-    "nvct.container.procfs",
-    "nvct.container.rootfs",
-    "nvct.container.stage",
-    "nvct.hook.__main__",
-    "nvct.hook.pinned",
+    *HOOK_PRELOAD,
 )
 
 
