@@ -21,6 +21,17 @@ pytestmark = [pytest.mark.podman, pytest.mark.root]
 ENTRY = Path(__file__).resolve().parents[1] / "hooks" / "oci-nvct-hook.json"
 
 
+def hooks_dir(tmp_path: Path, hook: Path, config: Path) -> Path:
+    """A private hooks directory holding nvct's entry, naming ``hook`` and ``config``."""
+    entry = json.loads(ENTRY.read_text())
+    entry["hook"]["path"] = str(hook)  # the packages' /usr/bin/nvct-hook
+    entry["hook"]["env"].append(f"NVCT_CONFIG={config}")
+    hooks = tmp_path / "hooks.d"
+    hooks.mkdir()
+    (hooks / ENTRY.name).write_text(json.dumps(entry))
+    return hooks
+
+
 @pytest.mark.parametrize("how", HOOK_PATHS)
 def test_hooksd_entry_gives_the_asked_gpu(
     podman: list[str],
@@ -30,12 +41,7 @@ def test_hooksd_entry_gives_the_asked_gpu(
     tmp_path: Path,
     how: str,
 ) -> None:
-    entry = json.loads(ENTRY.read_text())
-    entry["hook"]["path"] = str(hook_path(how))  # the packages' /usr/bin/nvct-hook
-    entry["hook"]["env"].append(f"NVCT_CONFIG={nvct_config}")
-    hooks = tmp_path / "hooks.d"
-    hooks.mkdir()
-    (hooks / ENTRY.name).write_text(json.dumps(entry))
+    hooks = hooks_dir(tmp_path, hook_path(how), nvct_config)
     result = subprocess.run(
         [
             *podman, "--hooks-dir", str(hooks), "run", "--rm", *RUN_FLAGS,
@@ -53,3 +59,31 @@ def test_hooksd_entry_gives_the_asked_gpu(
     events = [json.loads(line) for line in log.read_text().splitlines()]
     ran = [e["via"] for e in events if e["event"] == "container_configured"]
     assert ran[-1:] == expected_via(how)
+
+
+@pytest.mark.parametrize("how", HOOK_PATHS)
+def test_a_container_asking_for_no_gpu_never_reaches_nvct(
+    podman: list[str],
+    hook_path: Callable[[str], Path],
+    tmp_path: Path,
+    how: str,
+) -> None:
+    """The entry runs the hook for every container: one that asks for nothing starts even
+    with nvct's config unreadable (the native hook ended before any of nvct's Python, the
+    daemon's or its own, read it), while a GPU container is refused over that config."""
+    config = tmp_path / "broken" / "config.toml"
+    config.parent.mkdir()
+    config.write_text("this is [not toml\n")
+    hooks = hooks_dir(tmp_path, hook_path(how), config)
+    run = [*podman, "--hooks-dir", str(hooks), "run", "--rm", *RUN_FLAGS]
+    plain = subprocess.run(
+        [*run, TAG, "/bin/sh", "-c", "echo started; ls /dev"],
+        capture_output=True, text=True, timeout=180, check=False,
+    )  # fmt: skip
+    assert plain.returncode == 0, plain.stderr
+    assert "started" in plain.stdout and "nvidiactl" not in plain.stdout.split()
+    gpu = subprocess.run(
+        [*run, "-e", "NVIDIA_VISIBLE_DEVICES=0", TAG, "true"],
+        capture_output=True, text=True, timeout=180, check=False,
+    )  # fmt: skip
+    assert gpu.returncode != 0 and str(config) in gpu.stderr, gpu.stderr
