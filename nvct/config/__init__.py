@@ -210,6 +210,8 @@ def validate_config_data(data: dict[str, Any], *, source: str) -> None:
 
 
 def _describe(schema: dict[str, Any]) -> str:
+    if "description" in schema:
+        return str(schema["description"])
     if "enum" in schema:
         return "one of " + ", ".join(map(str, schema["enum"]))
     if schema.get("pattern") == "^/":

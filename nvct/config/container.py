@@ -56,9 +56,21 @@ class RequestRules(Table):
     accept_volume_mounts: bool = key(False, _BOOLEAN)
     only_allocated_gpus: bool = key(False, _BOOLEAN)
     disable_require: bool = key(False, _BOOLEAN)
+    # Swarm puts a service's generic resources in DOCKER_RESOURCE_<KIND> (the kind upper-cased,
+    # dashes kept: Docker's own example is NVIDIA-GPU), and sets no other variable: the
+    # launchers and the native hook look for that prefix (GPU_ENV) before any Python runs, so
+    # a name without it would be read by the shim and never reach it.
     swarm_resources: tuple[str, ...] = key(
         (),
-        {"type": "array", "items": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"}},
+        {
+            "type": "array",
+            "items": {
+                "type": "string",
+                "pattern": "^DOCKER_RESOURCE_[^=\\s]+$",
+                "description": "a Swarm resource variable, DOCKER_RESOURCE_<KIND> such as "
+                "DOCKER_RESOURCE_GPU or DOCKER_RESOURCE_NVIDIA-GPU (Swarm sets no other)",
+            },
+        },
         name="swarm-resource",  # NVIDIA's name; a list of resources
     )
 

@@ -64,6 +64,10 @@ def test_every_schema_key_is_documented() -> None:
         ),
         ("[exporter]\nlisten = ':9400'", r"unknown key \[exporter\] 'listen'.*address"),
         ("x = [", r"invalid TOML"),
+        (
+            "[request]\nswarm-resource = ['GPUS']",
+            r"request.swarm-resource.0.*fix: expected a Swarm resource variable, DOCKER_RESOURCE_",
+        ),
     ],
 )
 def test_errors_name_file_key_and_allowed_values(toml: str, message: str) -> None:
@@ -154,7 +158,7 @@ accept-envvar-when-unprivileged = false
 accept-volume-mounts = true
 only-allocated-gpus = true
 disable-require = true
-swarm-resource = ["R"]
+swarm-resource = ["DOCKER_RESOURCE_R"]
 [inject]
 persistenced = false
 fabricmanager = false
@@ -177,7 +181,7 @@ level = "error"
     assert config.request == RequestRules(
         default_capabilities=("video",), accept_envvar_when_unprivileged=False,
         accept_volume_mounts=True, only_allocated_gpus=True, disable_require=True,
-        swarm_resources=("R",),
+        swarm_resources=("DOCKER_RESOURCE_R",),
     )  # fmt: skip
     assert config.inject == Inject(
         persistenced=False, fabricmanager=False, mps=False, gsp_firmware=False,
@@ -186,3 +190,18 @@ level = "error"
     assert config.cdi == Cdi(spec_dirs=("/c",)) and config.log == Log(file="/f", level="error")
     every = parse_config(b"[request]\ndefault-capabilities = ['all', 'video']\n", source="f")
     assert every.request.default_capabilities == CAPABILITIES
+
+
+def test_every_swarm_resource_name_accepted_carries_a_launchers_marker() -> None:
+    """A name the config accepts is one the launchers and the native hook look for before any
+    Python runs (else a container asking through it would go to runc without its GPUs); the
+    name Docker's own example gives Swarm's variable (a kind with a dash) is accepted."""
+    from nvct.config import config_schema
+    from nvct.runtime.launch.tables import request_markers
+
+    names = ["DOCKER_RESOURCE_GPU", "DOCKER_RESOURCE_NVIDIA-GPU", "DOCKER_RESOURCE_gpu.a100"]
+    config = parse_config(f"[request]\nswarm-resource = {names}".encode(), source="c")
+    assert config.request.swarm_resources == tuple(names)
+    items = config_schema()["properties"]["request"]["properties"]["swarm-resource"]["items"]
+    prefix = items["pattern"].removeprefix("^").split("[", 1)[0]  # the literal start
+    assert any(prefix.startswith(marker) for marker in request_markers()), prefix
