@@ -142,6 +142,13 @@ FILES = "nvct-runtime, 1 GPU, driver elsewhere, one mount per library"
 COPIES = "nvct-runtime, 1 GPU, driver elsewhere, directory-copies"
 
 
+def vs_runc(samples: dict[str, list[float]], *names: str) -> dict[str, object]:
+    """``<name>_vs_runc``: each of ``names`` against plain runc, paired per round."""
+    from bench.stats import paired
+
+    return {f"{name}_vs_runc": paired(samples[name], samples["runc"]).as_dict() for name in names}
+
+
 NO_GPU_HOOK = "prestart hook, no GPU, daemon"
 VOID_HOOK = "prestart hook, void, daemon"
 NO_GPU_HOOK_ALONE = "prestart hook, no GPU, no daemon"
@@ -159,10 +166,7 @@ def no_gpu_hook_comparison(samples: dict[str, list[float]]) -> dict[str, object]
         "alone_ends_in_hook_vs_python": paired(
             samples[NO_GPU_HOOK_ALONE], samples[VOID_HOOK_ALONE]
         ).as_dict(),
-        **{
-            f"{name}_vs_runc": paired(samples[name], samples["runc"]).as_dict()
-            for name in (NO_GPU_HOOK, VOID_HOOK, NO_GPU_HOOK_ALONE, VOID_HOOK_ALONE)
-        },
+        **vs_runc(samples, NO_GPU_HOOK, VOID_HOOK, NO_GPU_HOOK_ALONE, VOID_HOOK_ALONE),
     }
 
 
@@ -173,14 +177,15 @@ PY_VOID_AGAINST = "prestart hook, Python, void, against"
 
 
 def python_hook(output: Path, tree: Path, config: Path) -> Path:
-    """A native hook with no daemon to ask whose Python hook is ``tree``'s nvct (this
-    venv's interpreter, the command ``make venv``'s hook runs)."""
-    code = (
-        f"import sys; sys.path.insert(0, {str(tree.resolve())!r}); "
-        "from nvct.hook.__main__ import main; sys.exit(main())"
-    )
-    command = shlex.join([sys.executable, "-I", "-S", "-c", code])
-    build_native(output, command, str(config), "", hook=True)
+    """A native hook with no daemon to ask whose Python hook is ``tree``'s nvct: this
+    checkout's own hook command (``hook_command``) with ``tree`` as its nvct home."""
+    from nvct.base._site import nvct_home
+
+    *python, code = shlex.split(hook_command())
+    other = code.replace(repr(nvct_home()), repr(str(tree.resolve())))
+    if other == code:
+        raise SystemExit("bench.runc_only: the hook's command names no nvct home to replace")
+    build_native(output, shlex.join([*python, other]), str(config), "", hook=True)
     return output
 
 
@@ -192,10 +197,7 @@ def python_hook_comparison(samples: dict[str, list[float]], tree: Path) -> dict[
         "against": str(tree),
         "gpu_this_vs_against": paired(samples[PY_GPU], samples[PY_GPU_AGAINST]).as_dict(),
         "void_this_vs_against": paired(samples[PY_VOID], samples[PY_VOID_AGAINST]).as_dict(),
-        **{
-            f"{name}_vs_runc": paired(samples[name], samples["runc"]).as_dict()
-            for name in (PY_GPU, PY_GPU_AGAINST, PY_VOID, PY_VOID_AGAINST)
-        },
+        **vs_runc(samples, PY_GPU, PY_GPU_AGAINST, PY_VOID, PY_VOID_AGAINST),
     }
 
 
@@ -222,8 +224,7 @@ def libdir_comparison(
 
     return {
         "copies_vs_files": paired(samples[COPIES], samples[FILES]).as_dict(),
-        "files_vs_runc": paired(samples[FILES], samples["runc"]).as_dict(),
-        "copies_vs_runc": paired(samples[COPIES], samples["runc"]).as_dict(),
+        **vs_runc(samples, FILES, COPIES),
         "mounts": {"files": mounts(files_log), "copies": mounts(copies_log)},
     }
 
@@ -254,10 +255,7 @@ def binaries_comparison(
     return {
         "runtime_links_vs_mounts": paired(samples[LINKS], samples[MOUNTS]).as_dict(),
         "hook_links_vs_mounts": paired(samples[HOOK_LINKS], samples[HOOK_MOUNTS]).as_dict(),
-        **{
-            f"{name}_vs_runc": paired(samples[name], samples["runc"]).as_dict()
-            for name in (LINKS, MOUNTS, HOOK_LINKS, HOOK_MOUNTS)
-        },
+        **vs_runc(samples, LINKS, MOUNTS, HOOK_LINKS, HOOK_MOUNTS),
         "mounts": {"links": mounts(links_log), "mounts": mounts(mounts_log)},
     }
 
@@ -315,12 +313,22 @@ def start(
         return took
 
 
+OUTPUT = Path("bench/results-runc-only.json")
+# Each comparison's name in the results, and its results file unless --output says otherwise.
+COMPARED_OUTPUT = {
+    "library_mounts": "bench/results-libcopies.json",
+    "binaries": "bench/results-binaries.json",
+    "no_gpu_hook": "bench/results-hook-no-gpu.json",
+    "python_hook": "bench/results-python-hook.json",
+}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.runc_only")
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--seed", type=int, default=6, help="seed of the per-round order")
     parser.add_argument("--driver", choices=("sim", "host"), default="sim")
-    parser.add_argument("--output", type=Path, default=Path("bench/results-runc-only.json"))
+    parser.add_argument("--output", type=Path, default=OUTPUT)
     parser.add_argument("--programs", type=Path, help="the native programs, built ahead")
     parser.add_argument(
         "--busybox", type=Path, default=BUSYBOX, help="the static busybox the image is made of"
@@ -360,32 +368,28 @@ def main() -> int:
         "(DIR: e.g. git archive main | tar -x -C DIR), interleaved",
     )
     args = parser.parse_args()
-    if args.python_hook_against:
-        if args.driver_fs == "tmpfs" or args.compare_copies or args.compare_binaries:
-            parser.error("--python-hook-against is a comparison of its own")
-        if args.compare_no_gpu_hook or args.programs:
-            parser.error("--python-hook-against builds its own programs")
-        if args.output == Path("bench/results-runc-only.json"):
-            args.output = Path("bench/results-python-hook.json")
-    if args.compare_no_gpu_hook:
-        if args.driver_fs == "tmpfs" or args.compare_copies or args.compare_binaries:
-            parser.error("--compare-no-gpu-hook is a comparison of its own")
-        if args.output == Path("bench/results-runc-only.json"):
-            args.output = Path("bench/results-hook-no-gpu.json")
-    if args.compare_binaries:
-        if args.driver_fs == "tmpfs" or args.compare_copies or args.programs:
-            parser.error("--compare-binaries builds its own programs, on the driver as it lies")
-        if args.output == Path("bench/results-runc-only.json"):
-            args.output = Path("bench/results-binaries.json")
-    if args.driver_fs == "tmpfs" or args.compare_copies:
+    chosen = [
+        name
+        for name, on in (
+            ("library_mounts", args.driver_fs == "tmpfs" or args.compare_copies),
+            ("binaries", args.compare_binaries),
+            ("no_gpu_hook", args.compare_no_gpu_hook),
+            ("python_hook", args.python_hook_against is not None),
+        )
+        if on
+    ]
+    if len(chosen) > 1:
+        parser.error(f"one comparison at a time, not {' and '.join(chosen)}")
+    compared_as = chosen[0] if chosen else "library_mounts"
+    if chosen and chosen[0] != "no_gpu_hook" and args.programs:
+        parser.error(f"comparing {chosen[0]} builds its own programs: no --programs")
+    if chosen == ["library_mounts"]:
         if args.library_mounts:
             parser.error("comparing files and copies sets inject.library-mounts itself")
         if args.driver_fs == "tmpfs" and args.driver != "sim":
             parser.error("--driver-fs tmpfs takes the simulated driver")
-        if args.programs:
-            parser.error("comparing files and copies builds its own programs: no --programs")
-        if args.output == Path("bench/results-runc-only.json"):
-            args.output = Path("bench/results-libcopies.json")
+    if chosen and args.output == OUTPUT:
+        args.output = Path(COMPARED_OUTPUT[chosen[0]])
     if args.build_programs:
         build_programs(args.build_programs, "/etc/nvct/config.toml", PROGRAMS_SOCKET)
         return 0
@@ -523,15 +527,6 @@ def main() -> int:
     if args.python_hook_against:
         compared = python_hook_comparison(samples, args.python_hook_against)
         print(json.dumps(compared, indent=2))
-    compared_as = (
-        "binaries"
-        if args.compare_binaries
-        else "no_gpu_hook"
-        if args.compare_no_gpu_hook
-        else "python_hook"
-        if args.python_hook_against
-        else "library_mounts"
-    )
     paths = {"daemon": 0, "hook": 0}
     logs = [
         cfg.parent / "nvct.log",
