@@ -125,6 +125,12 @@ def test_discovery_is_what_pulls_the_heavy_libraries() -> None:
     assert out.stdout.strip() == "True"
 
 
+def imported(stderr: str) -> set[str]:
+    """The modules a ``python -X importtime`` run imported, from its stderr."""
+    lines = [ln for ln in stderr.splitlines() if ln.startswith("import time:")]
+    return {ln.rsplit("|", 1)[1].strip() for ln in lines[1:]}
+
+
 def test_a_real_cached_create_imports_nothing_it_skips(h100x4: Any, tmp_path: Path) -> None:
     """The process the launcher starts when no daemon answers, with ``-X importtime`` added:
     a create of a kind seen before loads none of LEANEST, ctypes' C half or
@@ -147,8 +153,7 @@ def test_a_real_cached_create_imports_nothing_it_skips(h100x4: Any, tmp_path: Pa
             capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
-        lines = [ln for ln in done.stderr.splitlines() if ln.startswith("import time:")]
-        loaded.append({ln.rsplit("|", 1)[1].strip() for ln in lines[1:]})
+        loaded.append(imported(done.stderr))
     events = [json.loads(ln) for ln in (cfg.parent / "nvct.log").read_text().splitlines()]
     prepared = [e for e in events if e.get("event") == "container_prepared"]
     assert [e["cached"] for e in prepared] == [False, True]
@@ -181,8 +186,7 @@ def test_the_python_hooks_cached_plan_imports_no_planning_code(h100x4: Any, tmp_
             capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
-        lines = [ln for ln in done.stderr.splitlines() if ln.startswith("import time:")]
-        loaded.append({ln.rsplit("|", 1)[1].strip() for ln in lines[1:]})
+        loaded.append(imported(done.stderr))
     assert "nvct.plan.cached" in loaded[1]
     assert sorted({*LEAN, *PLANNING} & loaded[1]) == [], "a cached hook imports these"
     assert set(PLANNING) <= loaded[0]  # the check can fail: planning loads them
