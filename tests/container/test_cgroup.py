@@ -55,6 +55,40 @@ def test_v1_writes_one_allow_rule_per_node(tmp_path: Path, monkeypatch) -> None:
     assert len(rules) == 2
 
 
+def test_a_busy_nodes_mountinfo_is_read_once_and_odd_paths_do_not_stop_a_grant(
+    tmp_path: Path, monkeypatch
+) -> None:
+    # Hundreds of containers' overlay mounts, one mount point that is not UTF-8 (a crash
+    # while the whole file was decoded), a look-alike of the devices mount that is no
+    # cgroup, and the real controllers last.
+    cg = tmp_path / "cg"
+    overlay = (
+        "{n} 27 0:{n} / /var/lib/docker/overlay2/{n:064x}/merged rw,relatime - overlay overlay "
+        "rw,lowerdir=/var/lib/docker/overlay2/l/A:/var/lib/docker/overlay2/l/B,upperdir=/u\n"
+    )
+    mountinfo = (
+        "".join(overlay.format(n=n) for n in range(100, 600))
+        + "90 27 0:90 / /mnt/caf\xe9 rw - tmpfs tmpfs rw\n"
+        + f"91 27 0:91 / {cg}/devices-old rw - tmpfs devices rw,devices\n"
+        + V1_MOUNTS.format(root=cg)
+    )
+    proc = fake_proc(tmp_path, "5:devices:/docker/abc\n4:memory:/docker/abc\n", "")
+    (proc / "self" / "mountinfo").write_bytes(mountinfo.encode("latin-1"))
+    target = cg / "devices" / "docker" / "abc"
+    target.mkdir(parents=True)
+    opened: list[str] = []
+    real_open = open
+
+    def counting_open(path, mode="r", **kw):
+        opened.append(str(path))
+        return real_open(path, mode, **kw)
+
+    monkeypatch.setattr(cgroup, "open", counting_open, raising=False)
+    grant_devices(42, NODES, str(proc))
+    assert (target / "devices.allow").read_text() == "c 195:255 rwm\n"  # the last rule
+    assert opened.count(str(proc / "self" / "mountinfo")) == 1
+
+
 V2_MOUNTS = (
     "29 1 0:25 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n"
     "30 29 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n"
