@@ -8,6 +8,7 @@ runc is used (crun refuses the hybrid cgroup layout of some CI hosts).
 
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 import sys
@@ -18,7 +19,9 @@ from typing import Any
 
 import pytest
 
-from integration.harness.podman import CDI_DIR, podman_run, spec_in_cdi_dir
+from integration.harness.podman import CDI_DIR, RUN_FLAGS, TAG, podman_run, spec_in_cdi_dir
+from nvct.base.ldcache_format import Entry, read_entries
+from nvct.base.oci import CDI_LD_CACHE_ENV
 
 pytestmark = [pytest.mark.podman, pytest.mark.root]
 
@@ -86,6 +89,41 @@ def test_all_gpus_and_the_hooks_work(podman: list[str], spec_file: Path, sim_dri
     assert smi.count("UUID: GPU-") == len(sim_driver.spec.gpus)
     link, cached = rest.split()
     assert link == f"libcuda.so.{sim_driver.spec.driver_version}"  # the CDI hook's symlink
-    assert int(cached) >= 1  # and its ldconfig run
+    assert int(cached) >= 1  # and the ld.so.cache it made
     spec = json.loads(spec_file.read_text())
     assert spec["containerEdits"]["hooks"][0]["hookName"] == "createContainer"
+
+
+def _container_ld_cache(podman: list[str], device: str) -> tuple[int, list[Entry]]:
+    """The ld.so.cache a container given CDI ``device`` sees, as (flags, entries)."""
+    done = subprocess.run(
+        [*podman, "run", "--rm", *RUN_FLAGS, "--device", device, TAG, "cat", "/etc/ld.so.cache"],
+        capture_output=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    return read_entries(done.stdout)
+
+
+def test_the_hooks_merged_ld_cache_is_what_ldconfig_makes(
+    podman: list[str], spec_file: Path, sim_driver: Any
+) -> None:
+    """The hook adds the planner's entries to the image's own ld.so.cache, with no ldconfig
+    (the copy's ldconfig does not exist): the same entries, in the same order, as ldconfig
+    makes when the spec has no entries to merge (a spec written before them)."""
+    spec = json.loads(spec_file.read_text())
+    (hook,) = spec["containerEdits"]["hooks"]
+    assert any(e.startswith(f"{CDI_LD_CACHE_ENV}=") for e in hook["env"])
+    merged, ldconfig = copy.deepcopy(spec), copy.deepcopy(spec)
+    merged["kind"], ldconfig["kind"] = "nvct-test.example.com/merged", "nvct-test.example.com/ld"
+    (merged_hook,), (ldconfig_hook,) = (s["containerEdits"]["hooks"] for s in (merged, ldconfig))
+    at = merged_hook["args"].index("--ldconfig")
+    merged_hook["args"][at + 1] = "/nonexistent/ldconfig"
+    ldconfig_hook["env"] = [e for e in hook["env"] if not e.startswith(f"{CDI_LD_CACHE_ENV}=")]
+    with spec_in_cdi_dir() as merged_path, spec_in_cdi_dir() as ldconfig_path:
+        merged_path.write_text(json.dumps(merged))
+        ldconfig_path.write_text(json.dumps(ldconfig))
+        by_merge = _container_ld_cache(podman, "nvct-test.example.com/merged=0")
+        by_ldconfig = _container_ld_cache(podman, "nvct-test.example.com/ld=0")
+    assert by_merge == by_ldconfig
+    keys = {e[1] for e in by_merge[1]}  # the image's own libraries and the driver's
+    assert {b"libc.so.6", b"libcuda.so.1", b"libnvidia-ml.so.1"} <= keys

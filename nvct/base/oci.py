@@ -13,6 +13,11 @@ REPLACED_HOOKS = frozenset(
 )
 # In the arguments of the hook entries nvct writes (``nvct.engines.hooksd``): python -c "...".
 HOOK_MARK = "nvct.hook"
+# In the environment of a CDI spec's nvct-cdi-hook: the ld.so.cache entries ldconfig would add
+# for the spec's libraries, ``[[soname, path, flags], ...]`` (JSON), for the hook to merge
+# into the image's cache instead of running ldconfig. In the environment, not the arguments:
+# a hook older than the spec ignores it (and runs ldconfig), where it refuses an option.
+CDI_LD_CACHE_ENV = "NVCT_LD_CACHE_ENTRIES"
 
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
 if TYPE_CHECKING:

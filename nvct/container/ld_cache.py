@@ -34,18 +34,31 @@ def image_cache_with(rootfs: Rootfs, order: WorkOrder) -> tuple[str, bytes] | No
         return None
     extra = [(s, p, f) for s, p, f in entries]
     try:
-        data = rootfs.read_file("/etc/ld.so.cache", MAX_SIZE + 1)
+        merged = merged_image_cache(rootfs, extra)
     except FileNotFoundError:
         if not _only_driver_libraries(rootfs, order):
             return None
         fresh = with_entries(ENDIAN_FLAGS, [], extra)
         return None if fresh is None else ("fresh", fresh)
+    return None if merged is None else ("merged", merged)
+
+
+def merged_image_cache(rootfs: Rootfs, extra: list[tuple[str, str, int]]) -> bytes | None:
+    """The image's ``/etc/ld.so.cache`` with the ``(soname, path, flags)`` entries added in
+    ldconfig's order (``add_entries``); None when only ldconfig can say what it would make.
+
+    Raises:
+        FileNotFoundError: the image has no ld.so.cache.
+    """
+    try:
+        data = rootfs.read_file("/etc/ld.so.cache", MAX_SIZE + 1)
+    except FileNotFoundError:
+        raise
     except OSError:
         return None  # not a regular file, unreadable: ldconfig decides
     if len(data) > MAX_SIZE:
         return None
-    merged = add_entries(data, extra)
-    return None if merged is None else ("merged", merged)
+    return add_entries(data, extra)
 
 
 def _only_driver_libraries(rootfs: Rootfs, order: WorkOrder) -> bool:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nvct.base.errors import RequestError
+from nvct.base.oci import CDI_LD_CACHE_ENV
 from nvct.cdi import model
 from nvct.cdi.names import KIND as KIND_RE
 from nvct.cdi.specs import DRIVER_VERSION_ENV
@@ -192,7 +193,9 @@ def hook_program(explicit: str | None = None) -> str:
 
 
 def hook_entry(plan: Plan, ldconfig: str, hook: str) -> model.Hook | None:
-    """The createContainer hook for the plan's symlinks and ldconfig run (None: nothing to do)."""
+    """The createContainer hook for the plan's symlinks and its ld.so.cache: ldconfig's
+    entries in its environment, to merge into the image's cache, and the directories for an
+    ldconfig run where they cannot be merged (None: nothing to do)."""
     if not plan.symlinks and not plan.ldconfig_dirs:
         return None
     args = [HOOK_PROGRAM, "--ldconfig", ldconfig]
@@ -200,7 +203,11 @@ def hook_entry(plan: Plan, ldconfig: str, hook: str) -> model.Hook | None:
         args += ["--symlink", f"{link.target}::{link.path}"]
     for directory in plan.ldconfig_dirs:
         args += ["--ldconfig-dir", directory]
-    return model.Hook("createContainer", hook, tuple(args), HOOK_ENV)
+    env: tuple[str, ...] = HOOK_ENV
+    if plan.ldconfig_dirs and plan.ld_cache_entries:
+        entries = json.dumps([list(e) for e in plan.ld_cache_entries], separators=(",", ":"))
+        env = (*HOOK_ENV, f"{CDI_LD_CACHE_ENV}={entries}")
+    return model.Hook("createContainer", hook, tuple(args), env)
 
 
 def management_nodes(inventory: Inventory) -> list[DeviceNode]:

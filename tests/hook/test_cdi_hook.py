@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from nvct.base.ldcache_format import ENDIAN_FLAGS, read_entries, write_cache
+from nvct.base.oci import CDI_LD_CACHE_ENV
 from nvct.hook import cdi as cdi_hook
 
 
@@ -42,6 +44,49 @@ def test_hook_fails_closed_on_a_bad_state(monkeypatch, capsys) -> None:
     monkeypatch.setattr(sys, "stdin", _Stdin(b'{"bundle": "relative"}'))
     assert cdi_hook.main(["--symlink", "a::/b"]) == 1
     assert "no absolute bundle path" in capsys.readouterr().err
+
+
+def _bundle_with_cache(tmp_path, monkeypatch) -> tuple[object, list[str]]:
+    """A bundle whose image has an ld.so.cache listing libc, its state on stdin, and hook
+    arguments naming an ldconfig that does not exist: a run of it fails."""
+    bundle = tmp_path / "bundle"
+    root = bundle / "rootfs"
+    (root / "etc").mkdir(parents=True)
+    libc = (0x303, b"libc.so.6", b"/lib/x86_64-linux-gnu/libc.so.6", 0, 0)
+    (root / "etc/ld.so.cache").write_bytes(write_cache(ENDIAN_FLAGS, [libc]))
+    (bundle / "config.json").write_text(json.dumps({"root": {"path": "rootfs"}}))
+    state = json.dumps({"ociVersion": "1.0.2", "id": "x", "pid": 1, "bundle": str(bundle)})
+    monkeypatch.setattr(sys, "stdin", _Stdin(state.encode()))
+    lib = "/usr/lib/x86_64-linux-gnu"
+    argv = ["--ldconfig", str(tmp_path / "no-ldconfig"), "--ldconfig-dir", lib]
+    return root, argv
+
+
+def test_the_specs_entries_are_merged_into_the_images_cache(tmp_path, monkeypatch, capsys) -> None:
+    root, argv = _bundle_with_cache(tmp_path, monkeypatch)
+    cuda = ["libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libcuda.so.1", 0x303]
+    monkeypatch.setenv(CDI_LD_CACHE_ENV, json.dumps([cuda]))
+    assert cdi_hook.main(argv) == 0, capsys.readouterr().err  # no ldconfig was run
+    _, entries = read_entries((root / "etc/ld.so.cache").read_bytes())
+    assert [(e[1], e[2]) for e in entries] == [
+        (b"libcuda.so.1", b"/usr/lib/x86_64-linux-gnu/libcuda.so.1"),
+        (b"libc.so.6", b"/lib/x86_64-linux-gnu/libc.so.6"),
+    ]
+
+
+@pytest.mark.parametrize("entries", [None, "", "not json", '[["libcuda.so.1", 771]]', "{}"])
+def test_without_readable_entries_ldconfig_runs(tmp_path, monkeypatch, capsys, entries) -> None:
+    # A spec written before the entries were, or entries it cannot read: ldconfig decides
+    # (here one that does not exist, so the run fails and says so).
+    root, argv = _bundle_with_cache(tmp_path, monkeypatch)
+    if entries is None:
+        monkeypatch.delenv(CDI_LD_CACHE_ENV, raising=False)
+    else:
+        monkeypatch.setenv(CDI_LD_CACHE_ENV, entries)
+    before = (root / "etc/ld.so.cache").read_bytes()
+    assert cdi_hook.main(argv) == 1
+    assert "ldconfig" in capsys.readouterr().err
+    assert (root / "etc/ld.so.cache").read_bytes() == before
 
 
 class _Stdin:

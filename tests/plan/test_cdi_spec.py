@@ -15,6 +15,7 @@ import yaml
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT7
 
+from nvct.base.oci import CDI_LD_CACHE_ENV
 from nvct.cdi.registry import list_devices
 from nvct.cdi.specs import device_names, driver_version
 from nvct.cli.main import main
@@ -149,7 +150,13 @@ def test_common_edits_come_from_the_plan(recorded_h100x4, tmp_path) -> None:
     assert hook["hookName"] == "createContainer"
     assert hook["path"] == HOOK
     assert hook["args"][:3] == ["nvct-cdi-hook", "--ldconfig", str(config.ldconfig)]
-    assert hook["env"] == ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
+    path_env, entries_env = hook["env"]
+    assert path_env == "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    # ldconfig's entries for the spec's libraries, for the hook to merge into the image's cache.
+    name, _, entries = entries_env.partition("=")
+    assert name == CDI_LD_CACHE_ENV
+    assert json.loads(entries) == [list(e) for e in plan.ld_cache_entries]
+    assert ["libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libcuda.so.1", 0x303] in json.loads(entries)
     links = [hook["args"][i + 1] for i, a in enumerate(hook["args"]) if a == "--symlink"]
     assert "libcuda.so.550.54.15::/usr/lib/x86_64-linux-gnu/libcuda.so.1" in links
     assert "libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so" in links

@@ -1,0 +1,191 @@
+"""What a CDI GPU start costs under podman, and how much of it is nvct's createContainer hook.
+
+As root from the repository root, after ``make venv`` (podman and runc installed; a few
+minutes)::
+
+    .venv/bin/python -m bench.cdi_start [--rounds N] [--seed N] [--against DIR] [--output FILE]
+
+``nvct-cli cdi generate`` (this checkout's venv; the spec names this venv's
+``nvct-cdi-hook``) writes the simulated 4-GPU driver's spec into ``/var/run/cdi`` under a
+name of its own, and copies of it under other kinds beside it. In interleaved rounds (podman
+with runc and private overlay storage, the glibc image, ``true``) it times, each paired with
+plain ``podman run``:
+
+- ``CDI, 1 GPU``: ``--device nvidia.com/gpu=0``, the spec as written: the device nodes, the
+  driver's files mounted one by one, and the hook (the SONAME links and the ld.so.cache);
+- ``CDI without the hook``: the same nodes and mounts, no hook; a variant's hook costs what
+  it takes more than this (``hook ms``, the paired median), which is nvct's own code here;
+- ``CDI, device nodes only``: what podman's CDI handling and the nodes cost alone;
+- with ``--against DIR`` (``git archive main | tar -x -C DIR``): the spec's hook run from
+  this checkout and from ``DIR``, both as ``python -c`` on this venv's interpreter (with
+  site, as the console script), in the same rounds.
+
+After the rounds one more ``CDI, 1 GPU`` container lists its ``/etc/ld.so.cache`` and
+``libcuda.so.1`` link (what the hook made), kept in the results file beside each start's
+time, the ratios and the hooks' shares.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.bench import config_for, quantiles
+from bench.stats import paired
+from integration.harness.images import glibc_rootfs
+from integration.harness.podman import RUN_FLAGS, TAG, private_podman, spec_in_cdi_dir
+from integration.simdriver import cached_driver, preset
+
+OUTPUT = Path("bench/results-cdi-start.json")
+CLI = Path(".venv/bin/nvct-cli")
+SPEC, NOHOOK, NODES = "CDI, 1 GPU", "CDI without the hook", "CDI, device nodes only"
+THIS, AGAINST = "CDI, 1 GPU, this tree's hook", "CDI, 1 GPU, DIR's hook"
+# The kind of each variant's spec: the written spec's own, or a copy's.
+KINDS = {
+    "podman": None,
+    SPEC: "nvidia.com/gpu",
+    NOHOOK: "nvct-bench.example.com/nohook",
+    NODES: "nvct-bench.example.com/nodes",
+    THIS: "nvct-bench.example.com/this",
+    AGAINST: "nvct-bench.example.com/against",
+}
+
+
+def copy_of(
+    spec: dict[str, Any], kind: str, hook: list[str], *, mounts: bool = True
+) -> dict[str, Any]:
+    """``spec`` under ``kind``, its hook run by the command ``hook`` (its arguments after
+    the hook's own; no hook when empty), with or without its mounts."""
+    copy: dict[str, Any] = json.loads(json.dumps(spec))
+    copy["kind"] = kind
+    edits = copy["containerEdits"]
+    if not hook:
+        edits.pop("hooks", None)
+    else:
+        (entry,) = edits["hooks"]
+        entry["path"], entry["args"] = hook[0], [*hook, *entry["args"][1:]]
+    if not mounts:
+        edits.pop("mounts", None)
+    return copy
+
+
+def tree_hook(tree: Path) -> list[str]:
+    """nvct-cdi-hook of the checkout ``tree`` on this venv's interpreter, with site as the
+    console script runs it."""
+    code = f"import sys; sys.path.insert(0, {str(tree)!r}); from nvct.hook.cdi import main; "
+    return [os.path.abspath(".venv/bin/python3"), "-c", code + "sys.exit(main())"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.cdi_start")
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--seed", type=int, default=6, help="seed of the per-round order")
+    parser.add_argument("--output", type=Path, default=OUTPUT)
+    parser.add_argument(
+        "--against",
+        type=Path,
+        metavar="DIR",
+        help="also the hook of another checkout (git archive main | tar -x -C DIR) beside this "
+        "one's, both run the same way, in the same rounds",
+    )
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        print("bench.cdi_start: needs root (podman, /var/run/cdi)", file=sys.stderr)
+        return 1
+    if not CLI.exists():
+        print(f"bench.cdi_start: needs {CLI} (make venv)", file=sys.stderr)
+        return 1
+    began = time.monotonic()
+    work = Path(tempfile.mkdtemp(prefix="nvct-bench-cdi-"))
+    sim = cached_driver(preset("h100x4-550"), Path("/tmp/nvct-test-simdrivers"))
+    config = config_for(sim, work / "nvct")
+    rootfs = glibc_rootfs(work / "rootfs")
+    (work / "podman").mkdir()
+    kinds = {n: k for n, k in KINDS.items() if args.against or n not in (THIS, AGAINST)}
+    with contextlib.ExitStack() as stack:
+        podman = stack.enter_context(private_podman(work / "podman", rootfs, "overlay"))
+        path = stack.enter_context(spec_in_cdi_dir(".json"))
+        generate = [str(CLI), "--config", str(config), "cdi", "generate", "-o", str(path)]
+        subprocess.run(generate, check=True, capture_output=True)
+        spec = json.loads(path.read_text())
+        copies = {
+            NOHOOK: copy_of(spec, KINDS[NOHOOK] or "", []),
+            NODES: copy_of(spec, KINDS[NODES] or "", [], mounts=False),
+        }
+        if args.against:
+            copies[THIS] = copy_of(spec, KINDS[THIS] or "", tree_hook(Path.cwd()))
+            copies[AGAINST] = copy_of(spec, KINDS[AGAINST] or "", tree_hook(args.against))
+        for copy in copies.values():
+            stack.enter_context(spec_in_cdi_dir(".json")).write_text(json.dumps(copy))
+        run = [*podman, "run", "--rm", *RUN_FLAGS]
+        argvs = {
+            name: [*run, *(["--device", f"{kind}=0"] if kind else []), TAG, "true"]
+            for name, kind in kinds.items()
+        }
+        for argv in argvs.values():  # warm: the page cache, podman's storage
+            for _ in range(2):
+                subprocess.run(argv, check=True, capture_output=True)
+        samples: dict[str, list[float]] = {name: [] for name in argvs}
+        order = random.Random(args.seed)  # noqa: S311 - an order, not a secret
+        for _ in range(args.rounds):
+            for name in order.sample(list(argvs), len(argvs)):
+                start = time.perf_counter()
+                subprocess.run(argvs[name], check=True, capture_output=True)
+                samples[name].append((time.perf_counter() - start) * 1000)
+        seen = subprocess.run(
+            [*run, "--device", "nvidia.com/gpu=0", TAG, "sh", "-c",
+             "ls -l /etc/ld.so.cache; readlink /usr/lib/x86_64-linux-gnu/libcuda.so.1"],
+            check=True, capture_output=True, text=True,
+        ).stdout  # fmt: skip
+    base = samples["podman"]
+    compared = {name: paired(s, base).as_dict() for name, s in samples.items() if name != "podman"}
+    # What each hook adds: a start with it against one with the same spec and no hook.
+    shares = {
+        name: round(statistics.median(a - b for a, b in zip(s, samples[NOHOOK], strict=True)), 2)
+        for name, s in samples.items()
+        if name in (SPEC, THIS, AGAINST)
+    }
+    results = {
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "cpus": os.cpu_count(),
+        "load_after": list(os.getloadavg()),
+        "driver": "simulated h100x4-550",
+        "spec": {
+            "mounts": len(spec["containerEdits"].get("mounts", [])),
+            "hook_args": len(spec["containerEdits"]["hooks"][0]["args"]),
+            "hook": spec["containerEdits"]["hooks"][0]["path"],
+        },
+        "rounds": args.rounds,
+        "seed": args.seed,
+        "results": {name: quantiles(s) for name, s in samples.items()},
+        "paired_vs_podman": compared,
+        "against": str(args.against or ""),
+        "hook_share_ms": shares,
+        "container_saw": seen.strip().splitlines(),
+        "seconds": round(time.monotonic() - began),
+        "samples": {name: [round(x, 2) for x in s] for name, s in samples.items()},
+    }
+    args.output.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"{'variant':30} {'median':>8}  x podman  95% interval       extra ms  hook ms")
+    for name, s in samples.items():
+        row = compared.get(name)
+        tail = f"  {row['ratio']:.3f}  {row['ci95']}  {row['extra_ms']:+.1f}" if row else ""
+        hook = f"  {shares[name]:+.1f}" if name in shares else ""
+        print(f"{name:30} {statistics.median(s):8.1f}{tail}{hook}")
+    print("hook ms: paired median over the same spec without its hook")
+    print(f"spec: {results['spec']}; written: {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
