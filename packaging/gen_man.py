@@ -238,8 +238,11 @@ CDI_HOOK_DESCRIPTION = """
 The container engine (podman, containerd, CRI-O, docker with CDI) runs nvct-cdi-hook as the
 createContainer hook that a CDI spec from nvct-cli cdi generate names, with the OCI state on
 standard input. Inside the container's root it creates the driver library symlinks a spec cannot
-express (--symlink TARGET::LINK) and runs the host's ldconfig (--ldconfig) chrooted on the
-library directories (--ldconfig-dir). Every path is resolved inside the container's root.
+express (--symlink TARGET::LINK), then the ld.so.cache: the entries ldconfig would add for the
+spec's libraries, which the spec passes in the hook's NVCT_LD_CACHE_ENTRIES variable, merged into
+the image's own cache; where they cannot be (no entries, no cache in the image, one the merge
+cannot match ldconfig on) it runs the host's ldconfig (--ldconfig) chrooted on the library
+directories (--ldconfig-dir). Every path is resolved inside the container's root.
 It exits 0 on success, and otherwise with one line on standard error, which fails the
 container's start.
 """

@@ -3,16 +3,18 @@ typed model of ``nvct.cdi.model`` (``build_spec`` returns its JSON-ready mapping
 
 The common edits are the plan for ``NVIDIA_VISIBLE_DEVICES=none`` (control device nodes,
 libraries, binaries, IPC, firmware); each device's edits are the device nodes its own plan
-adds on top. Symlinks and ldconfig, which a spec cannot express, become one createContainer
-hook running the ``nvct-cdi-hook`` program of the nvct that wrote the spec (``hook_program``:
-/usr/bin in the packages, the console script of a pip install or venv), with an explicit
-environment (so nothing of the container's reaches it). A program rather than ``python -m``,
-because only the program knows where its nvct is (the packages' private tree is not on any
-interpreter's path). ``NVIDIA_VISIBLE_DEVICES=void`` in the common env keeps
-a legacy hook (NVIDIA's or nvct's) from acting a second time.
+adds on top. Symlinks and the ld.so.cache, which a spec cannot express, become one
+createContainer hook (``hook_entry``; ldconfig's entries for the spec's libraries in its
+environment, to merge into the image's cache) running the ``nvct-cdi-hook`` program of the
+nvct that wrote the spec (``hook_program``: /usr/bin in the packages, the console script of a
+pip install or venv), with an explicit environment (so nothing of the container's reaches
+it). A program rather than ``python -m``, because only the program knows where its nvct is
+(the packages' private tree is not on any interpreter's path). ``NVIDIA_VISIBLE_DEVICES=void``
+in the common env keeps a legacy hook (NVIDIA's or nvct's) from acting a second time.
 
 Libraries go to the Debian multiarch directory (a spec is written before any image is known);
-the hook's ldconfig run names that directory, so non-Debian images find them too.
+the hook's ld.so.cache entries (or its ldconfig run) name that directory, so non-Debian images
+find them too.
 """
 
 from __future__ import annotations
