@@ -7,9 +7,10 @@ minutes)::
 
 ``nvct-cli cdi generate`` (this checkout's venv; the spec names this venv's
 ``nvct-cdi-hook``) writes the simulated 4-GPU driver's spec into ``/var/run/cdi`` under a
-name of its own, and copies of it under other kinds beside it. In interleaved rounds (podman
-with runc and private overlay storage, the glibc image, ``true``) it times, each paired with
-plain ``podman run``:
+name of its own, and copies of it under other kinds, one at a time: each start has its own
+spec alone in the directory (podman reads every spec there on each run). In interleaved rounds
+(podman with runc and private overlay storage, the glibc image, ``true``) it times, each paired
+with plain ``podman run``:
 
 - ``CDI, 1 GPU``: ``--device nvidia.com/gpu=0``, the spec as written: the device nodes, the
   driver's files mounted one by one, and the hook (the SONAME links and the ld.so.cache);
@@ -28,7 +29,6 @@ time, the ratios and the hooks' shares.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import random
@@ -112,36 +112,51 @@ def main() -> int:
     rootfs = glibc_rootfs(work / "rootfs")
     (work / "podman").mkdir()
     kinds = {n: k for n, k in KINDS.items() if args.against or n not in (THIS, AGAINST)}
-    with contextlib.ExitStack() as stack:
-        podman = stack.enter_context(private_podman(work / "podman", rootfs, "overlay"))
-        path = stack.enter_context(spec_in_cdi_dir(".json"))
+    with (
+        private_podman(work / "podman", rootfs, "overlay") as podman,
+        spec_in_cdi_dir(".json") as path,
+    ):
         generate = [str(CLI), "--config", str(config), "cdi", "generate", "-o", str(path)]
         subprocess.run(generate, check=True, capture_output=True)
         spec = json.loads(path.read_text())
-        copies = {
-            NOHOOK: copy_of(spec, KINDS[NOHOOK] or "", []),
-            NODES: copy_of(spec, KINDS[NODES] or "", [], mounts=False),
+        path.unlink()
+        texts = {
+            SPEC: json.dumps(spec),
+            NOHOOK: json.dumps(copy_of(spec, KINDS[NOHOOK] or "", [])),
+            NODES: json.dumps(copy_of(spec, KINDS[NODES] or "", [], mounts=False)),
         }
         if args.against:
-            copies[THIS] = copy_of(spec, KINDS[THIS] or "", tree_hook(Path.cwd()))
-            copies[AGAINST] = copy_of(spec, KINDS[AGAINST] or "", tree_hook(args.against))
-        for copy in copies.values():
-            stack.enter_context(spec_in_cdi_dir(".json")).write_text(json.dumps(copy))
+            texts[THIS] = json.dumps(copy_of(spec, KINDS[THIS] or "", tree_hook(Path.cwd())))
+            texts[AGAINST] = json.dumps(
+                copy_of(spec, KINDS[AGAINST] or "", tree_hook(args.against))
+            )
         run = [*podman, "run", "--rm", *RUN_FLAGS]
         argvs = {
             name: [*run, *(["--device", f"{kind}=0"] if kind else []), TAG, "true"]
             for name, kind in kinds.items()
         }
-        for argv in argvs.values():  # warm: the page cache, podman's storage
+
+        def start(name: str) -> float:
+            """One start of ``name``, its spec the only one in the CDI directory (podman
+            reads every spec there on each run: copies beside it would cost each start)."""
+            if name in texts:
+                path.write_text(texts[name])
+            try:
+                began = time.perf_counter()
+                subprocess.run(argvs[name], check=True, capture_output=True)
+                return (time.perf_counter() - began) * 1000
+            finally:
+                path.unlink(missing_ok=True)
+
+        for name in argvs:  # warm: the page cache, podman's storage
             for _ in range(2):
-                subprocess.run(argv, check=True, capture_output=True)
+                start(name)
         samples: dict[str, list[float]] = {name: [] for name in argvs}
         order = random.Random(args.seed)  # noqa: S311 - an order, not a secret
         for _ in range(args.rounds):
             for name in order.sample(list(argvs), len(argvs)):
-                start = time.perf_counter()
-                subprocess.run(argvs[name], check=True, capture_output=True)
-                samples[name].append((time.perf_counter() - start) * 1000)
+                samples[name].append(start(name))
+        path.write_text(texts[SPEC])
         seen = subprocess.run(
             [*run, "--device", "nvidia.com/gpu=0", TAG, "sh", "-c",
              "ls -l /etc/ld.so.cache; readlink /usr/lib/x86_64-linux-gnu/libcuda.so.1"],
