@@ -51,8 +51,9 @@ def decide(
         if rc:
             return rc, None, argv
     if candidates is None:
-        path = config_file or os.environ.get("NVCT_CONFIG") or "/etc/nvct/config.toml"
-        candidates = runtimes_from_config(path)
+        from nvct.base.defaults import config_path
+
+        candidates = runtimes_from_config(config_path(config_file)[0])
     runtime = find_low_level(candidates, myself)
     if runtime is None:
         _fail(
