@@ -17,11 +17,14 @@ from nvct.base.ldcache_format import (
     add_entries,
     with_entries,
 )
+from nvct.container.rootfs import in_container
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from nvct.base.order import WorkOrder
     from nvct.container.rootfs import Rootfs
+
+LD_SO_CACHE = "/etc/ld.so.cache"
 
 
 def image_cache_with(rootfs: Rootfs, order: WorkOrder) -> tuple[str, bytes] | None:
@@ -51,7 +54,7 @@ def merged_image_cache(rootfs: Rootfs, extra: list[tuple[str, str, int]]) -> byt
         FileNotFoundError: the image has no ld.so.cache.
     """
     try:
-        data = rootfs.read_file("/etc/ld.so.cache", MAX_SIZE + 1)
+        data = rootfs.read_file(LD_SO_CACHE, MAX_SIZE + 1)
     except FileNotFoundError:
         raise
     except OSError:
@@ -59,6 +62,15 @@ def merged_image_cache(rootfs: Rootfs, extra: list[tuple[str, str, int]]) -> byt
     if len(data) > MAX_SIZE:
         return None
     return add_entries(data, extra)
+
+
+def write_ld_cache(rootfs: Rootfs, data: bytes) -> None:
+    """Replace the container's ld.so.cache with ``data``.
+
+    Raises:
+        ApplyError: its directory cannot be resolved, or the file not written.
+    """
+    in_container(LD_SO_CACHE, rootfs.replace_file, LD_SO_CACHE, data, 0o644)
 
 
 def _only_driver_libraries(rootfs: Rootfs, order: WorkOrder) -> bool:

@@ -15,7 +15,7 @@ import posixpath
 import time
 
 from nvct.container.cuda_compat import COMPAT_DIR, stage_compat
-from nvct.container.ld_cache import image_cache_with
+from nvct.container.ld_cache import image_cache_with, write_ld_cache
 from nvct.container.ld_conf import write_ld_conf
 from nvct.container.links import create_symlinks, link_binaries
 from nvct.container.rootfs import Rootfs, in_container
@@ -27,8 +27,6 @@ if TYPE_CHECKING:
 
     from nvct.base.order import MountRow, WorkOrder
     from nvct.container.ldconfig import Ldconfig
-
-LD_SO_CACHE = "/etc/ld.so.cache"
 
 
 class Staged:
@@ -128,7 +126,7 @@ def stage_rootfs(
     write_ld_conf(rootfs, order)
     start = staged.lap("symlinks", start)
     if known is not None:
-        in_container(LD_SO_CACHE, rootfs.replace_file, LD_SO_CACHE, known, 0o644)
+        write_ld_cache(rootfs, known)
     elif staged.ld_cache == "ldconfig":
         from nvct.container.ldconfig import start_ldconfig
 

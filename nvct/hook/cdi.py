@@ -82,9 +82,8 @@ def container_root(state: dict[str, object]) -> str:
     return rootfs_path(load_spec(bundle), bundle)
 
 
-def run(args: HookArgs, state: dict[str, object]) -> str:
-    """Create the symlinks, then the ld.so.cache, inside the container's root; how the cache
-    was made: ``merged``, ``ldconfig`` or ``none``."""
+def run(args: HookArgs, state: dict[str, object]) -> None:
+    """Create the symlinks, then the ld.so.cache, inside the container's root."""
     from nvct.container.links import create_symlinks
     from nvct.container.rootfs import Rootfs
 
@@ -92,20 +91,16 @@ def run(args: HookArgs, state: dict[str, object]) -> str:
         # Together: each directory is resolved once for all its links (46 of a full spec's).
         create_symlinks(rootfs, [(link, target) for target, link in args.symlinks])
         if not args.ldconfig_dirs:
-            return "none"
+            return
         merged = _merged_cache(rootfs)
         if merged is not None:
-            from nvct.container.rootfs import in_container
+            from nvct.container.ld_cache import write_ld_cache
 
-            in_container(LD_SO_CACHE, rootfs.replace_file, LD_SO_CACHE, merged, 0o644)
-            return "merged"
+            write_ld_cache(rootfs, merged)
+            return
         from nvct.container.ldconfig import run_ldconfig
 
         run_ldconfig(rootfs, args.ldconfig, tuple(args.ldconfig_dirs))
-        return "ldconfig"
-
-
-LD_SO_CACHE = "/etc/ld.so.cache"
 
 
 def _merged_cache(rootfs: Rootfs) -> bytes | None:
