@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -46,7 +47,7 @@ def test_hook_fails_closed_on_a_bad_state(monkeypatch, capsys) -> None:
     assert "no absolute bundle path" in capsys.readouterr().err
 
 
-def _bundle_with_cache(tmp_path, monkeypatch) -> tuple[object, list[str]]:
+def _bundle_with_cache(tmp_path, monkeypatch) -> tuple[Path, list[str]]:
     """A bundle whose image has an ld.so.cache listing libc, its state on stdin, and hook
     arguments naming an ldconfig that does not exist: a run of it fails."""
     bundle = tmp_path / "bundle"
