@@ -41,14 +41,17 @@ points at the phase's hook. Each round runs, in a fresh seeded random order and 
   hook, its work in a daemon worker), ``podman hooks.d, 1 GPU, Python hook``, ``podman
   hooks.d, no GPU`` (the entry runs the hook for every container: one that asks for nothing
   ends in the native hook) and ``podman hooks.d, void`` (``NVIDIA_VISIBLE_DEVICES=void``: the
-  whole path through a daemon worker that every container asking for nothing took before).
+  whole path through a daemon worker that every container asking for nothing took before),
+  and ``podman CDI, 1 GPU`` (``--device nvidia.com/gpu=0``: the spec the install's
+  ``nvct-cli cdi generate`` writes, alone in ``/var/run/cdi`` for the phase, whose
+  createContainer hook is the install's ``nvct-cdi-hook``).
 
 nvct's log says which path each start took (``via``: a daemon worker, the shim, the Python
 hook); a phase whose starts did not all take their variant's path fails the run. Per variant:
 the median of per-round ratios to runc, its bootstrap 95 % interval (``bench.stats``) and, for
 the goals (1 GPU <= 1.05, 1 GPU without the daemon <= 1.08, ``--gpus`` <= 1.05, no GPU <=
 1.025, podman's hooks.d <= 1.05 x podman, and <= 1.025 for a container that asks for no GPU
-there), *met*, *not met* or *undecided* (the interval
+there, podman's CDI <= 1.05 x podman), *met*, *not met* or *undecided* (the interval
 straddles the goal).
 
 Pinning: ``--nice N`` (default -5) and ``--cpus LIST`` apply to this process before anything
@@ -117,6 +120,8 @@ PODMAN_VARIANTS: dict[str, tuple[bool, list[str], bool, str | None]] = {
     "podman hooks.d, 1 GPU, Python hook": (True, GPU, False, "hook:hook"),
     "podman hooks.d, no GPU": (True, [], True, None),
     "podman hooks.d, void": (True, ["-e", "NVIDIA_VISIBLE_DEVICES=void"], True, None),
+    # CDI: the spec the install's nvct-cli writes, naming the install's nvct-cdi-hook.
+    "podman CDI, 1 GPU": (False, ["--device", "nvidia.com/gpu=0"], True, None),
 }
 GOALS = {
     "1 GPU": 1.05,
@@ -125,9 +130,17 @@ GOALS = {
     "no GPU": 1.025,
     "podman hooks.d, 1 GPU": 1.05,
     "podman hooks.d, no GPU": 1.025,
+    "podman CDI, 1 GPU": 1.05,
 }
 # The goals whose starts run the same code on every install path (pooled over them too).
-POOLED = ("no GPU", "1 GPU", "--gpus device=0", "podman hooks.d, 1 GPU", "podman hooks.d, no GPU")
+POOLED = (
+    "no GPU",
+    "1 GPU",
+    "--gpus device=0",
+    "podman hooks.d, 1 GPU",
+    "podman hooks.d, no GPU",
+    "podman CDI, 1 GPU",
+)
 # What a goal's verdict is reckoned against: kept by --goals-only.
 BASELINES = ("runc", "runc, another runtime name", "podman")
 WARM = 2  # starts per variant before the rounds: inventory, work orders, page cache
@@ -258,6 +271,23 @@ def hooks_dirs(work: Path, hook: Path) -> tuple[Path, Path]:
     return empty, full
 
 
+@contextlib.contextmanager
+def cdi_spec(install: Install, wanted: bool) -> Iterator[None]:
+    """The install's CDI spec (its ``nvct-cli cdi generate``, naming its ``nvct-cdi-hook``)
+    alone in ``/var/run/cdi`` for the phase, where podman reads it on each run; removed after."""
+    if not wanted:
+        yield
+        return
+    from integration.harness.podman import spec_in_cdi_dir
+
+    cli = install.launcher.parent / "nvct-cli"
+    with spec_in_cdi_dir(".json") as path:
+        subprocess.run(
+            [str(cli), "cdi", "generate", "-o", str(path)], check=True, capture_output=True
+        )
+        yield
+
+
 def run_phase(
     install: Install, base: list[str], image: str, env: dict[str, str], args: argparse.Namespace,
     log: Path, work: Path, podman: list[str] | None, until: float = float("inf"),
@@ -288,7 +318,10 @@ def run_phase(
     skip = len(log.read_text().splitlines()) if log.exists() else 0
     samples: dict[str, list[float]] = {name: [] for name in variants}
     began = time.monotonic()
-    with running_daemon(install, work / f"shimd-{install.name}.log"):
+    with (
+        running_daemon(install, work / f"shimd-{install.name}.log"),
+        cdi_spec(install, "podman CDI, 1 GPU" in variants),
+    ):
         for name, (argv, served, _) in variants.items():
             for _ in range(WARM):
                 with socket_hidden(not served):
@@ -635,7 +668,7 @@ def report(name: str, phase: dict[str, object]) -> None:
         )
         print(f"{variant:<32} {q['median']:8.1f} {q['p10']:8.1f} {q['p90']:8.1f}  {ratio}")
     if "podman" in results:
-        print("(the podman hooks.d rows: ratio to podman with no hook)")
+        print("(the podman rows: ratio to podman with no hook and no CDI device)")
 
 
 if __name__ == "__main__":
