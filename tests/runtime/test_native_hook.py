@@ -131,6 +131,27 @@ def test_no_daemon_runs_the_python_hook_with_the_state(tmp_path) -> None:
     assert other.stdout == b"FAKEPY poststop\n"  # every other stage: the Python hook
 
 
+def test_the_state_is_read_whole_up_to_its_bound(tmp_path) -> None:
+    """States across the read buffer's growth reach the Python hook byte for byte; one of
+    1 MiB or more is refused in one line, and nothing runs."""
+    hook = native_hook(tmp_path, str(fake_python(tmp_path)), tmp_path / "absent.sock")
+    for size in (65535, 65536, 65537, 300_000, (1 << 20) - 1):
+        state = b'{"pid": 5, "bundle": "/b", "x": "' + b"a" * (size - 35) + b'"}'
+        assert len(state) == size
+        done = subprocess.run(
+            [str(hook), "prestart"], input=state, capture_output=True, check=False
+        )
+        assert done.stdout == b"FAKEPY prestart\n" + state, size
+    big = subprocess.run(
+        [str(hook), "prestart"], input=b" " * (1 << 20), capture_output=True, check=False
+    )
+    assert (big.returncode, big.stdout) == (1, b"")
+    assert big.stderr.decode().strip() == (
+        "nvct-hook: error: OCI state on stdin is larger than 1048576 bytes "
+        "(fix: check the runtime that runs nvct-hook)"
+    )
+
+
 # --- A container that asks for no GPU ends in the native hook (podman's hooks.d runs the hook
 # for every container): its state's bundle, read by hook.c's own JSON scanner ----------------
 

@@ -73,45 +73,51 @@ static void exec_python(char **args, int n)
 
 #define MAX_FILE (64 << 20)
 
+/* All of ``fd``, NUL-terminated, at most ``max`` bytes; NULL with errno set when it cannot be
+ * read (EFBIG: longer than ``max``; ENOMEM: out of memory). */
+static char *read_all(int fd, size_t max, size_t *size)
+{
+    size_t cap = 65536, len = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        if (len == cap) {
+            char *bigger = cap >= max ? NULL : realloc(buf, cap * 2 + 1);
+            if (!bigger) {
+                int why = cap >= max ? EFBIG : ENOMEM;
+                free(buf);
+                errno = why;
+                return NULL;
+            }
+            buf = bigger;
+            cap *= 2;
+        }
+        ssize_t got = read(fd, buf + len, cap - len);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            int why = errno;
+            free(buf);
+            errno = why;
+            return NULL;
+        }
+        if (got == 0) {
+            buf[len] = '\0';
+            *size = len;
+            return buf;
+        }
+        len += (size_t)got;
+    }
+    errno = ENOMEM;
+    return NULL;
+}
+
 /* The whole file, NUL-terminated; NULL when it cannot be read. */
 static char *read_file(const char *path, size_t *size)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return NULL;
-    size_t cap = 65536, len = 0;
-    char *buf = malloc(cap + 1);
-    while (buf) {
-        if (len == cap) {
-            if (cap >= MAX_FILE) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            cap *= 2;
-            char *bigger = realloc(buf, cap + 1);
-            if (!bigger) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = bigger;
-        }
-        ssize_t got = read(fd, buf + len, cap - len);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got < 0) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        if (got == 0) {
-            buf[len] = '\0';
-            *size = len;
-            break;
-        }
-        len += (size_t)got;
-    }
+    char *buf = read_all(fd, MAX_FILE, size);
     close(fd);
     return buf;
 }

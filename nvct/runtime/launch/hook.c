@@ -30,33 +30,14 @@
 /* stdin, whole; exits with an error line when it cannot be read. */
 static char *read_state(size_t *size)
 {
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap + 1);
-    for (;;) {
-        if (!buf)
-            fail("out of memory", "free memory");
-        if (len == cap) {
-            if (cap >= MAX_STATE)
-                fail("OCI state on stdin is larger than 1048576 bytes",
-                     "check the runtime that runs nvct-hook");
-            cap *= 2;
-            char *bigger = realloc(buf, cap + 1);
-            if (!bigger)
-                free(buf);
-            buf = bigger;
-            continue;
-        }
-        ssize_t got = read(STDIN_FILENO, buf + len, cap - len);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got < 0)
-            fail("cannot read the OCI state on stdin", "run nvct-hook as an OCI hook");
-        if (got == 0)
-            break;
-        len += (size_t)got;
-    }
-    buf[len] = '\0';
-    *size = len;
+    char *buf = read_all(STDIN_FILENO, MAX_STATE, size);
+    if (!buf && errno == EFBIG)
+        fail("OCI state on stdin is larger than 1048576 bytes",
+             "check the runtime that runs nvct-hook");
+    if (!buf && errno == ENOMEM)
+        fail("out of memory", "free memory");
+    if (!buf)
+        fail("cannot read the OCI state on stdin", "run nvct-hook as an OCI hook");
     return buf;
 }
 
