@@ -17,6 +17,9 @@ with plain ``podman run``:
 - ``CDI without the hook``: the same nodes and mounts, no hook; a variant's hook costs what
   it takes more than this (``hook ms``, the paired median), which is nvct's own code here;
 - ``CDI, device nodes only``: what podman's CDI handling and the nodes cost alone;
+- ``CDI, 1 GPU, one library directory`` (and the same without its hook): the spec that
+  ``cdi generate --library-mounts directory`` writes (the packages' refresh service does),
+  whose libraries and their links come as one bind of a directory of hard links;
 - with ``--against DIR`` (``git archive main | tar -x -C DIR``): the spec's hook run from
   this checkout and from ``DIR``, both as ``python -c`` on this venv's interpreter (with
   site, as the console script), in the same rounds.
@@ -50,26 +53,31 @@ OUTPUT = Path("bench/results-cdi-start.json")
 CLI = Path(".venv/bin/nvct-cli")
 SPEC, NOHOOK, NODES = "CDI, 1 GPU", "CDI without the hook", "CDI, device nodes only"
 THIS, AGAINST = "CDI, 1 GPU, this tree's hook", "CDI, 1 GPU, DIR's hook"
+LIBDIR, LIBDIR_NOHOOK = "CDI, 1 GPU, one library directory", "one library directory, no hook"
 # The kind of each variant's spec: the written spec's own, or a copy's.
 KINDS = {
     "podman": None,
     SPEC: "nvidia.com/gpu",
     NOHOOK: "nvct-bench.example.com/nohook",
     NODES: "nvct-bench.example.com/nodes",
+    LIBDIR: "nvct-bench.example.com/libdir",
+    LIBDIR_NOHOOK: "nvct-bench.example.com/libdir-nohook",
     THIS: "nvct-bench.example.com/this",
     AGAINST: "nvct-bench.example.com/against",
 }
 
 
 def copy_of(
-    spec: dict[str, Any], kind: str, hook: list[str], *, mounts: bool = True
+    spec: dict[str, Any], kind: str, hook: list[str] | None, *, mounts: bool = True
 ) -> dict[str, Any]:
     """``spec`` under ``kind``, its hook run by the command ``hook`` (its arguments after
-    the hook's own; no hook when empty), with or without its mounts."""
+    the hook's own; no hook when empty; None: the spec's own), with or without its mounts."""
     copy: dict[str, Any] = json.loads(json.dumps(spec))
     copy["kind"] = kind
     edits = copy["containerEdits"]
-    if not hook:
+    if hook is None:
+        pass
+    elif not hook:
         edits.pop("hooks", None)
     else:
         (entry,) = edits["hooks"]
@@ -77,6 +85,11 @@ def copy_of(
     if not mounts:
         edits.pop("mounts", None)
     return copy
+
+
+def mounts_of(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    mounts: list[dict[str, Any]] = spec["containerEdits"].get("mounts", [])
+    return mounts
 
 
 def tree_hook(tree: Path) -> list[str]:
@@ -119,11 +132,19 @@ def main() -> int:
         generate = [str(CLI), "--config", str(config), "cdi", "generate", "-o", str(path)]
         subprocess.run(generate, check=True, capture_output=True)
         spec = json.loads(path.read_text())
+        libs = ["--library-mounts", "directory", "--library-dir", str(work / "cdi-libs")]
+        subprocess.run([*generate, *libs], check=True, capture_output=True)
+        libdir_spec = json.loads(path.read_text())
         path.unlink()
+        if not any(m["containerPath"].endswith("/nvidia-driver") for m in mounts_of(libdir_spec)):
+            print("bench.cdi_start: no library directory could be made", file=sys.stderr)
+            return 1
         texts = {
             SPEC: json.dumps(spec),
             NOHOOK: json.dumps(copy_of(spec, KINDS[NOHOOK] or "", [])),
             NODES: json.dumps(copy_of(spec, KINDS[NODES] or "", [], mounts=False)),
+            LIBDIR: json.dumps(copy_of(libdir_spec, KINDS[LIBDIR] or "", None)),
+            LIBDIR_NOHOOK: json.dumps(copy_of(libdir_spec, KINDS[LIBDIR_NOHOOK] or "", [])),
         }
         if args.against:
             texts[THIS] = json.dumps(copy_of(spec, KINDS[THIS] or "", tree_hook(Path.cwd())))
@@ -165,10 +186,13 @@ def main() -> int:
     base = samples["podman"]
     compared = {name: paired(s, base).as_dict() for name, s in samples.items() if name != "podman"}
     # What each hook adds: a start with it against one with the same spec and no hook.
+    bare = {SPEC: NOHOOK, THIS: NOHOOK, AGAINST: NOHOOK, LIBDIR: LIBDIR_NOHOOK}
     shares = {
-        name: round(statistics.median(a - b for a, b in zip(s, samples[NOHOOK], strict=True)), 2)
+        name: round(
+            statistics.median(a - b for a, b in zip(s, samples[bare[name]], strict=True)), 2
+        )
         for name, s in samples.items()
-        if name in (SPEC, THIS, AGAINST)
+        if name in bare
     }
     results = {
         "date": time.strftime("%Y-%m-%d %H:%M"),
@@ -177,6 +201,7 @@ def main() -> int:
         "driver": "simulated h100x4-550",
         "spec": {
             "mounts": len(spec["containerEdits"].get("mounts", [])),
+            "mounts_with_one_library_directory": len(mounts_of(libdir_spec)),
             "hook_args": len(spec["containerEdits"]["hooks"][0]["args"]),
             "hook": spec["containerEdits"]["hooks"][0]["path"],
         },

@@ -12,7 +12,7 @@ import copy
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -28,17 +28,21 @@ pytestmark = [pytest.mark.podman, pytest.mark.root]
 
 @contextmanager
 def generated_spec(
-    cli: list[str], sim_driver: Any, nvct_config: Path, suffix: str = ".json"
+    cli: list[str],
+    sim_driver: Any,
+    nvct_config: Path,
+    suffix: str = ".json",
+    options: Sequence[str] = (),
 ) -> Iterator[Path]:
-    """A spec in /var/run/cdi written by ``cli`` (an nvct-cli command line) for the simulated
-    driver; removed afterwards."""
+    """A spec in /var/run/cdi written by ``cli`` (an nvct-cli command line, with ``cdi
+    generate``'s ``options``) for the simulated driver; removed afterwards."""
     roots = [
         "--config", str(nvct_config), "--driver-root", str(sim_driver.driver_root),
         "--dev-root", str(sim_driver.dev_root), "--proc-root", str(sim_driver.proc_root),
     ]  # fmt: skip
     with spec_in_cdi_dir(suffix) as path:
         done = subprocess.run(
-            [*cli, *roots, "cdi", "generate", "-o", str(path)],
+            [*cli, *roots, "cdi", "generate", "-o", str(path), *options],
             capture_output=True, text=True, timeout=120, check=False, env={"PATH": "/usr/bin:/bin"},
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
@@ -127,3 +131,42 @@ def test_the_hooks_merged_ld_cache_is_what_ldconfig_makes(
     assert by_merge == by_ldconfig
     keys = {e[1] for e in by_merge[1]}  # the image's own libraries and the driver's
     assert {b"libc.so.6", b"libcuda.so.1", b"libnvidia-ml.so.1"} <= keys
+
+
+def test_a_directory_spec_gives_the_same_driver_through_one_mount(
+    podman: list[str], sim_driver: Any, nvct_config: Path, tmp_path: Path
+) -> None:
+    """``--library-mounts directory``: the container sees the driver's libraries in
+    <libdir>/nvidia-driver (one bind of hard links, not a mount per file in its layer),
+    finds them through its ld.so.cache (nvidia-smi loads libnvidia-ml by SONAME), and its
+    ld.so.conf.d lists the directory for an ldconfig it runs later."""
+    options = ["--library-mounts", "directory", "--library-dir", str(tmp_path / "cdi")]
+    cli = [sys.executable, "-m", "nvct.cli.main"]
+    with generated_spec(cli, sim_driver, nvct_config, options=options) as path:
+        spec = json.loads(path.read_text())
+        lib = "/usr/lib/x86_64-linux-gnu"
+        script = (
+            f"nvidia-smi -L; echo ===; ls {lib}/nvidia-driver; echo ===; "
+            f"cat /etc/ld.so.conf.d/000-nvidia-driver.conf; echo ===; ls {lib}; echo ===; "
+            "grep -a -o '[a-z0-9/_-]*nvidia-driver/libcuda.so.1' /etc/ld.so.cache; "
+            "cat /proc/self/mountinfo"
+        )
+        result = podman_run(podman, ["nvidia.com/gpu=1"], script)
+    assert result.returncode == 0, result.stderr
+    smi, in_dir, conf, in_lib, rest = result.stdout.split("===")
+    assert_only_gpu_1(smi, "nvidia1", sim_driver)
+    version = sim_driver.spec.driver_version
+    assert {f"libcuda.so.{version}", "libcuda.so.1", "libnvidia-ml.so.1"} <= set(in_dir.split())
+    assert f"{lib}/nvidia-driver" in conf.split()
+    assert not any(name.startswith(("libcuda", "libnvidia")) for name in in_lib.split())
+    cached, *mountinfo = rest.lstrip("\n").split("\n", 1)
+    assert cached.strip() == f"{lib}/nvidia-driver/libcuda.so.1"
+    points = [line.split()[4] for line in "".join(mountinfo).splitlines()]
+    # one bind for the 64-bit libraries, none per file (vdpau/ keeps its own: found by path)
+    assert [p for p in points if p.rpartition("/")[0] == lib] == [f"{lib}/nvidia-driver"]
+    in_lib_dirs = [
+        m["containerPath"]
+        for m in spec["containerEdits"]["mounts"]
+        if m["containerPath"].rpartition("/")[0] in (lib, "/usr/lib/i386-linux-gnu")
+    ]
+    assert in_lib_dirs == [f"{lib}/nvidia-driver", "/usr/lib/i386-linux-gnu/nvidia-driver"]

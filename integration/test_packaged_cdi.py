@@ -127,13 +127,18 @@ def test_the_refresh_units_regenerate_the_spec_doctor_calls_stale(
         assert verified.returncode == 0, verified.stderr
     (command,) = unit_settings(service.read_text())["Service.ExecStart"]
     argv = command.split()
-    assert argv[:3] == [CLI, "cdi", "generate"] and argv[-2:] == ["--output", OUTPUT]
-    # the service's command, writing into a directory of the test's instead of /var/run/cdi
+    assert argv[:3] == [CLI, "cdi", "generate"]
+    assert argv[argv.index("--output") + 1] == OUTPUT
+    assert argv[argv.index("--library-mounts") + 1] == "directory"
+    # the service's command, writing into directories of the test's instead of /var/run/cdi
+    # and /var/lib/nvct/cdi
     spec = tmp_path / "cdi" / "nvidia.yaml"
     spec.parent.mkdir()
+    libs = tmp_path / "libs"
     env = {"PATH": "/usr/bin:/bin", "NVCT_CONFIG": str(nvct_config)}
-    refresh = [*argv[:-1], str(spec)]
+    refresh = [str(spec) if a == OUTPUT else a for a in argv] + ["--library-dir", str(libs)]
     subprocess.run(refresh, capture_output=True, timeout=120, check=True, env=env)
+    assert f'"hostPath": "{libs}/libdirs/' in spec.read_text()  # the libraries as one directory
     assert doctor_cdi(env, spec)["status"] == "PASS"
     # the driver "changed": the spec on disk no longer matches (a device node moved)
     text = spec.read_text()
@@ -141,7 +146,9 @@ def test_the_refresh_units_regenerate_the_spec_doctor_calls_stale(
     stale = doctor_cdi(env, spec)
     assert stale["status"] == "FAIL"
     assert f"{spec} is stale: the edits of device(s) 1 changed" in stale["message"]
-    assert stale["fix"] == f"nvct-cli cdi generate --output {spec}"
+    assert stale["fix"] == (
+        f"nvct-cli cdi generate --output {spec} --library-mounts directory --library-dir {libs}"
+    )
     subprocess.run(refresh, capture_output=True, timeout=120, check=True, env=env)
     assert spec.read_text() == text
     assert doctor_cdi(env, spec)["status"] == "PASS"

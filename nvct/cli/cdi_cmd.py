@@ -90,6 +90,23 @@ def output_format(output: Path | None, fmt: str | None) -> str:
     help="nvidia.com/gpu (the GPUs and the driver), or nvidia.com/imex-channel (one device per "
     "IMEX channel node of the host).",
 )
+@click.option(
+    "--library-mounts",
+    type=click.Choice(["files", "directory"]),
+    default="files",
+    show_default=True,
+    help="files: one mount per driver library (as NVIDIA's specs); directory: one mount of a "
+    "directory of hard links of them made under --library-dir (faster starts; the libraries "
+    "and that directory must share a filesystem, else the spec keeps one mount per library).",
+)
+@click.option(
+    "--library-dir",
+    metavar="DIR",
+    default="/var/lib/nvct/cdi",
+    show_default=True,
+    help="Where --library-mounts directory makes the directory the spec names (not a cache: "
+    "the spec needs it for as long as it is used).",
+)
 @click.pass_obj
 def generate(
     obj: CliContext,
@@ -102,6 +119,8 @@ def generate(
     mode: str,
     hook_path: str | None,
     kind: str,
+    library_mounts: str,
+    library_dir: str,
 ) -> None:
     """Generate a CDI spec (kind nvidia.com/gpu, or nvidia.com/imex-channel) from the host."""
     from nvct.engines.files import FileChange, apply_change, read_config
@@ -115,7 +134,13 @@ def generate(
             "--device-id selects GPUs, and a management spec has one device with every node",
             hint="drop --device-id, or generate with --mode nvml",
         )
-    options = SpecOptions(device_name_strategy, vendor, cls, ids, mode)
+    if library_mounts == "directory" and not library_dir.startswith("/"):
+        raise EngineConfigError(
+            f"--library-dir {library_dir!r} is not absolute", hint="give an absolute path"
+        )
+    root = library_dir if library_mounts == "directory" else ""
+    options = SpecOptions(device_name_strategy, vendor, cls, ids, mode, root)
+    problems: list[str] = []
     inventory = load_inventory(obj.config, use_cache=obj.use_cache)
     if kind == "imex-channel":
         from nvct.plan.cdi_imex import build_imex_spec
@@ -123,7 +148,12 @@ def generate(
         spec = build_imex_spec(inventory)
     else:
         hook = hook_program(hook_path)
-        spec = build_spec(inventory, obj.config, host_arch(), options=options, hook=hook)
+        spec = build_spec(
+            inventory, obj.config, host_arch(), options=options, hook=hook, problems=problems
+        )
+    for problem in problems:
+        obj.event("cdi_library_dir_failed", problem=problem)
+        click.echo(f"warning: --library-mounts directory: {problem}", err=True)
     text = spec_text(spec, output_format(output, fmt))
     if output is None:
         click.echo(text, nl=False)

@@ -54,8 +54,13 @@ def cdi_generator(config: Config, inventory: InventoryLoader) -> SpecGenerator:
         if found is None:
             return None
         try:
-            return build_spec(
-                found, config, host_arch(), options=options, hook=hook or hook_program()
+            return build_spec(  # doctor makes no library directory: it says one is missing
+                found,
+                config,
+                host_arch(),
+                options=options,
+                hook=hook or hook_program(),
+                create=False,
             )
         except NvctError:
             return None

@@ -6,6 +6,8 @@ from nvct.container.rootfs import Rootfs, in_container
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from nvct.base.order import WorkOrder
 
 LD_CONF = "/etc/ld.so.conf.d/000-nvidia-driver.conf"
@@ -16,7 +18,11 @@ def write_ld_conf(rootfs: Rootfs, order: WorkOrder) -> bool:
     that an ldconfig the container runs later (a package install) keeps the driver in its
     cache; only where the image has that directory (and so an ldconfig that reads it).
     Returns whether the file was written."""
-    dirs = [d[1] for d in order.get("libdirs", ())]
+    return write_ld_conf_dirs(rootfs, [d[1] for d in order.get("libdirs", ())])
+
+
+def write_ld_conf_dirs(rootfs: Rootfs, dirs: Sequence[str]) -> bool:
+    """``write_ld_conf`` for the container paths ``dirs`` (a CDI spec's hook names them)."""
     if not dirs or not rootfs.is_dir("/etc/ld.so.conf.d"):
         return False
     text = "# The host's NVIDIA driver libraries, bound here by nvct\n" + "".join(

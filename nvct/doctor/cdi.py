@@ -11,6 +11,7 @@ that names only some of the GPUs (``--device-id``) is current while those device
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,15 @@ class CdiSpec:
 
     path: Path
     driver_version: str | None
+    library_root: str = ""  # where its library directory was made ("": a mount per file)
+    missing: tuple[str, ...] = ()  # its library directories that do not exist
+
+    def regenerate(self) -> str:
+        """The command that writes this spec anew, as it was generated."""
+        command = f"nvct-cli cdi generate --output {self.path}"
+        if self.library_root:
+            command += f" --library-mounts directory --library-dir {self.library_root}"
+        return command
 
 
 def recorded_version(data: dict[str, Any]) -> str | None:
@@ -46,6 +56,8 @@ def recorded_version(data: dict[str, Any]) -> str | None:
 
 def find_specs(dirs: tuple[Path, ...]) -> tuple[list[CdiSpec], list[str]]:
     """Specs of kind nvidia.com/gpu in ``dirs``, and the files that could not be read."""
+    from nvct.plan.cdi_spec import library_root
+
     specs: list[CdiSpec] = []
     errors: list[str] = []
     for directory in dirs:
@@ -60,8 +72,22 @@ def find_specs(dirs: tuple[Path, ...]) -> tuple[list[CdiSpec], list[str]]:
                 errors.append(str(err).splitlines()[0][:240])
                 continue
             if data.get("kind") == KIND:
-                specs.append(CdiSpec(path, recorded_version(data)))
+                edits = data.get("containerEdits")
+                root = library_root(edits) if isinstance(edits, dict) else ""
+                missing = _missing_dirs(edits, root) if isinstance(edits, dict) and root else ()
+                specs.append(CdiSpec(path, recorded_version(data), root, missing))
     return specs, errors
+
+
+def _missing_dirs(edits: dict[str, Any], root: str) -> tuple[str, ...]:
+    """The spec's library directories under ``root`` that are gone (a cleaner, a spec copied
+    from another machine): named as such, rather than as a drift in its mounts."""
+    sources = [m.get("hostPath") for m in edits.get("mounts") or () if isinstance(m, dict)]
+    return tuple(
+        s
+        for s in sources
+        if isinstance(s, str) and s.startswith(root.rstrip("/") + "/") and not os.path.isdir(s)
+    )
 
 
 def check_cdi(ctx: DoctorContext, driver_version: str | None) -> list[CheckResult]:
@@ -84,7 +110,7 @@ def check_cdi(ctx: DoctorContext, driver_version: str | None) -> list[CheckResul
         )
         return results
     for spec in specs:
-        fix = regenerate.format(spec.path)
+        fix = spec.regenerate()
         if spec.driver_version is None:
             results.append(
                 warned(
@@ -109,6 +135,16 @@ def check_cdi(ctx: DoctorContext, driver_version: str | None) -> list[CheckResul
                     NAME,
                     f"{spec.path} was generated for driver {spec.driver_version}, the driver is "
                     f"{driver_version}: containers would get stale device nodes and libraries",
+                    fix,
+                )
+            )
+        elif spec.missing:
+            more = f" (and {len(spec.missing) - 1} more)" if len(spec.missing) > 1 else ""
+            results.append(
+                failed(
+                    NAME,
+                    f"{spec.path} mounts {spec.missing[0]}{more}, which does not exist: every "
+                    "container given its devices fails to start",
                     fix,
                 )
             )

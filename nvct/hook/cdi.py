@@ -1,16 +1,19 @@
 """The createContainer hook of nvct's CDI specs: symlinks and the ld.so.cache in the container.
 
 ``nvct-cdi-hook [--ldconfig PATH] [--symlink TARGET::LINK]... [--ldconfig-dir
-DIR]...`` with the OCI state on stdin. A createContainer hook runs in the container's mount
-namespace after the spec's mounts are made and before pivot_root, so the rootfs path of
-``<bundle>/config.json`` (or the ``root`` field crun adds to the state) is the container's
-root as seen from here. Every path is resolved inside it (``Rootfs``).
+DIR]... [--ld-conf DIR]...`` with the OCI state on stdin. A createContainer hook runs in the
+container's mount namespace after the spec's mounts are made and before pivot_root, so the
+rootfs path of ``<bundle>/config.json`` (or the ``root`` field crun adds to the state) is the
+container's root as seen from here. Every path is resolved inside it (``Rootfs``).
 
 The ld.so.cache is made as nvct-runtime makes it: the entries ldconfig would add for the
 spec's libraries (``CDI_LD_CACHE_ENV`` in the hook's environment, written by the spec's
 planner) merged into the image's own cache, in ldconfig's order; the host's ldconfig, run
 chrooted over ``--ldconfig-dir``, only where they cannot be (no entries, no cache in the
-image, or one the merge cannot match ldconfig on: ``nvct.base.ldcache_format``).
+image, or one the merge cannot match ldconfig on: ``nvct.base.ldcache_format``). The
+``--ld-conf`` directories (the driver's libraries bound as one directory) are listed in the
+container's ``/etc/ld.so.conf.d``, as nvct-runtime lists them, so that an ldconfig the
+container runs later keeps them.
 
 Imports stay minimal (no ``json``, ``re``, ``dataclasses`` or ``pathlib``): this runs for
 every CDI container start.
@@ -27,19 +30,20 @@ if TYPE_CHECKING:
 
 USAGE = (
     "usage: nvct-cdi-hook [--ldconfig PATH] [--symlink TARGET::LINK]... "
-    "[--ldconfig-dir DIR]...  (reads the OCI state on stdin)"
+    "[--ldconfig-dir DIR]... [--ld-conf DIR]...  (reads the OCI state on stdin)"
 )
 
 
 class HookArgs:
     """The hook's command line."""
 
-    __slots__ = ("ldconfig", "ldconfig_dirs", "symlinks")
+    __slots__ = ("ld_conf", "ldconfig", "ldconfig_dirs", "symlinks")
 
     def __init__(self) -> None:
         self.ldconfig = "/sbin/ldconfig"
         self.symlinks: list[tuple[str, str]] = []  # (target, link)
         self.ldconfig_dirs: list[str] = []
+        self.ld_conf: list[str] = []
 
 
 def parse_args(argv: list[str]) -> HookArgs:
@@ -55,10 +59,10 @@ def parse_args(argv: list[str]) -> HookArgs:
             if not sep or not target or not link.startswith("/"):
                 raise ValueError(f"--symlink wants TARGET::/ABS/LINK, got {value!r}")
             args.symlinks.append((target, link))
-        elif flag == "--ldconfig-dir":
-            if not value.startswith("/"):
-                raise ValueError(f"--ldconfig-dir wants an absolute path, got {value!r}")
-            args.ldconfig_dirs.append(value)
+        elif flag in ("--ldconfig-dir", "--ld-conf"):
+            if not value.startswith("/") or "\n" in value:
+                raise ValueError(f"{flag} wants an absolute path, got {value!r}")
+            (args.ldconfig_dirs if flag == "--ldconfig-dir" else args.ld_conf).append(value)
         elif flag == "--ldconfig":
             if not value.startswith("/"):
                 raise ValueError(f"--ldconfig wants an absolute path, got {value!r}")
@@ -90,6 +94,10 @@ def run(args: HookArgs, state: dict[str, object]) -> None:
     with Rootfs(container_root(state)) as rootfs:
         # Together: each directory is resolved once for all its links (46 of a full spec's).
         create_symlinks(rootfs, [(link, target) for target, link in args.symlinks])
+        if args.ld_conf:
+            from nvct.container.ld_conf import write_ld_conf_dirs
+
+            write_ld_conf_dirs(rootfs, args.ld_conf)
         if not args.ldconfig_dirs:
             return
         merged = _merged_cache(rootfs)

@@ -14,7 +14,12 @@ in the common env keeps a legacy hook (NVIDIA's or nvct's) from acting a second 
 
 Libraries go to the Debian multiarch directory (a spec is written before any image is known);
 the hook's ld.so.cache entries (or its ldconfig run) name that directory, so non-Debian images
-find them too.
+find them too. By default each library is one mount, as in NVIDIA's specs. With a library root
+(``cdi generate --library-mounts directory``) they are bound as one directory, as nvct-runtime
+binds them (``nvct.plan.libdirs``): hard links made under the root, outside any cache (a spec
+outlives a cache's cleaning), and seen at ``<libdir>/nvidia-driver``, which the hook lists in the
+container's ld.so.conf.d. Each library mount costs a podman CDI start ~0.6 ms on the bench's VM
+(bench/README.md); where hard links cannot be made the spec keeps one mount per library.
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ HOOK_PROGRAM = "nvct-cdi-hook"
 HOOK_ENV = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",)
 STRATEGIES = ("index", "uuid", "both")
 MODES = ("nvml", "management")
+LIBRARY_MOUNTS = ("files", "directory")
+DEFAULT_LIBRARY_ROOT = "/var/lib/nvct/cdi"  # state, not cache: the packages' spec names it
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +62,8 @@ class SpecOptions:
     """What ``cdi generate`` was asked for (NVIDIA's defaults: both names, every device).
 
     ``vendor`` None is ``nvidia.com``, or ``management.nvidia.com`` in management mode (so a
-    management spec and the GPU spec can sit side by side, as NVIDIA's do).
+    management spec and the GPU spec can sit side by side, as NVIDIA's do). ``library_root``
+    "" mounts each library; a directory binds them as one directory made under it.
     """
 
     strategy: str = "both"
@@ -63,6 +71,7 @@ class SpecOptions:
     cls: str = CLASS
     device_ids: tuple[str, ...] = ()
     mode: str = "nvml"
+    library_root: str = ""
 
     def kind(self) -> str:
         """``vendor/class``.
@@ -194,10 +203,38 @@ def hook_program(explicit: str | None = None) -> str:
     )
 
 
+def library_directories(
+    plan: Plan, config: Config, root: str, *, create: bool, problems: list[str]
+) -> Plan:
+    """``plan`` with the libraries of each library directory bound as one directory of hard
+    links under ``root`` (``create``: made now; else only those that exist whole). A
+    directory that cannot be made keeps its libraries' mounts, and says why in ``problems``."""
+    from nvct.host.fingerprint import inventory_fingerprint
+    from nvct.plan.libdirs import group_libraries, library_groups
+    from nvct.store.libdir import complete, ensure, host_dir
+
+    fingerprint = inventory_fingerprint(config.driver_root, config.dev_root, config.proc_root)
+    groups = library_groups(plan)
+    chosen: dict[str, str] = {}
+    for base, _kind, files, links in groups:
+        path = host_dir(root, fingerprint, files, links)
+        if create:
+            try:
+                ensure(path, files, links)
+            except OSError as err:
+                problems.append(f"cannot make {path} ({err}): {base} keeps one mount per library")
+                continue
+        elif not complete(path, files, links):
+            continue
+        chosen[base] = path
+    return group_libraries(plan, groups, chosen)
+
+
 def hook_entry(plan: Plan, ldconfig: str, hook: str) -> model.Hook | None:
     """The createContainer hook for the plan's symlinks and its ld.so.cache: ldconfig's
     entries in its environment, to merge into the image's cache, and the directories for an
-    ldconfig run where they cannot be merged (None: nothing to do)."""
+    ldconfig run where they cannot be merged; the bound library directories for the
+    container's ld.so.conf.d (None: nothing to do)."""
     if not plan.symlinks and not plan.ldconfig_dirs:
         return None
     args = [HOOK_PROGRAM, "--ldconfig", ldconfig]
@@ -205,6 +242,8 @@ def hook_entry(plan: Plan, ldconfig: str, hook: str) -> model.Hook | None:
         args += ["--symlink", f"{link.target}::{link.path}"]
     for directory in plan.ldconfig_dirs:
         args += ["--ldconfig-dir", directory]
+    for libdir in plan.library_dirs:
+        args += ["--ld-conf", libdir.target]
     env: tuple[str, ...] = HOOK_ENV
     if plan.ldconfig_dirs and plan.ld_cache_entries:
         entries = json.dumps([list(e) for e in plan.ld_cache_entries], separators=(",", ":"))
@@ -231,10 +270,14 @@ def build_spec(
     options: SpecOptions | None = None,
     strategy: str | None = None,
     hook: str,
+    create: bool = True,
+    problems: list[str] | None = None,
 ) -> dict[str, Any]:
     """The whole CDI spec, built as typed values (``nvct.cdi.model``) and returned as the
     JSON-ready mapping its file holds (``strategy`` overrides ``options.strategy``); ``hook``
-    is the path of the nvct-cdi-hook program the spec runs (``hook_program``).
+    is the path of the nvct-cdi-hook program the spec runs (``hook_program``). With
+    ``options.library_root``, the library directories are made (``create``) or taken where
+    they exist whole; why one could not be made goes to ``problems``.
 
     In management mode the spec has one device, ``all``, with every NVIDIA device node (for
     monitoring and operator containers, like NVIDIA's management spec); the common edits are
@@ -248,6 +291,14 @@ def build_spec(
     kind = options.kind()
     caps = capabilities_for(inventory)
     common = _plan("none", caps, inventory, config, arch)
+    if options.library_root:
+        common = library_directories(
+            common,
+            config,
+            options.library_root,
+            create=create,
+            problems=problems if problems is not None else [],
+        )
     if options.mode == "management":
         shared = {d.node.path for d in common.devices}
         rest = tuple(n for n in management_nodes(inventory) if n.path not in shared)
@@ -386,6 +437,22 @@ def options_like(spec: Mapping[str, Any]) -> tuple[SpecOptions, str | None]:
     by_index = any(not n.startswith(("GPU-", "MIG-")) for n in named)
     strategy = "both" if by_uuid and by_index else "uuid" if by_uuid else "index"
     mode = "management" if names == ["all"] and vendor == MANAGEMENT_VENDOR else "nvml"
-    hooks = (spec.get("containerEdits") or {}).get("hooks") or ()
+    edits = spec.get("containerEdits") or {}
+    hooks = edits.get("hooks") or ()
     hook = next((str(h.get("path")) for h in hooks if isinstance(h, dict)), None)
-    return SpecOptions(strategy, vendor, cls or CLASS, (), mode), hook
+    return SpecOptions(strategy, vendor, cls or CLASS, (), mode, library_root(edits)), hook
+
+
+def library_root(edits: Mapping[str, Any]) -> str:
+    """The root a spec's library directory was made under ("" when it mounts each file)."""
+    from nvct.plan.model import LIBRARY_SUBDIR
+    from nvct.store.libdir import SUBDIR
+
+    for mount in edits.get("mounts") or ():
+        if not isinstance(mount, dict):
+            continue
+        target, source = str(mount.get("containerPath")), str(mount.get("hostPath"))
+        parent = os.path.dirname(source)
+        if target.endswith(f"/{LIBRARY_SUBDIR}") and os.path.basename(parent) == SUBDIR:
+            return os.path.dirname(parent)
+    return ""

@@ -37,6 +37,7 @@ from nvct.store.libdir import (
     file_name,
     fresh_tmp,
     publish,
+    read_manifest,
     ready,
     remove_tree,
 )
@@ -261,13 +262,8 @@ def _older(path: str, cutoff: float) -> bool:
 def _current(manifest: str) -> bool:
     """Whether every source the manifest names is still the file that was copied (True
     when the manifest cannot be read: never remove what may be current)."""
-    try:
-        fd = os.open(manifest, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            ids = fastjson.loads(os.read(fd, 1 << 20))
-        finally:
-            os.close(fd)
-    except (OSError, ValueError):
+    ids = read_manifest(manifest)
+    if ids is None:
         return True
     for ident in ids:
         try:

@@ -15,8 +15,11 @@ links need the cache dir on the driver's filesystem; where they cannot be made, 
 keeps one mount per library (``nvct.plan.libdirs``), or, with ``inject.library-mounts =
 "directory-copies"``, binds a directory of copies (``nvct.store.libcopies``).
 
-A directory whose files are the last links to their inodes (the driver was upgraded or
-removed) only pins disk space: it is removed, once an hour old, when a new one is built.
+A directory whose driver was upgraded or removed only pins disk space: it is removed, once an
+hour old, when a new one is built. It is known by a file that is the last link to its inode,
+or by its manifest (``<key>.sources`` beside it: each file's source path and inode) naming a
+source that is gone or another inode now; the manifest tells where two directories link the
+same inodes (a CDI spec's and a start's, two capability sets), which keeps every count above one.
 """
 
 from __future__ import annotations
@@ -31,9 +34,11 @@ from nvct.base.digest import sha256
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from typing import Any
 
 
 SUBDIR = "libdirs"
+MANIFEST = ".sources"
 XATTR_SELINUX = "security.selinux"
 ORPHAN_AGE_S = 3600
 
@@ -87,10 +92,56 @@ def ensure(path: str, files: Sequence[Sequence[str]], links: Sequence[Sequence[s
             os.symlink(target, os.path.join(tmp, file_name(name)))
         if files:
             copy_label(os.path.dirname(files[0][0]), tmp, [name for name, _ in links])
+        _write_manifest(path + MANIFEST, files)
         publish(tmp, path)
     finally:
         remove_tree(tmp)
     _sweep_orphans(root, keep=key)
+
+
+def _write_manifest(path: str, files: Sequence[Sequence[str]]) -> None:
+    """``[source, st_dev, st_ino]`` of each file, beside its directory (never through a
+    symlink): what the sweep checks the driver against."""
+    rows = []
+    for source, _ in files:
+        st = os.stat(source)
+        rows.append([source, st.st_dev, st.st_ino])
+    tmp = f"{path}.{os.getpid()}.tmp"
+    if os.path.lexists(tmp):
+        os.unlink(tmp)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, fastjson.dumps(rows).encode())
+    finally:
+        os.close(fd)
+    os.rename(tmp, path)
+
+
+def read_manifest(path: str) -> list[list[Any]] | None:
+    """The rows of a manifest beside a directory (never through a symlink); None when it
+    cannot be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            rows = fastjson.loads(os.read(fd, 1 << 20))
+        finally:
+            os.close(fd)
+    except (OSError, ValueError):
+        return None
+    return rows if isinstance(rows, list) else None
+
+
+def _superseded(manifest: str) -> bool:
+    """Whether the manifest names a source that is gone or another inode now (False when it
+    cannot be read: never remove what may be current)."""
+    for source, dev, ino in read_manifest(manifest) or ():
+        try:
+            st = os.stat(source)
+        except OSError:
+            return True
+        if (st.st_dev, st.st_ino) != (dev, ino):
+            return True
+    return False
 
 
 def fresh_tmp(path: str) -> str:
@@ -167,18 +218,25 @@ def _sweep_orphans(root: str, keep: str) -> None:
         names = os.listdir(root)
     except OSError:
         return
+    cutoff = time.time() - ORPHAN_AGE_S
     for name in names:
         path = os.path.join(root, name)
-        if name == keep or name.startswith("."):
+        if name in (keep, keep + MANIFEST) or name.startswith("."):
             continue
         try:
-            if not ready(path) or os.lstat(path).st_mtime > time.time() - ORPHAN_AGE_S:
+            if name.endswith(MANIFEST):  # its directory is gone (a cache cleaner took it)
+                if not os.path.lexists(path[: -len(MANIFEST)]) and os.lstat(path).st_mtime < cutoff:
+                    os.unlink(path)
                 continue
-            for entry in os.listdir(path):
-                st = os.lstat(os.path.join(path, entry))
-                if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
-                    remove_tree(path)
-                    break
+            if not ready(path) or os.lstat(path).st_mtime > cutoff:
+                continue
+            if _superseded(path + MANIFEST) or any(
+                stat.S_ISREG(st.st_mode) and st.st_nlink == 1
+                for st in (os.lstat(os.path.join(path, e)) for e in os.listdir(path))
+            ):
+                remove_tree(path)
+                if os.path.lexists(path + MANIFEST):
+                    os.unlink(path + MANIFEST)
         except OSError:
             continue
 

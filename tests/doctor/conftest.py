@@ -175,6 +175,8 @@ def cdi_generator(sim: Any, tmp: Path) -> Any:
 
     def generate(on_disk: Any) -> Any:
         options, hook = options_like(on_disk)
-        return build_spec(sim.inventory, config, host_arch(), options=options, hook=hook or "/x")
+        return build_spec(
+            sim.inventory, config, host_arch(), options=options, hook=hook or "/x", create=False
+        )
 
     return generate

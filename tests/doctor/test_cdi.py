@@ -119,6 +119,35 @@ def test_a_spec_that_drifted_from_the_driver_is_stale(
     assert result.fix == f"nvct-cli cdi generate --output {path}"
 
 
+def test_a_spec_whose_library_directory_is_gone_is_stale(recorded_h100x4, tmp_path) -> None:
+    """A ``--library-mounts directory`` spec is current while its directory is whole; with
+    it gone (a cleaner, another machine's spec), doctor makes none and says how to."""
+    import shutil
+
+    sim = recorded_h100x4
+    libs = tmp_path / "libs"
+    options = SpecOptions(library_root=str(libs))
+    config = sim_config(sim, tmp_path)
+    spec = build_spec(sim.inventory, config, host_arch(), options=options, hook=HOOK)
+    path = _write(tmp_path / "cdi", spec)
+    ctx = context(tmp_path, cdi_generate=cdi_generator(sim, tmp_path))
+    [result] = cdi.check_cdi(ctx, "550.54.15")
+    assert result.status == PASS, result
+    shutil.rmtree(libs)
+    [result] = cdi.check_cdi(ctx, "550.54.15")
+    assert result.status == FAIL
+    gone = [m["hostPath"] for m in spec["containerEdits"]["mounts"] if str(libs) in m["hostPath"]]
+    assert len(gone) == 2  # the 64-bit and the 32-bit libraries
+    assert result.message == (
+        f"{path} mounts {gone[0]} (and 1 more), which does not exist: every container given "
+        "its devices fails to start"
+    )
+    assert result.fix == (
+        f"nvct-cli cdi generate --output {path} --library-mounts directory --library-dir {libs}"
+    )
+    assert not libs.exists()
+
+
 def test_names_two_specs_of_one_directory_define_and_which_file_to_remove(tmp_path) -> None:
     from nvct.doctor.cdi_conflicts import check_cdi_conflicts
 

@@ -21,7 +21,12 @@ def test_hook_args() -> None:
     )
     assert args.symlinks == [("a.so.1", "/usr/lib/a.so")]
     assert args.ldconfig_dirs == ["/usr/lib"] and args.ldconfig == "/l"
-    for bad in (["--symlink", "x"], ["--symlink", "a::rel"], ["--bogus", "1"], ["--ldconfig"]):
+    assert cdi_hook.parse_args(["--ld-conf", "/usr/lib/d", "--ld-conf", "/l/d"]).ld_conf == [
+        "/usr/lib/d",
+        "/l/d",
+    ]
+    bad_args = (["--symlink", "x"], ["--symlink", "a::rel"], ["--bogus", "1"], ["--ldconfig"])
+    for bad in (*bad_args, ["--ld-conf", "rel"], ["--ld-conf", "/a\n/b"]):
         with pytest.raises(ValueError):
             cdi_hook.parse_args(bad)
 
@@ -73,6 +78,24 @@ def test_the_specs_entries_are_merged_into_the_images_cache(tmp_path, monkeypatc
         (b"libcuda.so.1", b"/usr/lib/x86_64-linux-gnu/libcuda.so.1"),
         (b"libc.so.6", b"/lib/x86_64-linux-gnu/libc.so.6"),
     ]
+
+
+def test_a_library_directory_is_listed_in_ld_so_conf_d(tmp_path, monkeypatch, capsys) -> None:
+    """So that an ldconfig the container runs later (a package install) keeps the driver;
+    only in an image whose ldconfig reads that directory."""
+    root, argv = _bundle_with_cache(tmp_path, monkeypatch)
+    cuda = ["libcuda.so.1", "/usr/lib/x86_64-linux-gnu/nvidia-driver/libcuda.so.1", 0x303]
+    monkeypatch.setenv(CDI_LD_CACHE_ENV, json.dumps([cuda]))
+    conf = ["--ld-conf", "/usr/lib/x86_64-linux-gnu/nvidia-driver"]
+    image_cache = (root / "etc/ld.so.cache").read_bytes()
+    assert cdi_hook.main([*argv, *conf]) == 0, capsys.readouterr().err
+    assert not (root / "etc/ld.so.conf.d").exists()  # no such directory: none is made
+    (root / "etc/ld.so.conf.d").mkdir()
+    (root / "etc/ld.so.cache").write_bytes(image_cache)
+    sys.stdin.buffer.seek(0)  # the same state again
+    assert cdi_hook.main([*argv, *conf]) == 0, capsys.readouterr().err
+    listed = (root / "etc/ld.so.conf.d/000-nvidia-driver.conf").read_text().splitlines()
+    assert listed[1:] == ["/usr/lib/x86_64-linux-gnu/nvidia-driver"]
 
 
 @pytest.mark.parametrize("entries", [None, "", "not json", '[["libcuda.so.1", 771]]', "{}"])

@@ -5,6 +5,7 @@ name is tested in tests/hook/test_cdi_hook.py."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +26,7 @@ from nvct.plan.build import build_plan
 from nvct.plan.cdi_spec import (
     SpecOptions,
     build_spec,
+    options_like,
     to_json,
     to_yaml,
 )
@@ -334,6 +336,69 @@ def test_an_explicit_hook_path_must_be_absolute(recorded_h100x4, tmp_path, capsy
     assert hook["path"] == "/opt/x/nvct-cdi-hook"
     assert main([*roots, "cdi", "generate", "--hook-path", "nvct-cdi-hook"]) == 1
     assert "--hook-path 'nvct-cdi-hook' is not absolute" in capsys.readouterr().err
+
+
+def test_directory_library_mounts_bind_one_directory_of_hard_links(
+    recorded_h100x4, tmp_path, capsys
+) -> None:
+    """``--library-mounts directory``: the driver's libraries and their SONAME links come as
+    one mount of a directory of hard links under --library-dir, seen at
+    <libdir>/nvidia-driver, which the hook lists in ld.so.conf.d and its cache entries name;
+    doctor's rebuild of the spec from disk (nothing made) is the same spec."""
+    roots = cli_roots(recorded_h100x4, tmp_path)
+    assert main([*roots, "cdi", "generate"]) == 0
+    files = json.loads(capsys.readouterr().out)
+    library_dir = tmp_path / "cdi"
+    argv = [*roots, "cdi", "generate", "--library-mounts", "directory"]
+    assert main([*argv, "--library-dir", str(library_dir)]) == 0
+    out = capsys.readouterr()
+    spec = json.loads(out.out)
+    assert "warning" not in out.err
+    validate(spec)
+    lib = "/usr/lib/x86_64-linux-gnu"
+    mounts = spec["containerEdits"]["mounts"]
+    (libdir,) = [m for m in mounts if m["containerPath"] == f"{lib}/nvidia-driver"]
+    host = Path(libdir["hostPath"])
+    assert host.parent == library_dir / "libdirs"
+    assert {"ro", "nosuid", "nodev", "bind"} <= set(libdir["options"])
+    per_file = [m for m in files["containerEdits"]["mounts"] if m["containerPath"].startswith(lib)]
+    assert len(per_file) > 20
+    assert [m for m in mounts if os.path.dirname(m["containerPath"]) == lib] == [libdir]
+    driver_lib = recorded_h100x4.driver_root / "usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15"
+    assert (host / "libcuda.so.550.54.15").stat().st_ino == driver_lib.stat().st_ino
+    assert os.readlink(host / "libcuda.so.1") == "libcuda.so.550.54.15"
+    (hook,) = spec["containerEdits"]["hooks"]
+    args = hook["args"]
+    conf = [f"{lib}/nvidia-driver", "/usr/lib/i386-linux-gnu/nvidia-driver"]
+    assert [args[i + 1] for i, a in enumerate(args) if a == "--ld-conf"] == conf
+    assert [args[i + 1] for i, a in enumerate(args) if a == "--ldconfig-dir"] == conf
+    assert not any("libcuda.so.1::" in a for a in args)  # the link is in the directory
+    entries = json.loads(hook["env"][1].partition("=")[2])
+    assert ["libcuda.so.1", f"{lib}/nvidia-driver/libcuda.so.1", 0x303] in entries
+    options, path = options_like(spec)
+    assert options.library_root == str(library_dir)
+    config = sim_config(recorded_h100x4, tmp_path)
+    rebuilt = build_spec(
+        recorded_h100x4.inventory, config, host_arch(), options=options, hook=path, create=False
+    )
+    assert rebuilt == spec
+
+
+def test_a_library_dir_that_cannot_be_made_keeps_the_files_spec(
+    recorded_h100x4, tmp_path, capsys
+) -> None:
+    roots = cli_roots(recorded_h100x4, tmp_path)
+    assert main([*roots, "cdi", "generate"]) == 0
+    files = json.loads(capsys.readouterr().out)
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_text("")
+    argv = [*roots, "cdi", "generate", "--library-mounts", "directory"]
+    assert main([*argv, "--library-dir", str(blocked)]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out) == files
+    assert f"warning: --library-mounts directory: cannot make {blocked}/libdirs/" in out.err
+    assert main([*argv, "--library-dir", "rel/dir"]) == 1
+    assert "--library-dir 'rel/dir' is not absolute" in capsys.readouterr().err
 
 
 def test_generate_refuses_a_suffix_registries_ignore(recorded_h100x4, tmp_path, capsys) -> None:

@@ -191,7 +191,36 @@ def test_orphaned_directories_are_swept(h100x4, tmp_path) -> None:
     source = tmp_path / "libnew.so.1"
     source.write_bytes(b"new")
     ensure(str(root / "new"), [[str(source), "libnew.so.1"]], [])
-    assert sorted(p.name for p in root.iterdir()) == ["live", "new", "young"]
+    assert sorted(p.name for p in root.iterdir()) == ["live", "new", "new.sources", "young"]
+
+
+def test_a_superseded_directory_is_swept_though_another_links_its_files(tmp_path) -> None:
+    """Two directories (a CDI spec's and a start's) link the same driver files, so no file
+    is ever the last link of its inode; after the driver file is replaced, each directory's
+    manifest says so and the old one goes. A directory whose sources are current stays."""
+    root, other = tmp_path / "cache/libdirs", tmp_path / "cdi/libdirs"
+    driver = tmp_path / "driver"
+    driver.mkdir()
+    old_lib, kept_lib = driver / "libcuda.so.1", driver / "libnvidia-ml.so.1"
+    old_lib.write_bytes(b"old")
+    kept_lib.write_bytes(b"ml")
+    ensure(str(root / "old"), [[str(old_lib), "libcuda.so.1"]], [])
+    ensure(str(other / "old"), [[str(old_lib), "libcuda.so.1"]], [])
+    ensure(str(root / "current"), [[str(kept_lib), "libnvidia-ml.so.1"]], [])
+    ensure(str(other / "current"), [[str(kept_lib), "libnvidia-ml.so.1"]], [])
+    replacement = driver / ".new"
+    replacement.write_bytes(b"new")
+    replacement.rename(old_lib)  # an upgrade: the same path, another inode
+    assert (root / "old/libcuda.so.1").stat().st_nlink == 2
+    hour_ago = time.time() - 7200
+    for name in ("old", "current"):
+        os.utime(root / name, (hour_ago, hour_ago))
+    ensure(str(root / "new"), [[str(old_lib), "libcuda.so.1"]], [])
+    assert sorted(p.name for p in root.iterdir()) == [
+        "current", "current.sources", "new", "new.sources",
+    ]  # fmt: skip
+    assert (root / "new/libcuda.so.1").read_bytes() == b"new"
+    assert (other / "old/libcuda.so.1").stat().st_nlink == 1  # the next sweep there takes it
 
 
 def test_ld_conf_lists_the_directories_where_the_image_reads_ld_so_conf_d(h100x4, tmp_path) -> None:
