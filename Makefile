@@ -15,11 +15,13 @@ $(BIN)/nvct-cli: pyproject.toml
 	# nvct-runtime: the native launcher (the shell one where there is no C compiler); neither
 	# starts Python for a passthrough call
 	# nvct-hook and nvidia-container-runtime-hook (docker --gpus): the native hook, which asks
-	# the shim daemon and runs the Python hook when none answers
+	# the shim daemon and runs the Python hook when none answers; nvct-cdi-hook (CDI specs'
+	# createContainer hook): the native one, which hands what it does not take to Python
 	if command -v $${CC:-cc} >/dev/null; then \
 		$(BIN)/python -m nvct.runtime.launch.build --native --output $(BIN)/nvct-runtime; \
 		$(BIN)/python -m nvct.runtime.launch.build --native --hook --output $(BIN)/nvct-hook; \
 		ln -sf nvct-hook $(BIN)/nvidia-container-runtime-hook; \
+		$(BIN)/python -m nvct.runtime.launch.build --native --cdi-hook --output $(BIN)/nvct-cdi-hook; \
 	else \
 		$(BIN)/python -m nvct.runtime.launch.build --output $(BIN)/nvct-runtime; \
 	fi

@@ -82,18 +82,25 @@ def test_device_1_sees_exactly_gpu_1(podman: list[str], spec_file: Path, sim_dri
     assert f"NVCT_CDI_DRIVER_VERSION={sim_driver.spec.driver_version}" in env.split()
 
 
-def test_all_gpus_and_the_hooks_work(podman: list[str], spec_file: Path, sim_driver: Any) -> None:
+def hooked_start(podman: list[str], device: str, sim_driver: Any) -> str:
+    """Start a container given ``device``; check the CDI hook's libcuda.so.1 link and the
+    ld.so.cache it made; return what ``nvidia-smi -L`` printed there."""
     script = (
         "nvidia-smi -L; echo ===; readlink /usr/lib/x86_64-linux-gnu/libcuda.so.1; "
         "grep -a -c libcuda.so.1 /etc/ld.so.cache"
     )
-    result = podman_run(podman, ["nvidia.com/gpu=all"], script)
+    result = podman_run(podman, [device], script)
     assert result.returncode == 0, result.stderr
     smi, rest = result.stdout.split("===")
-    assert smi.count("UUID: GPU-") == len(sim_driver.spec.gpus)
     link, cached = rest.split()
     assert link == f"libcuda.so.{sim_driver.spec.driver_version}"  # the CDI hook's symlink
     assert int(cached) >= 1  # and the ld.so.cache it made
+    return smi
+
+
+def test_all_gpus_and_the_hooks_work(podman: list[str], spec_file: Path, sim_driver: Any) -> None:
+    smi = hooked_start(podman, "nvidia.com/gpu=all", sim_driver)
+    assert smi.count("UUID: GPU-") == len(sim_driver.spec.gpus)
     spec = json.loads(spec_file.read_text())
     assert spec["containerEdits"]["hooks"][0]["hookName"] == "createContainer"
 
@@ -170,3 +177,24 @@ def test_a_directory_spec_gives_the_same_driver_through_one_mount(
         if m["containerPath"].rpartition("/")[0] in (lib, "/usr/lib/i386-linux-gnu")
     ]
     assert in_lib_dirs == [f"{lib}/nvidia-driver", "/usr/lib/i386-linux-gnu/nvidia-driver"]
+
+
+def test_the_native_hook_alone_makes_the_links_and_the_cache(
+    podman: list[str], spec_file: Path, sim_driver: Any, tmp_path: Path
+) -> None:
+    """runc runs the native nvct-cdi-hook in the container's mount namespace before
+    pivot_root: it finds the root, makes the links and merges the cache without its Python
+    half (here one that fails the start), and the container's nvidia-smi finds the driver."""
+    from integration.harness.skips import need_cc, require
+    from nvct.runtime.launch.build import build_native
+
+    require(need_cc())
+    hook = tmp_path / "native-only-cdi-hook"
+    build_native(hook, "/bin/sh -c 'echo python hook ran >&2; exit 99' x", program="cdi-hook")
+    spec = json.loads(spec_file.read_text())
+    spec["kind"] = "nvct-test.example.com/native"
+    spec["containerEdits"]["hooks"][0]["path"] = str(hook)
+    with spec_in_cdi_dir() as path:
+        path.write_text(json.dumps(spec))
+        smi = hooked_start(podman, "nvct-test.example.com/native=1", sim_driver)
+    assert_only_gpu_1(smi, "nvidia1", sim_driver)

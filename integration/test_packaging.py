@@ -165,6 +165,10 @@ def test_deb_payload(packages: Packages) -> None:
     assert is_elf_executable(hook), hook[:64]
     assert b"/usr/libexec/nvct/nvct-hook\0" in hook
     assert bytes(DAEMON_SOCKET) + b"\0" in hook
+    # nvct-cdi-hook: the native CDI hook, the Python one in libexec for what it does not take.
+    cdi_hook = deb_member(packages.deb, "usr/bin/nvct-cdi-hook")
+    assert is_elf_executable(cdi_hook), cdi_hook[:64]
+    assert b"/usr/libexec/nvct/nvct-cdi-hook\0" in cdi_hook
     assert DEB_UNIT in paths
     assert f"lib/systemd/system/{PLUGIN_UNIT}" in paths
     # Man pages exist and come from the CLI's help.

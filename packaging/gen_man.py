@@ -242,7 +242,13 @@ express (--symlink TARGET::LINK), then the ld.so.cache: the entries ldconfig wou
 spec's libraries, which the spec passes in the hook's NVCT_LD_CACHE_ENTRIES variable, merged into
 the image's own cache; where they cannot be (no entries, no cache in the image, one the merge
 cannot match ldconfig on) it runs the host's ldconfig (--ldconfig) chrooted on the library
-directories (--ldconfig-dir). Every path is resolved inside the container's root.
+directories (--ldconfig-dir). With --ld-conf DIR (the driver's libraries bound as one
+directory: cdi generate --library-mounts directory) it lists DIR in the image's
+/etc/ld.so.conf.d/000-nvidia-driver.conf, so that an ldconfig the container runs later keeps
+them. Every path is resolved inside the container's root, and no program of the image runs.
+The installed nvct-cdi-hook is a native program that does this without starting Python; what it
+does not take (a kernel without openat2, a cache to make with ldconfig) it hands, unchanged, to
+the Python hook in /usr/libexec/nvct.
 It exits 0 on success, and otherwise with one line on standard error, which fails the
 container's start.
 """
@@ -354,7 +360,8 @@ def main(argv: list[str] | None = None) -> int:
         "man1/nvct-cdi-hook.1": program_page(
             "nvct-cdi-hook",
             "createContainer hook of the CDI specs that nvct-cli cdi generate writes",
-            "nvct-cdi-hook [--ldconfig PATH] [--symlink TARGET::LINK]... [--ldconfig-dir DIR]...",
+            "nvct-cdi-hook [--ldconfig PATH] [--symlink TARGET::LINK]... [--ldconfig-dir DIR]... "
+            "[--ld-conf DIR]...",
             CDI_HOOK_DESCRIPTION,
             date,
             version,

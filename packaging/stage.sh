@@ -22,11 +22,13 @@
 #                                   the package scripts byte-compile for the target's Python)
 #   /usr/lib/nvct/grpc/             grpcio, protobuf, typing_extensions (vendor-grpc.txt) for
 #                                   PYTHON's version and this architecture
-#   /usr/bin/nvct-cli, nvct-cdi-hook, /usr/libexec/nvct/nvct-hook   launchers: PYTHON -IS with
-#                                   only the private tree added (nvct-cdi-hook: the CDI specs'
-#                                   createContainer hook; nvct-cli also appends /usr/lib/nvct/grpc)
+#   /usr/bin/nvct-cli, /usr/libexec/nvct/nvct-hook, /usr/libexec/nvct/nvct-cdi-hook
+#                                   launchers: PYTHON -IS with only the private tree added
+#                                   (nvct-cli also appends /usr/lib/nvct/grpc)
 #   /usr/bin/nvct-hook              native prestart hook (nvct/runtime/launch/hook.c, an ELF): the
 #                                   shim daemon does its work, else /usr/libexec/nvct/nvct-hook
+#   /usr/bin/nvct-cdi-hook          native createContainer hook of CDI specs (cdihook.c, an ELF);
+#                                   what it does not take, /usr/libexec/nvct/nvct-cdi-hook does
 #   /usr/bin/nvct-device-plugin     the Kubernetes device plugin (private tree + grpc), run by
 #   $SYSTEMD_UNITDIR/nvct-device-plugin.service   (packaging/nvct-device-plugin.service)
 #   $SYSTEMD_UNITDIR/nvct-mps-control.service     (packaging/nvct-mps-control.service)
@@ -177,9 +179,8 @@ launcher /usr/bin/nvct-device-plugin nvct.deviceplugin.__main__ grpc-required
 launcher /usr/bin/nvct-config-manager nvct.configmanager.__main__ grpc
 # DRA's kubelet plugin: gRPC to the kubelet, lightkube (msgspec) to the API server
 launcher /usr/bin/nvct-dra-plugin nvct.dra.__main__ grpc-required
-# the createContainer hook CDI specs name (nvct-cli cdi generate): a program, not
-# "python -m nvct.hook.cdi", so the spec works whichever tree nvct is imported from
-launcher /usr/bin/nvct-cdi-hook nvct.hook.cdi
+# the Python CDI hook: what the native /usr/bin/nvct-cdi-hook (below) hands what it does not take
+launcher /usr/libexec/nvct/nvct-cdi-hook nvct.hook.cdi
 ln -sf nvct-hook "$destdir/usr/bin/nvidia-container-runtime-hook"
 launcher /usr/libexec/nvct/nvct-runtime nvct.runtime.__main__
 launcher /usr/libexec/nvct/nvct-runtime-daemon nvct.runtime.launch.daemon
@@ -203,6 +204,16 @@ from nvct.runtime.launch.build import main
 sys.exit(main(sys.argv[2:]))' "$lib" --native --hook --output "$destdir/usr/bin/nvct-hook" \
     --python-command /usr/libexec/nvct/nvct-hook ||
     fail "cannot build the native hook (needs a C compiler: \$CC, default cc)"
+# nvct-cdi-hook: the createContainer hook CDI specs name (nvct-cli cdi generate), a program
+# rather than "python -m nvct.hook.cdi" so that the spec works whichever tree nvct is imported
+# from; native (the links, ld.so.conf.d and the merged ld.so.cache without an interpreter), the
+# Python hook in libexec for the rest.
+"$build_python" -ISB -c 'import sys
+sys.path.insert(0, sys.argv[1])
+from nvct.runtime.launch.build import main
+sys.exit(main(sys.argv[2:]))' "$lib" --native --cdi-hook --output "$destdir/usr/bin/nvct-cdi-hook" \
+    --python-command /usr/libexec/nvct/nvct-cdi-hook ||
+    fail "cannot build the native CDI hook (needs a C compiler: \$CC, default cc)"
 install -D -m 0644 packaging/nvct-runtime-daemon.service \
     "$destdir$unitdir/nvct-runtime-daemon.service"
 # CDI refresh: the spec is regenerated at boot and when the driver changes (see the units).

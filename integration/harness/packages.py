@@ -51,6 +51,7 @@ EXPECTED = {
     "etc/nvct/config.toml",
     *(f"usr/bin/{name}" for name in BINARIES),
     "usr/libexec/nvct/nvct-hook",
+    "usr/libexec/nvct/nvct-cdi-hook",
     "usr/libexec/nvct/nvct-runtime",
     "usr/libexec/nvct/nvct-runtime-daemon",
     *(f"usr/share/man/man1/{name}.1.gz" for name in BINARIES),
@@ -80,7 +81,7 @@ HOOK_JSONS = {f"usr/share/containers/oci/hooks.d/{p.name}" for p in (ROOT / "hoo
 PYTHON_LAUNCHERS = (
     "usr/bin/nvct-cli",
     "usr/libexec/nvct/nvct-hook",
-    "usr/bin/nvct-cdi-hook",
+    "usr/libexec/nvct/nvct-cdi-hook",
     "usr/libexec/nvct/nvct-runtime",
     "usr/libexec/nvct/nvct-runtime-daemon",
     "usr/bin/nvct-device-plugin",
@@ -93,6 +94,7 @@ HOT_PATH = (
     "usr/bin/nvct-hook",
     "usr/libexec/nvct/nvct-hook",
     "usr/bin/nvct-cdi-hook",
+    "usr/libexec/nvct/nvct-cdi-hook",
     "usr/libexec/nvct/nvct-runtime",
     "usr/libexec/nvct/nvct-runtime-daemon",
 )

@@ -8,7 +8,9 @@ GPU then starts ~1.3 x slower than with runc). So ``build_wheel`` compiles
 The launcher runs the Python shim with the interpreter beside it (a venv's ``bin/python3``,
 else ``python3`` on ``PATH``), so one wheel serves any venv. The prestart hook of ``docker
 --gpus`` likewise: ``nvct/runtime/launch/hook.c`` becomes ``nvct-hook`` and
-``nvidia-container-runtime-hook`` (it asks the shim daemon, else runs the Python hook).
+``nvidia-container-runtime-hook`` (it asks the shim daemon, else runs the Python hook), and
+the createContainer hook of CDI specs: ``nvct/runtime/launch/cdihook.c`` becomes
+``nvct-cdi-hook`` (what it does not take, the Python CDI hook does).
 
 Where no C compiler is found the wheel stays pure, with the console script, and the build says
 so on stderr: nvct works, every runtime call then costs an interpreter start. Everything else
@@ -68,11 +70,14 @@ def _python_command(module: str) -> str:
 SHIM_COMMAND = _python_command("nvct.runtime.__main__")
 # The native hook execs this when no shim daemon does its work.
 HOOK_COMMAND = _python_command("nvct.hook.__main__")
-# The native programs, by script name: (hook.c or not, the Python command they fall back to).
+# The native CDI hook execs this for what it does not do itself.
+CDI_HOOK_COMMAND = _python_command("nvct.hook.cdi")
+# The native programs, by script name: (which program, the Python command they fall back to).
 NATIVE = {
-    "nvct-runtime": (False, SHIM_COMMAND),
-    "nvct-hook": (True, HOOK_COMMAND),
-    "nvidia-container-runtime-hook": (True, HOOK_COMMAND),
+    "nvct-runtime": ("runtime", SHIM_COMMAND),
+    "nvct-hook": ("hook", HOOK_COMMAND),
+    "nvidia-container-runtime-hook": ("hook", HOOK_COMMAND),
+    "nvct-cdi-hook": ("cdi-hook", CDI_HOOK_COMMAND),
 }
 
 
@@ -88,7 +93,7 @@ def build_wheel(
         problem = next(filter(None, (_compile(out, *NATIVE[s]) for s, out in programs.items())), "")
         if problem:
             print(
-                f"nvct build: {problem}; nvct-runtime and nvct-hook stay Python console "
+                f"nvct build: {problem}; nvct-runtime and the hooks stay Python console "
                 "scripts (every runtime call and hook starts an interpreter: install a C "
                 "compiler and rebuild for the native programs)",
                 file=sys.stderr,
@@ -97,8 +102,8 @@ def build_wheel(
         return _with_launcher(Path(wheel_directory) / name, programs)
 
 
-def _compile(output: Path, hook: bool, command: str) -> str:
-    """Compile the launcher (``hook``: the hook) into ``output``, falling back to ``command``;
+def _compile(output: Path, program: str, command: str) -> str:
+    """Compile the native ``program`` into ``output``, falling back to ``command``;
     an empty string, or why it could not be done."""
     cc = os.environ.get("CC", "cc").split()[0]
     if shutil.which(cc) is None:
@@ -107,7 +112,7 @@ def _compile(output: Path, hook: bool, command: str) -> str:
     try:
         from nvct.runtime.launch.build import BuildError, build_native
 
-        build_native(output, command, hook=hook)
+        build_native(output, command, program=program)
     except BuildError as err:
         return f"the native launcher did not build ({err})"
     finally:

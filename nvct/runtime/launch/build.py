@@ -16,7 +16,9 @@ which prepares the bundle with warm modules instead of a fresh interpreter.
 
 ``--native --hook`` builds the native prestart hook (``hook.c``: ``nvct-hook``,
 ``nvidia-container-runtime-hook``) instead, whose Python fallback is CMD (default: this
-interpreter running ``nvct.hook.__main__``); it asks the same daemon.
+interpreter running ``nvct.hook.__main__``); it asks the same daemon. ``--native --cdi-hook``
+builds the native createContainer hook of CDI specs (``cdihook.c``: ``nvct-cdi-hook``), whose
+Python fallback is CMD (default: this interpreter running ``nvct.hook.cdi``); it asks no daemon.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ from nvct.runtime.launch.code_id import code_id
 SOURCE = Path(__file__).parent / "launcher.c"
 # The native prestart hook (nvct-hook, nvidia-container-runtime-hook): asks the same daemon.
 HOOK_SOURCE = Path(__file__).parent / "hook.c"
+# The native createContainer hook of nvct's CDI specs (nvct-cdi-hook).
+CDI_HOOK_SOURCE = Path(__file__).parent / "cdihook.c"
+SOURCES = {"runtime": SOURCE, "hook": HOOK_SOURCE, "cdi-hook": CDI_HOOK_SOURCE}
 
 
 class BuildError(Exception):
@@ -95,8 +100,8 @@ def c_array(name: str, items: tuple[str, ...]) -> str:
     return f"static const char *const {name}[] = {{{', '.join(map(c_string, items))}, 0}};\n"
 
 
-def header(python_command: str, config: str, socket: str, *, hook: bool = False) -> str:
-    """The generated configuration header launcher.c (or, with ``hook``, hook.c) includes."""
+def header(python_command: str, config: str, socket: str, *, program: str = "runtime") -> str:
+    """The generated configuration header ``SOURCES[program]`` includes."""
     argv = shlex.split(python_command)
     if not argv or ("/" in argv[0] and not argv[0].startswith("/")):
         raise BuildError(
@@ -111,8 +116,13 @@ def header(python_command: str, config: str, socket: str, *, hook: bool = False)
         f"#define NVCT_SOCKET {c_string(socket)}\n"
         f"#define NVCT_CODE_ID {c_string(code_id())}\n"
     )
-    if hook:  # the hook reads no runc command line: only the request's markers
-        return common + c_array("NVCT_MARKERS", tables.request_markers())
+    if program != "runtime":  # the hooks read no runc command line: only the request's markers
+        hooks = common + c_array("NVCT_MARKERS", tables.request_markers())
+        if program == "cdi-hook":
+            from nvct.base.oci import CDI_LD_CACHE_ENV
+
+            hooks += f"#define NVCT_LD_CACHE_ENV {c_string(CDI_LD_CACHE_ENV)}\n"
+        return hooks
     return (
         common
         + c_array("NVCT_MARKERS", tables.gpu_markers())
@@ -129,6 +139,11 @@ def hook_command() -> str:
     return shlex.join(module_argv("nvct.hook.__main__"))
 
 
+def cdi_hook_command() -> str:
+    """The Python CDI hook (``nvct.hook.cdi``) as the native CDI hook's fallback runs it."""
+    return shlex.join(module_argv("nvct.hook.cdi"))
+
+
 def build_native(
     output: Path,
     python_command: str,
@@ -136,15 +151,18 @@ def build_native(
     socket: str = DEFAULT_SOCKET,
     *,
     hook: bool = False,
+    program: str | None = None,
 ) -> None:
-    """Compile the native launcher (``hook``: the native prestart hook, whose Python fallback
-    is ``python_command``) into ``output`` (replaced atomically, mode 0755)."""
+    """Compile the native launcher (``hook``, or ``program`` "hook": the native prestart hook;
+    ``program`` "cdi-hook": the native CDI hook; each falls back to ``python_command``) into
+    ``output`` (replaced atomically, mode 0755)."""
+    program = program or ("hook" if hook else "runtime")
     cc = shlex.split(os.environ.get("CC", "cc"))
     flags = [f for var in ("CPPFLAGS", "CFLAGS") for f in shlex.split(os.environ.get(var, ""))]
     ldflags = shlex.split(os.environ.get("LDFLAGS", ""))
     with tempfile.TemporaryDirectory(prefix=".nvct-launcher-", dir=output.parent) as tmp:
         conf = Path(tmp).resolve() / "config.h"  # a quoted #include ignores the cwd
-        conf.write_text(header(python_command, config, socket, hook=hook))
+        conf.write_text(header(python_command, config, socket, program=program))
         binary = Path(tmp) / "nvct-runtime"
         cmd = [
             *cc,
@@ -156,7 +174,7 @@ def build_native(
             f'-DNVCT_LAUNCHER_CONFIG="{conf}"',
             "-o",
             str(binary),
-            str(HOOK_SOURCE if hook else SOURCE),
+            str(SOURCES[program]),
             *ldflags,
         ]
         try:
@@ -190,15 +208,24 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="with --native: build the native prestart hook (nvct-hook) instead",
     )
+    parser.add_argument(
+        "--cdi-hook",
+        action="store_true",
+        help="with --native: build the native CDI createContainer hook (nvct-cdi-hook) instead",
+    )
     args = parser.parse_args(argv)
-    if args.hook and not args.native:
-        parser.error("--hook builds the native hook: add --native")
-    command = args.python_command or (hook_command() if args.hook else default_command())
+    if (args.hook or args.cdi_hook) and not args.native:
+        parser.error("--hook and --cdi-hook build native hooks: add --native")
+    if args.hook and args.cdi_hook:
+        parser.error("--hook and --cdi-hook build different programs: choose one")
+    program = "cdi-hook" if args.cdi_hook else "hook" if args.hook else "runtime"
+    defaults = {"runtime": default_command, "hook": hook_command, "cdi-hook": cdi_hook_command}
+    command = args.python_command or defaults[program]()
     if not args.native:
         install(args.output, command, args.config)
         return 0
     try:
-        build_native(args.output, command, args.config, args.socket, hook=args.hook)
+        build_native(args.output, command, args.config, args.socket, program=program)
     except BuildError as err:
         print(f"nvct.runtime.launch.build: error: {err}", file=sys.stderr)
         return 1

@@ -20,7 +20,7 @@ def code_id(package: Path = PACKAGE) -> str:
     native = package / "runtime" / "launch"
     files = [
         *sorted(package.rglob("*.py")),
-        *(native / n for n in ("launcher.c", "hook.c", "client.h")),
+        *(native / n for n in ("launcher.c", "hook.c", "client.h", "json.h")),
     ]
     for path in files:
         digest.update(str(path.relative_to(package)).encode() + b"\0")

@@ -21,6 +21,7 @@
 #include NVCT_LAUNCHER_CONFIG
 
 #include "client.h"
+#include "json.h"
 
 #include <sys/mman.h>
 
@@ -41,225 +42,18 @@ static char *read_state(size_t *size)
     return buf;
 }
 
-/* --- The state's "bundle", read with a strict JSON scanner: anything it does not accept
- * (malformed JSON, a duplicate or absent "bundle", an escape it cannot decode) makes the hook
- * do what it did before it read the bundle itself, never end early. */
-
-#define MAX_DEPTH 64
-
-static const char *ws(const char *p, const char *end)
-{
-    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
-        p++;
-    return p;
-}
-
-static int hex4(const char *p, const char *end, unsigned *out)
-{
-    unsigned v = 0;
-    if (end - p < 4)
-        return -1;
-    for (int i = 0; i < 4; i++) {
-        char c = p[i];
-        int d = c >= '0' && c <= '9' ? c - '0'
-                : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                       : -1;
-        if (d < 0)
-            return -1;
-        v = v << 4 | (unsigned)d;
-    }
-    *out = v;
-    return 0;
-}
-
-/* Append code point `cp` as UTF-8 to `out` (`*n` used of `cap`, one kept for the NUL). */
-static int put_utf8(char *out, size_t cap, size_t *n, unsigned long cp)
-{
-    char enc[4];
-    size_t k = cp < 0x80      ? (enc[0] = (char)cp, 1)
-               : cp < 0x800   ? (enc[0] = (char)(0xC0 | cp >> 6), 2)
-               : cp < 0x10000 ? (enc[0] = (char)(0xE0 | cp >> 12), 3)
-                              : (enc[0] = (char)(0xF0 | cp >> 18), 4);
-    for (size_t i = 1; i < k; i++)
-        enc[i] = (char)(0x80 | ((cp >> (6 * (k - 1 - i))) & 0x3F));
-    if (!out)
-        return 0;
-    if (*n + k >= cap)
-        return -1;
-    memcpy(out + *n, enc, k);
-    *n += k;
-    return 0;
-}
-
-/* The JSON string at `p` (its opening quote), decoded into `out` (NUL-terminated) unless
- * `out` is NULL; the position after it, or NULL when it is malformed, too long for `cap`, or
- * holds an escaped NUL (which no path can hold). */
-static const char *json_string(const char *p, const char *end, char *out, size_t cap)
-{
-    size_t n = 0;
-    if (p >= end || *p != '"')
-        return NULL;
-    for (p++; p < end; p++) {
-        unsigned char c = (unsigned char)*p;
-        unsigned long cp = c;
-        if (c == '"') {
-            if (out)
-                out[n] = '\0';
-            return p + 1;
-        }
-        if (c < 0x20)
-            return NULL;
-        if (c == '\\') {
-            if (++p >= end)
-                return NULL;
-            unsigned u, low;
-            switch (*p) {
-            case '"': case '\\': case '/': cp = (unsigned char)*p; break;
-            case 'b': cp = '\b'; break;
-            case 'f': cp = '\f'; break;
-            case 'n': cp = '\n'; break;
-            case 'r': cp = '\r'; break;
-            case 't': cp = '\t'; break;
-            case 'u':
-                if (hex4(p + 1, end, &u) < 0)
-                    return NULL;
-                p += 4;
-                cp = u;
-                if (u >= 0xD800 && u <= 0xDBFF) { /* a surrogate pair, or nothing */
-                    if (end - p < 7 || p[1] != '\\' || p[2] != 'u' ||
-                        hex4(p + 3, end, &low) < 0 || low < 0xDC00 || low > 0xDFFF)
-                        return NULL;
-                    p += 6;
-                    cp = 0x10000 + ((unsigned long)(u - 0xD800) << 10) + (low - 0xDC00);
-                } else if (u >= 0xDC00 && u <= 0xDFFF) {
-                    return NULL;
-                }
-                break;
-            default:
-                return NULL;
-            }
-            if (cp == 0 || put_utf8(out, cap, &n, cp) < 0)
-                return NULL;
-            continue;
-        }
-        if (out) {
-            if (n + 1 >= cap)
-                return NULL;
-            out[n++] = (char)c;
-        }
-    }
-    return NULL;
-}
-
-static const char *digits(const char *p, const char *end)
-{
-    const char *start = p;
-    while (p < end && *p >= '0' && *p <= '9')
-        p++;
-    return p > start ? p : NULL;
-}
-
-/* Past the JSON number at `p` (-?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?), or NULL. */
-static const char *json_number(const char *p, const char *end)
-{
-    if (p < end && *p == '-')
-        p++;
-    if (p < end && *p == '0')
-        p++;
-    else if (!(p = digits(p, end)))
-        return NULL;
-    if (p < end && *p == '.' && !(p = digits(p + 1, end)))
-        return NULL;
-    if (p < end && (*p == 'e' || *p == 'E')) {
-        p++;
-        if (p < end && (*p == '+' || *p == '-'))
-            p++;
-        if (!(p = digits(p, end)))
-            return NULL;
-    }
-    return p;
-}
-
-/* Past the JSON value at `p`; NULL when it is malformed or nested deeper than MAX_DEPTH. */
-static const char *json_skip(const char *p, const char *end, int depth)
-{
-    p = ws(p, end);
-    if (p >= end || depth > MAX_DEPTH)
-        return NULL;
-    if (*p == '"')
-        return json_string(p, end, NULL, 0);
-    if (*p == '{' || *p == '[') {
-        char close = *p == '{' ? '}' : ']';
-        p = ws(p + 1, end);
-        if (p < end && *p == close)
-            return p + 1;
-        for (;;) {
-            if (close == '}') {
-                p = json_string(ws(p, end), end, NULL, 0);
-                if (!p)
-                    return NULL;
-                p = ws(p, end);
-                if (p >= end || *p++ != ':')
-                    return NULL;
-            }
-            p = json_skip(p, end, depth + 1);
-            if (!p)
-                return NULL;
-            p = ws(p, end);
-            if (p >= end)
-                return NULL;
-            if (*p == close)
-                return p + 1;
-            if (*p++ != ',')
-                return NULL;
-        }
-    }
-    static const char *const literals[] = {"true", "false", "null"};
-    for (int i = 0; i < 3; i++) {
-        size_t n = strlen(literals[i]);
-        if ((size_t)(end - p) >= n && memcmp(p, literals[i], n) == 0)
-            return p + n;
-    }
-    return json_number(p, end);
-}
+/* --- The state's "bundle", read with json.h's strict scanner: anything it does not accept
+ * makes the hook do what it did before it read the bundle itself, never end early. */
 
 /* The top-level "bundle" string of the OCI state into `out`: 0, or -1 (see above). */
 static int state_bundle(const char *state, size_t size, char *out, size_t cap)
 {
-    const char *p = ws(state, state + size), *end = state + size;
-    int found = 0;
-    if (p >= end || *p++ != '{')
+    static const char *const keys[] = {"bundle", NULL};
+    const char *end = state + size, *value[1];
+    const char *after = json_members(state, end, keys, value);
+    if (!after || ws(after, end) != end || !value[0] || !json_string(value[0], end, out, cap))
         return -1;
-    p = ws(p, end);
-    if (p < end && *p == '}')
-        return -1;
-    for (;;) {
-        char key[sizeof "bundle" + 1];
-        const char *after = json_string(ws(p, end), end, key, sizeof key);
-        int is_bundle = after && strcmp(key, "bundle") == 0;
-        if (!after && !(after = json_string(ws(p, end), end, NULL, 0)))
-            return -1; /* not a string: a longer key was what did not fit */
-        p = ws(after, end);
-        if (p >= end || *p++ != ':')
-            return -1;
-        p = ws(p, end);
-        if (is_bundle) {
-            if (found || !(p = json_string(p, end, out, cap)))
-                return -1;
-            found = 1;
-        } else if (!(p = json_skip(p, end, 0))) {
-            return -1;
-        }
-        p = ws(p, end);
-        if (p >= end)
-            return -1;
-        if (*p == '}')
-            break;
-        if (*p++ != ',')
-            return -1;
-    }
-    return found && ws(p + 1, end) == end ? 0 : -1;
+    return 0;
 }
 
 /* Give the Python hook the state we read: a memory file as its stdin. */
