@@ -17,9 +17,10 @@ with plain ``podman run``:
 - ``CDI without the hook``: the same nodes and mounts, no hook; a variant's hook costs what
   it takes more than this (``hook ms``, the paired median), which is nvct's own code here;
 - ``CDI, device nodes only``: what podman's CDI handling and the nodes cost alone;
-- ``CDI, 1 GPU, one library directory`` (and the same without its hook): the spec that
-  ``cdi generate --library-mounts directory`` writes (the packages' refresh service does),
-  whose libraries and their links come as one bind of a directory of hard links;
+- ``CDI, 1 GPU, one library directory`` (and the same without its hook, and with the
+  Python hook in place of the installed one): the spec that ``cdi generate
+  --library-mounts directory`` writes (the packages' refresh service does), whose libraries
+  and their links come as one bind of a directory of hard links;
 - with ``--against DIR`` (``git archive main | tar -x -C DIR``): the spec's hook run from
   this checkout and from ``DIR``, both as ``python -c`` on this venv's interpreter (with
   site, as the console script), in the same rounds.
@@ -54,6 +55,7 @@ CLI = Path(".venv/bin/nvct-cli")
 SPEC, NOHOOK, NODES = "CDI, 1 GPU", "CDI without the hook", "CDI, device nodes only"
 THIS, AGAINST = "CDI, 1 GPU, this tree's hook", "CDI, 1 GPU, DIR's hook"
 LIBDIR, LIBDIR_NOHOOK = "CDI, 1 GPU, one library directory", "one library directory, no hook"
+LIBDIR_PY = "one library directory, Python hook"
 # The kind of each variant's spec: the written spec's own, or a copy's.
 KINDS = {
     "podman": None,
@@ -62,6 +64,7 @@ KINDS = {
     NODES: "nvct-bench.example.com/nodes",
     LIBDIR: "nvct-bench.example.com/libdir",
     LIBDIR_NOHOOK: "nvct-bench.example.com/libdir-nohook",
+    LIBDIR_PY: "nvct-bench.example.com/libdir-python",
     THIS: "nvct-bench.example.com/this",
     AGAINST: "nvct-bench.example.com/against",
 }
@@ -145,6 +148,9 @@ def main() -> int:
             NODES: json.dumps(copy_of(spec, KINDS[NODES] or "", [], mounts=False)),
             LIBDIR: json.dumps(copy_of(libdir_spec, KINDS[LIBDIR] or "", None)),
             LIBDIR_NOHOOK: json.dumps(copy_of(libdir_spec, KINDS[LIBDIR_NOHOOK] or "", [])),
+            LIBDIR_PY: json.dumps(
+                copy_of(libdir_spec, KINDS[LIBDIR_PY] or "", tree_hook(Path.cwd()))
+            ),
         }
         if args.against:
             texts[THIS] = json.dumps(copy_of(spec, KINDS[THIS] or "", tree_hook(Path.cwd())))
@@ -186,7 +192,13 @@ def main() -> int:
     base = samples["podman"]
     compared = {name: paired(s, base).as_dict() for name, s in samples.items() if name != "podman"}
     # What each hook adds: a start with it against one with the same spec and no hook.
-    bare = {SPEC: NOHOOK, THIS: NOHOOK, AGAINST: NOHOOK, LIBDIR: LIBDIR_NOHOOK}
+    bare = {
+        SPEC: NOHOOK,
+        THIS: NOHOOK,
+        AGAINST: NOHOOK,
+        LIBDIR: LIBDIR_NOHOOK,
+        LIBDIR_PY: LIBDIR_NOHOOK,
+    }
     shares = {
         name: round(
             statistics.median(a - b for a, b in zip(s, samples[bare[name]], strict=True)), 2

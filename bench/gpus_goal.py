@@ -43,8 +43,9 @@ points at the phase's hook. Each round runs, in a fresh seeded random order and 
   ends in the native hook) and ``podman hooks.d, void`` (``NVIDIA_VISIBLE_DEVICES=void``: the
   whole path through a daemon worker that every container asking for nothing took before),
   and ``podman CDI, 1 GPU`` (``--device nvidia.com/gpu=0``: the spec the install's
-  ``nvct-cli cdi generate`` writes, alone in ``/var/run/cdi`` for the phase, whose
-  createContainer hook is the install's ``nvct-cdi-hook``).
+  ``nvct-cli cdi generate --library-mounts directory`` writes, as the packages' refresh
+  service does, alone in ``/var/run/cdi`` for the phase, whose createContainer hook is the
+  install's ``nvct-cdi-hook``).
 
 nvct's log says which path each start took (``via``: a daemon worker, the shim, the Python
 hook); a phase whose starts did not all take their variant's path fails the run. Per variant:
@@ -272,9 +273,11 @@ def hooks_dirs(work: Path, hook: Path) -> tuple[Path, Path]:
 
 
 @contextlib.contextmanager
-def cdi_spec(install: Install, wanted: bool) -> Iterator[None]:
-    """The install's CDI spec (its ``nvct-cli cdi generate``, naming its ``nvct-cdi-hook``)
-    alone in ``/var/run/cdi`` for the phase, where podman reads it on each run; removed after."""
+def cdi_spec(install: Install, wanted: bool, work: Path) -> Iterator[None]:
+    """The install's CDI spec (its ``nvct-cli cdi generate``, naming its ``nvct-cdi-hook``;
+    the libraries as one directory under ``work``, as the packages' refresh service writes
+    it) alone in ``/var/run/cdi`` for the phase, where podman reads it on each run; removed
+    after."""
     if not wanted:
         yield
         return
@@ -283,8 +286,13 @@ def cdi_spec(install: Install, wanted: bool) -> Iterator[None]:
     cli = install.launcher.parent / "nvct-cli"
     with spec_in_cdi_dir(".json") as path:
         subprocess.run(
-            [str(cli), "cdi", "generate", "-o", str(path)], check=True, capture_output=True
-        )
+            [
+                str(cli), "cdi", "generate", "-o", str(path), "--library-mounts", "directory",
+                "--library-dir", str(work / f"cdi-libs-{install.name}"),
+            ],
+            check=True,
+            capture_output=True,
+        )  # fmt: skip
         yield
 
 
@@ -320,7 +328,7 @@ def run_phase(
     began = time.monotonic()
     with (
         running_daemon(install, work / f"shimd-{install.name}.log"),
-        cdi_spec(install, "podman CDI, 1 GPU" in variants),
+        cdi_spec(install, "podman CDI, 1 GPU" in variants, work),
     ):
         for name, (argv, served, _) in variants.items():
             for _ in range(WARM):
