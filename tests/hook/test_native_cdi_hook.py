@@ -101,6 +101,35 @@ def test_links_stay_inside_the_root_an_image_file_is_kept_a_stale_link_replaced(
     assert os.readlink(root / "opt/made/deep/link") == "d"
 
 
+def test_no_image_symlink_or_dotdot_leads_a_write_out_of_the_root(builds, tmp_path) -> None:
+    """The image points its ld.so.conf.d and a library directory out of the root (relative
+    and absolute), and a link path climbs with ``..``: every write lands inside the root,
+    as if the root were /, and nothing appears beside it."""
+    root, state = bundle(tmp_path, write_cache(ENDIAN_FLAGS, [LIBC]))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (root / "outside").mkdir()  # where the links lead inside the root: /outside, and
+    (root / str(outside).lstrip("/")).mkdir(parents=True)  # the absolute path, rooted
+    (root / "etc/ld.so.conf.d").symlink_to("../../../outside")
+    (root / "usr/lib/up").symlink_to("../../../../outside")
+    (root / "usr/lib/abs").symlink_to(str(outside))
+    args = [
+        "--symlink", "a::/usr/lib/up/a",
+        "--symlink", "b::/usr/lib/abs/b",
+        "--symlink", "c::/usr/../../../../outside/c",
+        *LDCONFIG, "--ld-conf", f"{LIB}/nvidia-driver",
+    ]  # fmt: skip
+    done = run(builds["native_only"], state, args)
+    assert done.returncode == 0, done.stderr
+    assert list(outside.iterdir()) == []
+    assert sorted(p.name for p in (root / "outside").iterdir()) == [
+        "000-nvidia-driver.conf",  # ld.so.conf.d -> ../../../outside, rooted
+        "a",
+        "c",
+    ]
+    assert os.readlink(root / str(outside).lstrip("/") / "b") == "b"
+
+
 def test_the_merged_cache_is_the_python_hooks_byte_for_byte(builds, tmp_path) -> None:
     """The host's own ld.so.cache as the image's (hundreds of real SONAMEs, digit runs,
     32-bit entries), the planner's entries merged: what ldcache_format.add_entries makes."""
