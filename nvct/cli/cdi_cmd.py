@@ -174,7 +174,11 @@ def generate(
             devices=devices,
             driver_version=inventory.driver_version,
         )
-    click.echo(f"{output}: {state} ({devices} devices, driver {inventory.driver_version})")
+    under = root.rstrip("/") + "/"
+    mounts = spec.get("containerEdits", {}).get("mounts", ())
+    libdirs = [m for m in mounts if root and str(m.get("hostPath", "")).startswith(under)]
+    shape = f", the libraries as {len(libdirs)} directories under {root}" if libdirs else ""
+    click.echo(f"{output}: {state} ({devices} devices, driver {inventory.driver_version}{shape})")
 
 
 @cdi.command("list")

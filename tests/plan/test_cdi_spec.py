@@ -384,6 +384,16 @@ def test_directory_library_mounts_bind_one_directory_of_hard_links(
     assert rebuilt == spec
 
 
+def test_generate_says_where_the_library_directories_are(recorded_h100x4, tmp_path, capsys):
+    out, libs = tmp_path / "nvidia.json", tmp_path / "libs"
+    argv = [*cli_roots(recorded_h100x4, tmp_path), "cdi", "generate", "-o", str(out)]
+    assert main([*argv, "--library-mounts", "directory", "--library-dir", str(libs)]) == 0
+    assert capsys.readouterr().out == (
+        f"{out}: written (9 devices, driver 550.54.15, the libraries as 2 directories under "
+        f"{libs})\n"
+    )
+
+
 def test_a_library_dir_that_cannot_be_made_keeps_the_files_spec(
     recorded_h100x4, tmp_path, capsys
 ) -> None:

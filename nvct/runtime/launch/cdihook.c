@@ -90,8 +90,8 @@ static int parse_args(int argc, char **argv, struct args *a)
         } else if (strcmp(flag, "--ldconfig-dir") == 0 || strcmp(flag, "--ld-conf") == 0) {
             if (value[0] != '/' || strchr(value, '\n'))
                 return -1;
-            if (flag[4] == 'c')
-                a->ldconfig_dirs++;
+            if (strcmp(flag, "--ldconfig-dir") == 0)
+                a->ldconfig_dirs++; /* the Python hook's ldconfig run names them; here a count */
             else
                 a->conf[a->nconf++] = value;
         } else if (strcmp(flag, "--ldconfig") != 0 || value[0] != '/') {
@@ -126,7 +126,7 @@ static int container_root(const char *state, size_t size, char *out, size_t cap)
             return -1;
     } else {
         if (values[2] && strncmp(values[2], "null", 4) != 0)
-            return -1; /* a "root" that is not a string: the Python hook says what it is */
+            return -1; /* a "root" that is not a string: the Python hook's to judge */
         char config[PATH_MAX];
         size_t len = 0;
         if (snprintf(config, sizeof config, "%s/config.json", bundle) >= (int)sizeof config)
