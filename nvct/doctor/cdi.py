@@ -33,6 +33,7 @@ class CdiSpec:
     driver_version: str | None
     library_root: str = ""  # where its library directory was made ("": a mount per file)
     missing: tuple[str, ...] = ()  # its library directories that do not exist
+    hooks_missing: tuple[str, ...] = ()  # the hook programs it runs that are not executables
 
     def regenerate(self) -> str:
         """The command that writes this spec anew, as it was generated."""
@@ -75,8 +76,18 @@ def find_specs(dirs: tuple[Path, ...]) -> tuple[list[CdiSpec], list[str]]:
                 edits = data.get("containerEdits")
                 root = library_root(edits) if isinstance(edits, dict) else ""
                 missing = _missing_dirs(edits, root) if isinstance(edits, dict) and root else ()
-                specs.append(CdiSpec(path, recorded_version(data), root, missing))
+                hooks = _missing_hooks(edits) if isinstance(edits, dict) else ()
+                specs.append(CdiSpec(path, recorded_version(data), root, missing, hooks))
     return specs, errors
+
+
+def _missing_hooks(edits: dict[str, Any]) -> tuple[str, ...]:
+    """The hook programs the spec's common edits run that are not executables here (a venv
+    removed, nvct uninstalled): the engine fails every start that uses the spec."""
+    paths = [h.get("path") for h in edits.get("hooks") or () if isinstance(h, dict)]
+    return tuple(
+        p for p in paths if isinstance(p, str) and not (os.path.isfile(p) and os.access(p, os.X_OK))
+    )
 
 
 def _missing_dirs(edits: dict[str, Any], root: str) -> tuple[str, ...]:
@@ -135,6 +146,15 @@ def check_cdi(ctx: DoctorContext, driver_version: str | None) -> list[CheckResul
                     NAME,
                     f"{spec.path} was generated for driver {spec.driver_version}, the driver is "
                     f"{driver_version}: containers would get stale device nodes and libraries",
+                    fix,
+                )
+            )
+        elif spec.hooks_missing:
+            results.append(
+                failed(
+                    NAME,
+                    f"{spec.path} runs the hook {spec.hooks_missing[0]}, which is not an "
+                    "executable here: every container given its devices fails to start",
                     fix,
                 )
             )

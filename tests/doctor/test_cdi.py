@@ -13,7 +13,7 @@ from tests.cli.test_cli import cli, roots
 from tests.conftest import sim_config
 from tests.doctor.conftest import cdi_generator, context, write_cdi
 
-HOOK = "/usr/bin/nvct-cdi-hook"
+HOOK = "/bin/true"  # an executable here: doctor fails a spec whose hook is not one
 
 
 def test_cdi_spec_missing_old_and_current(tmp_path) -> None:
@@ -116,6 +116,22 @@ def test_a_spec_that_drifted_from_the_driver_is_stale(
     )
     assert result.status == FAIL
     assert f"{path} is stale: {said}" in result.message
+    assert result.fix == f"nvct-cli cdi generate --output {path}"
+
+
+def test_a_spec_whose_hook_is_gone_fails(recorded_h100x4, tmp_path) -> None:
+    sim = recorded_h100x4
+    gone = str(tmp_path / "removed-venv/bin/nvct-cdi-hook")
+    spec = build_spec(sim.inventory, sim_config(sim, tmp_path), host_arch(), hook=gone)
+    path = _write(tmp_path / "cdi", spec)
+    [result] = cdi.check_cdi(
+        context(tmp_path, cdi_generate=cdi_generator(sim, tmp_path)), "550.54.15"
+    )
+    assert result.status == FAIL
+    assert result.message == (
+        f"{path} runs the hook {gone}, which is not an executable here: every container "
+        "given its devices fails to start"
+    )
     assert result.fix == f"nvct-cli cdi generate --output {path}"
 
 
