@@ -96,7 +96,9 @@ def test_the_images_installer_installs_and_uninstalls_on_a_node(
     ).stdout  # fmt: skip
     hooks = {h["path"] for h in json.loads(spec)["containerEdits"]["hooks"]}
     assert hooks == {"/usr/bin/nvct-cdi-hook"}
-    assert (host / "usr/bin/nvct-cdi-hook").read_text().startswith("#!/usr/bin/python3")
+    assert (host / "usr/bin/nvct-cdi-hook").read_bytes()[:4] == b"\x7fELF"  # the native hook
+    python_hook = host / "usr/libexec/nvct/nvct-cdi-hook"  # what it hands over, beside it
+    assert python_hook.read_text().startswith("#!/usr/bin/python3")
     assert (host / "usr/share/nvct/lib/nvct/__init__.py").is_file()
     config = (host / "etc/containerd/config.toml").read_text()
     assert 'BinaryName = "/usr/bin/nvct-runtime"' in config
