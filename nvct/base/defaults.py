@@ -7,6 +7,9 @@ import os
 DEFAULT_PATH = "/etc/nvct/config.toml"
 ENV_VAR = "NVCT_CONFIG"
 DEFAULT_CACHE_DIR = "/var/cache/nvct"
+# Where ``cdi generate --library-mounts directory`` makes the directory its spec binds: state,
+# not cache (a spec needs it for as long as it is used); the packages' refresh service's.
+CDI_LIBRARY_DIR = "/var/lib/nvct/cdi"
 # Where the native launcher hands a GPU container's create to the shim daemon.
 DEFAULT_SOCKET = "/run/nvct/shim.sock"
 # The CDI spec directories, static then dynamic (the CDI project's DefaultSpecDirs): the config's

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from nvct.base.defaults import CDI_SPEC_DIRS
+from nvct.base.defaults import CDI_LIBRARY_DIR, CDI_SPEC_DIRS
 from nvct.base.errors import EngineConfigError
 from nvct.cli.main import CliContext
 
@@ -102,7 +102,7 @@ def output_format(output: Path | None, fmt: str | None) -> str:
 @click.option(
     "--library-dir",
     metavar="DIR",
-    default="/var/lib/nvct/cdi",
+    default=CDI_LIBRARY_DIR,
     show_default=True,
     help="Where --library-mounts directory makes the directory the spec names (not a cache: "
     "the spec needs it for as long as it is used).",

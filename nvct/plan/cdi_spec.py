@@ -53,8 +53,6 @@ HOOK_PROGRAM = "nvct-cdi-hook"
 HOOK_ENV = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",)
 STRATEGIES = ("index", "uuid", "both")
 MODES = ("nvml", "management")
-LIBRARY_MOUNTS = ("files", "directory")
-DEFAULT_LIBRARY_ROOT = "/var/lib/nvct/cdi"  # state, not cache: the packages' spec names it
 
 
 @dataclass(frozen=True, slots=True)
