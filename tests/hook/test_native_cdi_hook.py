@@ -22,6 +22,7 @@ from integration.harness.skips import need_cc, require
 from nvct.base.ldcache_format import ENDIAN_FLAGS, add_entries, read_entries, write_cache
 from nvct.base.oci import CDI_LD_CACHE_ENV
 from nvct.runtime.launch.build import build_native, cdi_hook_command
+from tests.random_json import RandomJson
 
 FALLBACK = 99
 LIB = "/usr/lib/x86_64-linux-gnu"
@@ -199,10 +200,18 @@ def test_ld_so_conf_d_lists_the_library_directories(builds, tmp_path) -> None:
 
 def test_crun_states_root_is_the_root(builds, tmp_path) -> None:
     root, state = bundle(tmp_path, write_cache(ENDIAN_FLAGS, [LIBC]))
+    config = (tmp_path / "bundle/config.json").read_text()
     (tmp_path / "bundle/config.json").write_text("{}")  # only the state says where the root is
     done = run(builds["native_only"], {**state, "root": str(root)}, ["--symlink", "a::/usr/lib/b"])
     assert done.returncode == 0, done.stderr
     assert os.readlink(root / "usr/lib/b") == "a"
+    # a "root" that is no string (or an empty one) counts for nothing, as in the Python hook
+    (tmp_path / "bundle/config.json").write_text(config)
+    for other in ({"path": "/elsewhere"}, 7, None, ""):
+        done = run(builds["native_only"], {**state, "root": other}, ["--symlink", "c::/usr/lib/d"])
+        assert done.returncode == 0, (other, done.stderr)
+        assert os.readlink(root / "usr/lib/d") == "c"
+        (root / "usr/lib/d").unlink()
 
 
 HWCAP_EXT = (0x303, b"libm.so.6", b"/lib/glibc-hwcaps/x86-64-v3/libm.so.6", 0, 1 << 62)
@@ -222,7 +231,6 @@ HWCAP_EXT = (0x303, b"libm.so.6", b"/lib/glibc-hwcaps/x86-64-v3/libm.so.6", 0, 1
         ("no cache in the image", None, ENTRIES, None),
         ("a cache that is a symlink", [LIBC], ENTRIES, "cache-symlink"),
         ("not a cache", [LIBC], ENTRIES, "garbage"),
-        ("a state root that is not a string", [LIBC], ENTRIES, "root-object"),
         ("a config.json without root.path", [LIBC], ENTRIES, "no-root-path"),
         ("a duplicate bundle", [LIBC], ENTRIES, "duplicate-bundle"),
         ("an argument it does not know", [LIBC], ENTRIES, "unknown-arg"),
@@ -240,8 +248,6 @@ def test_what_the_native_hook_does_not_take_goes_to_python_unchanged(
         (root / "etc/ld.so.cache").symlink_to("real.cache")
     elif change == "garbage":
         (root / "etc/ld.so.cache").write_bytes(b"not a cache at all" * 8)
-    elif change == "root-object":
-        data = {**state, "root": {"path": str(root)}}
     elif change == "no-root-path":
         (tmp_path / "bundle/config.json").write_text('{"root": {}}')
     elif change == "duplicate-bundle":
@@ -264,12 +270,74 @@ def test_what_the_native_hook_does_not_take_goes_to_python_unchanged(
 
 
 def test_the_python_hook_behind_it_finishes_what_it_declines(builds, tmp_path) -> None:
-    """A state whose root is not a string: the native hook declines before doing anything;
-    the real Python hook, given the same argv and state, reads config.json and makes the
-    links, and (no ldconfig here) fails as it says."""
+    """A link under a dangling image symlink: the native hook hands over; the real Python
+    hook, given the same argv and state, makes the link's target inside the root (as mkdir -p
+    in a chroot would), then all the links, and (no ldconfig here) fails as it says."""
     root, state = bundle(tmp_path, write_cache(ENDIAN_FLAGS, [LIBC]))
-    args = ["--symlink", "libx.so.1::/usr/lib/libx.so", *LDCONFIG]
-    done = run(builds["native"], {**state, "root": {"x": 1}}, args, entries=None)
+    (root / "opt").symlink_to("missing/dir")
+    args = ["--symlink", "libx.so.1::/usr/lib/libx.so", "--symlink", "y::/opt/sub/y", *LDCONFIG]
+    done = run(builds["native"], state, args, entries=None)
     assert os.readlink(root / "usr/lib/libx.so") == "libx.so.1"
+    assert os.readlink(root / "missing/dir/sub/y") == "y"
     assert done.returncode == 1
     assert "nvct cdi hook: cannot open ldconfig /nonexistent/ldconfig" in done.stderr
+
+
+def test_the_native_hook_finds_the_root_as_the_python_hook_on_random_states(
+    builds, tmp_path
+) -> None:
+    """Random states as runtimes could write them (bundle or bundlePath, crun's root as an
+    absolute or relative string or something else, nested annotations, text from every
+    Unicode plane, escaped or raw, any spacing): where the native hook does the work, it
+    does it in the root the Python hook finds (nvct.hook.cdi.container_root), and every state
+    whose root is there to open it takes (the others, a root that is not a path of one, it
+    hands over untouched)."""
+    import random
+
+    from nvct.hook.cdi import container_root
+
+    rng = random.Random(47)  # noqa: S311 - a repeatable test, not a secret
+    bundles = {}
+    for name in ("a", "b"):
+        root, _ = bundle(tmp_path / name, write_cache(ENDIAN_FLAGS, [LIBC]))
+        bundles[name] = root.parent
+    crun_root = tmp_path / "crun-root"
+    (crun_root / "usr/lib").mkdir(parents=True)
+    draw = RandomJson(rng, ["root", "bundle"])
+    text, value = draw.text, draw.value
+
+    handed, done_natively = 0, 0
+    for i in range(120):
+        state: dict[str, object] = {text(): value(0) for _ in range(rng.randrange(3))}
+        for key in ("bundle", "bundlePath", "root"):
+            state.pop(key, None)
+        state[rng.choice(["bundle", "bundle", "bundlePath"])] = str(bundles[rng.choice("ab")])
+        root_kind = rng.randrange(4)
+        if root_kind == 1:
+            state["root"] = str(crun_root)
+        elif root_kind == 2:
+            state["root"] = "rootfs"  # relative to the bundle
+        elif root_kind == 3:
+            state["root"] = value(1)
+        items = list(state.items())
+        rng.shuffle(items)
+        data = json.dumps(
+            dict(items),
+            ensure_ascii=rng.random() < 0.5,
+            indent=rng.choice([None, 1]),
+            separators=rng.choice([(",", ":"), (", ", ": ")]),
+        )
+        expected = Path(container_root(json.loads(data)))
+        link = f"/usr/lib/marker-{i}"
+        done = run(builds["native_only"], data.encode(), ["--symlink", f"m::{link}"], None)
+        made = [r for r in (*(b / "rootfs" for b in bundles.values()), crun_root)
+                if os.path.lexists(f"{r}{link}")]  # fmt: skip
+        plain = expected.is_dir()  # a root the Python hook finds and can open
+        if done.returncode == FALLBACK:
+            handed += 1
+            assert made == [] and not plain, data
+        else:
+            done_natively += 1
+            assert done.returncode == 0, (data, done.stderr)
+            assert made == [expected], data
+    assert handed and done_natively  # both kinds were met

@@ -20,6 +20,7 @@ import pytest
 from integration.harness.skips import need_cc, require
 from nvct.runtime.launch import tables
 from nvct.runtime.launch.build import build_native, hook_command
+from tests.random_json import RandomJson
 from tests.runtime.test_shim_daemon import daemon, gpu_bundle, gpu_config, tools  # noqa: F401
 
 # A runtime as runc is one for its hooks: the parent of the container's process (here a
@@ -220,22 +221,8 @@ def test_the_native_hook_agrees_with_json_on_random_states(bundles) -> None:
     exactly when the state's own bundle is the one that asks for nothing."""
     hook, plain, gpu = bundles
     rng = random.Random(31)  # noqa: S311 - a repeatable test, not a secret
-    alphabet = ["a", "/", '"', "\\", "\n", "\x7f", "é", "\u2028", "\U0001f600", "bundle"]
-
-    def text() -> str:
-        return "".join(rng.choice(alphabet) for _ in range(rng.randrange(6)))
-
-    def value(depth: int) -> object:
-        kind = rng.randrange(6 if depth < 4 else 3)
-        if kind == 0:
-            return text()
-        if kind == 1:
-            return rng.choice([0, -1, 2.5e-3, 10**20, True, False, None])
-        if kind == 2:
-            return str(rng.choice([plain, gpu]))
-        if kind == 3:
-            return [value(depth + 1) for _ in range(rng.randrange(3))]
-        return {text() or "bundle": value(depth + 1) for _ in range(rng.randrange(3))}
+    draw = RandomJson(rng, ["bundle"], [str(plain), str(gpu)])
+    text, value = draw.text, draw.value
 
     for _ in range(150):
         own = rng.choice([plain, gpu])

@@ -121,12 +121,10 @@ static int container_root(const char *state, size_t size, char *out, size_t cap)
     if (string_at(values[0] ? values[0] : values[1], end, bundle, sizeof bundle) < 0 ||
         bundle[0] != '/')
         return -1;
-    if (values[2] && *values[2] == '"') {
-        if (string_at(values[2], end, rel, sizeof rel) < 0)
-            return -1;
-    } else {
-        if (values[2] && strncmp(values[2], "null", 4) != 0)
-            return -1; /* a "root" that is not a string: the Python hook's to judge */
+    rel[0] = '\0'; /* a "root" that is no string, or an empty one, counts for nothing */
+    if (values[2] && *values[2] == '"' && !json_string(values[2], end, rel, sizeof rel))
+        return -1;
+    if (!rel[0]) {
         char config[PATH_MAX];
         size_t len = 0;
         if (snprintf(config, sizeof config, "%s/config.json", bundle) >= (int)sizeof config)
