@@ -71,14 +71,15 @@ def test_the_wheel_is_a_platform_wheel_whose_nvct_runtime_is_native(wheel_venv: 
     ]
     assert any(r.startswith("PyYAML") and "extra ==" not in r for r in requires), requires
     assert "nvct-cli=" in entry_points.replace(" ", "")
-    # The runtime and docker --gpus's hook are native programs, not console scripts.
-    for name in ("nvct-runtime", "nvct-hook", "nvidia-container-runtime-hook"):
+    # The runtime, docker --gpus's hook and the CDI hook are native programs, not console scripts.
+    for name in ("nvct-runtime", "nvct-hook", "nvidia-container-runtime-hook", "nvct-cdi-hook"):
         assert f"\n{name}=" not in entry_points.replace(" ", ""), name
         assert (wheel_venv / name).read_bytes()[:4] == b"\x7fELF", name
         assert os.access(wheel_venv / name, os.X_OK)
     # Their Python fallbacks: the venv's interpreter, isolated and without site.
     assert b"from nvct.hook.__main__ import main" in (wheel_venv / "nvct-hook").read_bytes()
     assert b"from nvct.runtime.__main__ import main" in (wheel_venv / "nvct-runtime").read_bytes()
+    assert b"from nvct.hook.cdi import main" in (wheel_venv / "nvct-cdi-hook").read_bytes()
 
 
 def test_a_cached_create_without_a_daemon_runs_no_site(
