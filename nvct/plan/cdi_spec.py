@@ -201,28 +201,27 @@ def hook_program(explicit: str | None = None) -> str:
     )
 
 
-def library_directories(
-    plan: Plan, config: Config, root: str, *, create: bool, problems: list[str]
-) -> Plan:
+def library_directories(plan: Plan, root: str, *, create: bool, problems: list[str]) -> Plan:
     """``plan`` with the libraries of each library directory bound as one directory of hard
     links under ``root`` (``create``: made now; else only those that exist whole). A
     directory that cannot be made keeps its libraries' mounts, and says why in ``problems``."""
-    from nvct.host.fingerprint import inventory_fingerprint
     from nvct.plan.libdirs import group_libraries, library_groups
     from nvct.store.libdir import complete, ensure, host_dir
 
-    fingerprint = inventory_fingerprint(config.driver_root, config.dev_root, config.proc_root)
     groups = library_groups(plan)
     chosen: dict[str, str] = {}
     for base, _kind, files, links in groups:
-        path = host_dir(root, fingerprint, files, links)
-        if create:
-            try:
+        try:
+            path = host_dir(root, files, links)
+            if create:
                 ensure(path, files, links)
-            except OSError as err:
-                problems.append(f"cannot make {path} ({err}): {base} keeps one mount per library")
-                continue
-        elif not complete(path, files, links):
+        except OSError as err:
+            problems.append(
+                f"cannot make the directory for {base} under {root} ({err}): it "
+                "keeps one mount per library"
+            )
+            continue
+        if not create and not complete(path, files, links):
             continue
         chosen[base] = path
     return group_libraries(plan, groups, chosen)
@@ -292,7 +291,6 @@ def build_spec(
     if options.library_root:
         common = library_directories(
             common,
-            config,
             options.library_root,
             create=create,
             problems=problems if problems is not None else [],

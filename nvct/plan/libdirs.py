@@ -164,7 +164,10 @@ def with_library_dirs(plan: Plan, config: Config, fingerprint: str, *, create: b
     chosen: dict[str, str] = {}
     copied: set[str] = set()
     for base, _kind, files, links in groups:
-        path = host_dir(cache_dir, fingerprint, files, links)
+        try:
+            path = host_dir(cache_dir, files, links)
+        except OSError:
+            continue  # a file the plan names is gone: its mounts say so at the start
         if mode == DIRECTORY or ready(path) or same_filesystem(cache_dir, files):
             if _linked(path, files, links, cache_dir, create=create):
                 chosen[base] = path

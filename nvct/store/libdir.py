@@ -7,9 +7,9 @@ directory that already holds the libraries and their links replaces ~11 mounts a
 paths of a 1-GPU start (``docker diff``).
 
 The directory is ``<cache-dir>/libdirs/<key>``: hard links of the driver's files (the same
-inodes, so no copy and no space) and the links among them. The key hashes nvct's version,
-the driver's fingerprint (``nvct.host.fingerprint``) and the file list, so a new
-or reinstalled driver, or another selection, gets a new directory. It is built under a
+inodes, so no copy and no space) and the links among them. The key hashes each file's path,
+device and inode and the links, so a new or reinstalled driver (new inodes), or another
+selection, gets a new directory, and a reboot none. It is built under a
 temporary name and renamed into place, so concurrent starts never see half of one. Hard
 links need the cache dir on the driver's filesystem; where they cannot be made, the plan
 keeps one mount per library (``nvct.plan.libdirs``), or, with ``inject.library-mounts =
@@ -43,12 +43,21 @@ XATTR_SELINUX = "security.selinux"
 ORPHAN_AGE_S = 3600
 
 
-def host_dir(
-    cache_dir: str, fingerprint: str, files: Sequence[Sequence[str]], links: Sequence[Sequence[str]]
-) -> str:
+def host_dir(cache_dir: str, files: Sequence[Sequence[str]], links: Sequence[Sequence[str]]) -> str:
     """Where the directory for these ``(host path, name)`` files and ``(name, target)`` links
-    is (or will be) under ``cache_dir``."""
-    recipe = fastjson.dumps([fingerprint, [list(f) for f in files], [list(k) for k in links]])
+    is (or will be) under ``cache_dir``: keyed by what the files are (path, device, inode),
+    not by the driver's fingerprint, which a reboot or a daemon's restart changes (the
+    persistenced socket is made anew) while the libraries stay: one directory per driver
+    install, not one per boot, each holding a link to every file.
+
+    Raises:
+        OSError: a file cannot be stat'ed (the plan keeps one mount per library).
+    """
+    ids = []
+    for source, name in files:
+        st = os.stat(source)
+        ids.append([source, name, st.st_dev, st.st_ino])
+    recipe = fastjson.dumps(["libdir-2", ids, [list(k) for k in links]])
     return os.path.join(cache_dir, SUBDIR, sha256(recipe.encode()).hexdigest()[:32])
 
 

@@ -23,7 +23,7 @@ from nvct.plan.libdirs import with_library_dirs
 from nvct.plan.model import RootfsLayout
 from nvct.plan.workorder import from_plan
 from nvct.request.parse import parse_request
-from nvct.store.libdir import ensure
+from nvct.store.libdir import ensure, host_dir
 from tests.conftest import sim_config, sim_inventory
 
 pytestmark = pytest.mark.root
@@ -172,6 +172,26 @@ def test_a_directory_that_cannot_be_made_refuses_the_start(h100x4, tmp_path) -> 
     with pytest.raises(ApplyError, match=r"cannot prepare the driver's library directory .*fix"):
         remake_missing(order)
     assert not (tmp_path / "cache/libdirs/other").exists()
+
+
+def test_one_directory_per_driver_install_not_per_boot(h100x4, tmp_path) -> None:
+    """The directory is keyed by the files (path, device, inode): a changed fingerprint (a
+    reboot re-creates the persistenced socket) finds the same one; a reinstalled file (a new
+    inode at the same path) gets another."""
+    plan, grouped = plans(h100x4, tmp_path, "compute,utility")
+    cfg = sim_config(h100x4, tmp_path)
+    again = with_library_dirs(plan, cfg, "the-fingerprint-after-a-reboot", create=True)
+    assert [d.host_dir for d in again.library_dirs] == [d.host_dir for d in grouped.library_dirs]
+    lib = tmp_path / "libx.so.1"
+    lib.write_bytes(b"x")
+    first = host_dir(str(tmp_path / "cache"), [[str(lib), "libx.so.1"]], [])
+    assert host_dir(str(tmp_path / "cache"), [[str(lib), "libx.so.1"]], []) == first
+    reinstalled = tmp_path / ".new"
+    reinstalled.write_bytes(b"x")
+    reinstalled.rename(lib)
+    assert host_dir(str(tmp_path / "cache"), [[str(lib), "libx.so.1"]], []) != first
+    with pytest.raises(FileNotFoundError):
+        host_dir(str(tmp_path / "cache"), [[str(tmp_path / "gone.so"), "gone.so"]], [])
 
 
 def test_orphaned_directories_are_swept(h100x4, tmp_path) -> None:
