@@ -800,6 +800,13 @@ def test_purge_leaves_nothing_behind(installed_deb: Installed) -> None:
     assert Path("/etc/nvct/config.toml").exists()
     assert not os.path.lexists("/usr/bin/nvct-cli")
     assert not os.path.lexists("/usr/share/nvct/lib/nvct/__pycache__")
+    # What the refresh service's `cdi generate --library-mounts directory` makes: the purge
+    # takes it (only checked where this machine had no /var/lib/nvct of its own).
+    state_dir = Path("/var/lib/nvct")
+    made_state = not os.path.lexists(state_dir)
+    if made_state:
+        (state_dir / "cdi/libdirs/0123").mkdir(parents=True)
+        (state_dir / "cdi/libdirs/0123.sources").write_text("[]")
     done = purge()
     assert done.returncode == 0, done.stdout + done.stderr
     assert not dpkg_installed("nvct") and not dpkg_installed("nvct-oci-hook")
@@ -821,6 +828,8 @@ def test_purge_leaves_nothing_behind(installed_deb: Installed) -> None:
         assert not os.path.lexists(f"/var/lib/systemd/deb-systemd-helper-enabled/{unit}.dsh-also")
     if not installed_deb.run_dir_existed:
         assert not os.path.lexists(DAEMON_SOCKET.parent)
+    if made_state:
+        assert not os.path.lexists(state_dir), "the CDI library directory survived the purge"
     if installed_deb.log_created:
         assert not os.path.lexists("/var/log/nvct.log")
     # The developer's nvct (this interpreter's, editable or not) is untouched.
