@@ -31,7 +31,6 @@
 #include "json.h"
 
 #include <linux/openat2.h>
-#include <sys/mman.h>
 #include <sys/syscall.h>
 
 #ifndef SYS_openat2
@@ -586,14 +585,10 @@ done:
     return rc;
 }
 
-/* Give the Python hook the state we read: a memory file as its stdin. */
+/* The Python hook, with the state we read as its stdin and our arguments; never returns. */
 static void python_hook(const char *state, size_t size, char **argv, int argc)
 {
-    int fd = memfd_create("nvct-oci-state", MFD_CLOEXEC);
-    if (fd < 0 || write_all(fd, state, size, 0) < 0 || lseek(fd, 0, SEEK_SET) != 0 ||
-        dup2(fd, STDIN_FILENO) < 0)
-        fail("cannot hand the OCI state to the Python hook", "free memory");
-    close(fd);
+    state_to_stdin(state, size);
     exec_python(argv + 1, argc - 1);
 }
 

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -232,6 +233,17 @@ static int send_request(int fd, const char *kind, const char *payload, size_t pa
     int rc = sent == (ssize_t)sizeof total ? write_all(fd, b.data, b.len, 1) : -1;
     free(b.data);
     return rc;
+}
+
+/* Give the Python hook the OCI state a native hook read: a memory file as its stdin (the
+ * hooks' only: the launcher reads no state). */
+__attribute__((unused)) static void state_to_stdin(const char *state, size_t size)
+{
+    int fd = memfd_create("nvct-oci-state", MFD_CLOEXEC);
+    if (fd < 0 || write_all(fd, state, size, 0) < 0 || lseek(fd, 0, SEEK_SET) != 0 ||
+        dup2(fd, STDIN_FILENO) < 0)
+        fail("cannot hand the OCI state to the Python hook", "free memory");
+    close(fd);
 }
 
 /* Ask the daemon to do a `kind` request. Returns 0 when the caller must do the work itself

@@ -23,8 +23,6 @@
 #include "client.h"
 #include "json.h"
 
-#include <sys/mman.h>
-
 /* runc's state holds an id, a pid, a bundle path and annotations: far below this. */
 #define MAX_STATE (1 << 20)
 
@@ -54,16 +52,6 @@ static int state_bundle(const char *state, size_t size, char *out, size_t cap)
     if (!after || ws(after, end) != end || !value[0] || !json_string(value[0], end, out, cap))
         return -1;
     return 0;
-}
-
-/* Give the Python hook the state we read: a memory file as its stdin. */
-static void state_to_stdin(const char *state, size_t size)
-{
-    int fd = memfd_create("nvct-oci-state", MFD_CLOEXEC);
-    if (fd < 0 || write_all(fd, state, size, 0) < 0 || lseek(fd, 0, SEEK_SET) != 0 ||
-        dup2(fd, STDIN_FILENO) < 0)
-        fail("cannot hand the OCI state to the Python hook", "free memory");
-    close(fd);
 }
 
 int main(int argc, char **argv)
