@@ -29,6 +29,7 @@ import stat
 import time
 
 from nvct.base import fastjson
+from nvct.base.atomic import write_atomic
 from nvct.base.digest import sha256
 
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
@@ -115,15 +116,7 @@ def _write_manifest(path: str, files: Sequence[Sequence[str]]) -> None:
     for source, _ in files:
         st = os.stat(source)
         rows.append([source, st.st_dev, st.st_ino])
-    tmp = f"{path}.{os.getpid()}.tmp"
-    if os.path.lexists(tmp):
-        os.unlink(tmp)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    try:
-        os.write(fd, fastjson.dumps(rows).encode())
-    finally:
-        os.close(fd)
-    os.rename(tmp, path)
+    write_atomic(path, fastjson.dumps(rows).encode(), durable=False)
 
 
 def read_manifest(path: str) -> list[list[Any]] | None:
