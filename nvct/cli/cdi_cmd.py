@@ -126,7 +126,7 @@ def generate(
     from nvct.engines.files import FileChange, apply_change, read_config
     from nvct.host.arch import host_arch
     from nvct.host.load import load_inventory
-    from nvct.plan.cdi_spec import SpecOptions, build_spec, hook_program
+    from nvct.plan.cdi_spec import SpecOptions, build_spec, hook_program, library_dir_mounts
 
     ids = tuple(i.strip() for item in device_ids for i in item.split(",") if i.strip())
     if ids and mode == "management":
@@ -174,9 +174,7 @@ def generate(
             devices=devices,
             driver_version=inventory.driver_version,
         )
-    under = root.rstrip("/") + "/"
-    mounts = spec.get("containerEdits", {}).get("mounts", ())
-    libdirs = [m for m in mounts if root and str(m.get("hostPath", "")).startswith(under)]
+    libdirs = library_dir_mounts(spec.get("containerEdits", {}), root)
     shape = f", the libraries as {len(libdirs)} directories under {root}" if libdirs else ""
     click.echo(f"{output}: {state} ({devices} devices, driver {inventory.driver_version}{shape})")
 

@@ -57,7 +57,7 @@ def recorded_version(data: dict[str, Any]) -> str | None:
 
 def find_specs(dirs: tuple[Path, ...]) -> tuple[list[CdiSpec], list[str]]:
     """Specs of kind nvidia.com/gpu in ``dirs``, and the files that could not be read."""
-    from nvct.plan.cdi_spec import library_root
+    from nvct.plan.cdi_spec import library_dir_mounts, library_root
 
     specs: list[CdiSpec] = []
     errors: list[str] = []
@@ -74,9 +74,11 @@ def find_specs(dirs: tuple[Path, ...]) -> tuple[list[CdiSpec], list[str]]:
                 continue
             if data.get("kind") == KIND:
                 edits = data.get("containerEdits")
-                root = library_root(edits) if isinstance(edits, dict) else ""
-                missing = _missing_dirs(edits, root) if isinstance(edits, dict) and root else ()
-                hooks = _missing_hooks(edits) if isinstance(edits, dict) else ()
+                edits = edits if isinstance(edits, dict) else {}
+                root = library_root(edits)
+                libdirs = library_dir_mounts(edits, root)
+                missing = tuple(d for d in libdirs if not os.path.isdir(d))  # a cleaner took it
+                hooks = _missing_hooks(edits)
                 specs.append(CdiSpec(path, recorded_version(data), root, missing, hooks))
     return specs, errors
 
@@ -87,17 +89,6 @@ def _missing_hooks(edits: dict[str, Any]) -> tuple[str, ...]:
     paths = [h.get("path") for h in edits.get("hooks") or () if isinstance(h, dict)]
     return tuple(
         p for p in paths if isinstance(p, str) and not (os.path.isfile(p) and os.access(p, os.X_OK))
-    )
-
-
-def _missing_dirs(edits: dict[str, Any], root: str) -> tuple[str, ...]:
-    """The spec's library directories under ``root`` that are gone (a cleaner, a spec copied
-    from another machine): named as such, rather than as a drift in its mounts."""
-    sources = [m.get("hostPath") for m in edits.get("mounts") or () if isinstance(m, dict)]
-    return tuple(
-        s
-        for s in sources
-        if isinstance(s, str) and s.startswith(root.rstrip("/") + "/") and not os.path.isdir(s)
     )
 
 

@@ -439,6 +439,13 @@ def options_like(spec: Mapping[str, Any]) -> tuple[SpecOptions, str | None]:
     return SpecOptions(strategy, vendor, cls or CLASS, (), mode, library_root(edits)), hook
 
 
+def library_dir_mounts(edits: Mapping[str, Any], root: str) -> list[str]:
+    """The host paths of a spec's mounts made under the library root ``root`` (none for "")."""
+    under = root.rstrip("/") + "/"
+    sources = [m.get("hostPath") for m in edits.get("mounts") or () if isinstance(m, dict)]
+    return [s for s in sources if root and isinstance(s, str) and s.startswith(under)]
+
+
 def library_root(edits: Mapping[str, Any]) -> str:
     """The root a spec's library directory was made under ("" when it mounts each file)."""
     from nvct.plan.model import LIBRARY_SUBDIR
