@@ -940,3 +940,33 @@ def test_a_driver_under_its_own_prefix_and_an_ldconfig_wrapper_give_a_working_gp
         if '"container_prepared"' in line
     ]
     assert prepared and prepared[-1]["ld_cache"] == "ldconfig", prepared
+
+
+def test_the_second_container_of_a_kind_is_prepared_by_the_launcher_alone(
+    runc_bundle_factory: BundleFactory, sim_driver: Any, tmp_path: Path
+) -> None:
+    """The first container of a kind through the Python shim, which writes the native entry;
+    the second through the launcher's native create: the same GPU, device node, driver in the
+    ld.so.cache and ld.so.conf.d entry, seen from inside a real runc container."""
+    config = write_nvct_config(tmp_path / "native" / "config.toml", sim_driver)
+    shim = str(NVCT_BIN / "nvct-runtime")
+    script = (
+        "nvidia-smi -L; ls /dev; grep -c libnvidia-ml.so.1 /etc/ld.so.cache; "
+        "cat /etc/ld.so.conf.d/000-nvidia-driver.conf"
+    )
+    outputs = []
+    for name in ("first", "second"):
+        bundle = runc_bundle_factory(["/bin/sh", "-c", script], ["NVIDIA_VISIBLE_DEVICES=2"])
+        result = run_runc(
+            bundle, f"native-{name}-{os.getpid()}", runtime=shim, env=shim_env(config)
+        )
+        assert result.returncode == 0, result.stderr
+        outputs.append(result.stdout)
+    log = [json.loads(line) for line in (config.parent / "nvct.log").read_text().splitlines()]
+    prepared = [e for e in log if e["event"] == "container_prepared"]
+    assert [e["via"] for e in prepared] == ["shim", "native"]
+    assert prepared[1]["ld_cache"] == "merged" and prepared[1]["gpus"] == ["GPU 2"]
+    assert outputs[0] == outputs[1]
+    assert smi_uuids(outputs[1]) == [sim_driver.spec.gpus[2].uuid]
+    assert "nvidia2" in outputs[1].split() and "nvidia0" not in outputs[1].split()
+    assert "nvidia-driver" in outputs[1]

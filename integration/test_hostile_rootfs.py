@@ -245,7 +245,28 @@ def hook_alone(config: Path, *, walk: bool, hook: Path | None = None) -> dict[st
     }
 
 
-@pytest.mark.parametrize("via", ["shim", "hook-openat2", "hook-daemon"])
+def prepare_natively_next(
+    factory: BundleFactory, config: Path, script: str, env: list[str]
+) -> None:
+    """A benign container of the same kind first, through the shim, which writes the native
+    entry: the next create of that kind is the launcher's native create (native.h)."""
+    bundle = factory(["/bin/sh", "-c", script], env)
+    result = run_runc(bundle, f"benign-{os.getpid()}", runtime=SHIM, env=shim_env(config))
+    assert result.returncode == 0, result.stderr
+
+
+def created_via(config: Path, container_id: str) -> list[str]:
+    """Who prepared ``container_id``'s create: the ``via`` of its container_prepared events."""
+    log = (config.parent / "nvct.log").read_text().splitlines()
+    events = [json.loads(line) for line in log]
+    return [
+        e["via"]
+        for e in events
+        if e.get("event") == "container_prepared" and e.get("container_id") == container_id
+    ]
+
+
+@pytest.mark.parametrize("via", ["shim", "native", "hook-openat2", "hook-daemon"])
 @pytest.mark.parametrize("style", ["absolute", "dotdot", "double-slash"])
 @pytest.mark.parametrize(("rel", "sub"), ESCAPES, ids=[e[0] for e in ESCAPES])
 def test_symlink_out_of_rootfs_stays_inside(
@@ -260,8 +281,8 @@ def test_symlink_out_of_rootfs_stays_inside(
     style: str,
     via: str,
 ) -> None:
-    """Through the shim (the O_NOFOLLOW walk) and the hook alone (openat2 RESOLVE_IN_ROOT), in
-    its own process or in a shim daemon's worker."""
+    """Through the shim (the O_NOFOLLOW walk), the launcher's native create and the hook alone
+    (both openat2 RESOLVE_IN_ROOT), in its own process or in a shim daemon's worker."""
     canary = make_canary(tmp_path / "canary")
     target = {
         "absolute": str(canary / sub),
@@ -271,17 +292,16 @@ def test_symlink_out_of_rootfs_stays_inside(
     observer, seen = observer_hook(tmp_path)
     script = f"ls /{LIBDIR}/nvidia-driver /usr/bin; nvidia-smi -L; ls /lib/firmware/nvidia/*"
     hooks: dict[str, Any] = {"createRuntime": [observer]}
-    if via != "shim":
+    if via not in ("shim", "native"):
         hooks["prestart"] = [hook_alone(nvct_config, walk=False, hook=hook_for(hook_path, via))]
-    bundle = runc_bundle_factory(
-        ["/bin/sh", "-c", script],
-        ["NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=all"],
-        extra={"hooks": hooks},
-    )
+    env = ["NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=all"]
+    if via == "native":
+        prepare_natively_next(runc_bundle_factory, nvct_config, script, env)
+    bundle = runc_bundle_factory(["/bin/sh", "-c", script], env, extra={"hooks": hooks})
     rootfs = bundle / "rootfs"
     replace_with_symlink(rootfs, rel, target)
     host = host_mount_lines()
-    runtime = SHIM if via == "shim" else "runc"
+    runtime = SHIM if via in ("shim", "native") else "runc"
     with host_unchanged(canary):
         result = run_runc(bundle, container_id, runtime=runtime, env=shim_env(nvct_config))
     if result.returncode == 0:  # mounted inside the rootfs, where the link resolves in-root
@@ -293,7 +313,15 @@ def test_symlink_out_of_rootfs_stays_inside(
         errors = [ln for ln in result.stderr.splitlines() if "nvct" in ln]
         assert errors and "error" in errors[0], result.stderr
     assert not seen.exists() or "MARKER" not in seen.read_text()
-    assert_hook_path(nvct_config, container_id, via)
+    if via == "native" and result.returncode == 0:
+        # Where a write would leave the root the native create hands over, nothing written.
+        # A directory to make through the image's dangling link (the libraries', binaries'
+        # links: rootfs.h's make_dirs) and a symlinked ld.so.cache (merged_cache) are handed to
+        # the shim, which makes the same links again its own way; the firmware's mount and the
+        # ld.so.conf.d entry the native create does itself, inside the root.
+        native = rel in ("lib/firmware", "etc/ld.so.conf.d")
+        assert created_via(nvct_config, container_id) == ["native" if native else "shim"]
+    assert_hook_path(nvct_config, container_id, "shim" if via == "native" else via)
 
 
 # (path in the image, canary entry it reaches through procfs): what ldconfig writes or reads.

@@ -10,6 +10,9 @@ DEFAULT_CACHE_DIR = "/var/cache/nvct"
 # Where ``cdi generate --library-mounts directory`` makes the directory its spec binds: state,
 # not cache (a spec needs it for as long as it is used); the packages' refresh service's.
 CDI_LIBRARY_DIR = "/var/lib/nvct/cdi"
+# The native launcher's code id, in the environment of the create it hands to the shim: write
+# the native entry of this kind of create (nvct.runtime.native_entry) for the next one.
+NATIVE_ENV = "NVCT_NATIVE_CREATE"
 # Where the native launcher hands a GPU container's create to the shim daemon.
 DEFAULT_SOCKET = "/run/nvct/shim.sock"
 # The CDI spec directories, static then dynamic (the CDI project's DefaultSpecDirs): the config's

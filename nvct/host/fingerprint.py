@@ -23,6 +23,11 @@ CDI_SUFFIXES = (".json", ".yaml", ".yml")
 INVENTORY_FORMAT = "inventory-2"
 
 
+# The driver's IPC endpoints, stat'ed by their path under the driver root (no inode: each is
+# made anew by its daemon's start); nvct-runtime's native create stats the same ones.
+IPC_STATS = (IPC_PERSISTENCED, IPC_FABRICMANAGER, IPC_MPS_DIR)
+
+
 def inventory_fingerprint(
     driver_root: str | os.PathLike[str],
     dev_root: str | os.PathLike[str],
@@ -30,9 +35,21 @@ def inventory_fingerprint(
 ) -> str:
     """A hash of the host facts the inventory depends on (cheap: stats and listdirs)."""
     driver, dev, proc = os.fspath(driver_root), os.fspath(dev_root), os.fspath(proc_root)
-    parts: list[str] = [__version__, INVENTORY_FORMAT, driver, dev, proc]
-    parts.append(_stat_id(os.path.join(driver, "etc/ld.so.cache")))
-    for rel in (IPC_PERSISTENCED, IPC_FABRICMANAGER, IPC_MPS_DIR):
+    return fingerprint_of_parts(driver, dev, proc, fingerprint_parts(driver, dev, proc))
+
+
+def fingerprint_of_parts(driver: str, dev: str, proc: str, parts: list[str]) -> str:
+    """``inventory_fingerprint`` of the ``fingerprint_parts`` taken already."""
+    every = [__version__, INVENTORY_FORMAT, driver, dev, proc, *parts]
+    return sha256("\0".join(every).encode()).hexdigest()[:32]
+
+
+def fingerprint_parts(driver: str, dev: str, proc: str) -> list[str]:
+    """The host facts of ``inventory_fingerprint``, each as text: nvct-runtime's native create
+    (``nvct/runtime/launch/native.h``) takes the same parts, in this order and spelling, and
+    compares them with those a native entry was written with."""
+    parts = [_stat_id(os.path.join(driver, "etc/ld.so.cache"))]
+    for rel in IPC_STATS:
         parts.append(_stat_id(os.path.join(driver, rel.lstrip("/")), inode=False))
     for directory in (os.path.join(dev, "dev"), os.path.join(dev, "dev/nvidia-caps")):
         parts.extend(_nodes(directory))
@@ -46,7 +63,7 @@ def inventory_fingerprint(
     except OSError:
         parts.append("-")
     parts.extend(_mig_instances(os.path.join(proc, "driver/nvidia/capabilities")))
-    return sha256("\0".join(parts).encode()).hexdigest()[:32]
+    return parts
 
 
 def _stat_id(path: str, *, inode: bool = True) -> str:

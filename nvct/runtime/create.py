@@ -29,7 +29,7 @@ import os
 import sys
 import time
 
-from nvct.base.defaults import config_path
+from nvct.base.defaults import NATIVE_ENV, config_path
 from nvct.base.digest import sha256
 from nvct.base.ldcache_format import MAX_SIZE
 from nvct.base.log import EventLog
@@ -57,6 +57,8 @@ def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tu
         NvctError: the container must not start (unknown device, failed requirement, ...).
     """
     t0 = time.perf_counter()
+    # The native launcher's code id: it asks for a native entry (and runc must not see it).
+    native = os.environ.pop(NATIVE_ENV, None)
     bundle = args.bundle or os.getcwd()
     log.bind(container_id=args.container_id, bundle=bundle)
     spec = load_spec(bundle)
@@ -75,6 +77,8 @@ def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tu
             if remove_gpu_hooks(spec):
                 write_spec(bundle, spec)
             log.debug("passthrough_create", decisions=entry.get("decisions", []), cached=cached)
+            if native and cache_dir and key:
+                _native_entry(native, path, raw, debian, spec, entry, cached, cache_dir, [], "off")
             return tuple(entry["runtimes"])
         planned = time.perf_counter()
         earlier = _EarlierLdCache(rootfs, cache_dir, key, entry)
@@ -82,7 +86,8 @@ def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tu
         staged_at = time.perf_counter()
         # The spec is edited while ldconfig runs; the container starts only if both succeed.
         mounts = [*order["mounts"], *staged.binary_binds]
-        edit_spec(spec, order["devices"], mounts, _create_hooks(order))
+        create_hooks = _create_hooks(order)
+        edit_spec(spec, order["devices"], mounts, create_hooks)
         add_cdi_edits(spec, order)
         write_spec(bundle, spec)
         edited = time.perf_counter()
@@ -90,6 +95,11 @@ def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tu
             staged.ldconfig.wait()
             if cache_dir and earlier.key:
                 _remember_ld_cache(rootfs, cache_dir, earlier.key)
+        if native and cache_dir and key:
+            why = staged.cuda_compat
+            _native_entry(
+                native, path, raw, debian, spec, entry, cached, cache_dir, create_hooks, why
+            )
     done = time.perf_counter()
     log.info(
         "container_prepared",
@@ -110,6 +120,40 @@ def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tu
         total_ms=_ms(done - t0),
     )
     return tuple(entry["runtimes"])
+
+
+def _native_entry(
+    code: str,
+    config_path: str,
+    raw: bytes,
+    debian: bool,
+    spec: dict[str, Any],
+    entry: CacheEntry,
+    cached: bool,
+    cache_dir: str,
+    create_hooks: list[dict[str, Any]],
+    why_compat: str,
+) -> None:
+    """Write the native entry of this kind of create (``nvct.runtime.native_entry``) when it
+    was planned now or has none: a cached create with its entry in place costs one stat."""
+    from nvct.runtime.native_entry import entry_path, native_key, write_native_entry
+
+    try:
+        native = native_key(code, config_path, raw, debian, spec)
+        if native is None:
+            return
+        where = entry_path(cache_dir, native)
+        if cached and os.path.exists(where):
+            return
+        compat = entry["order"].get("cuda_compat") if entry["order"] is not None else None
+        if compat:
+            from nvct.container.cuda_compat import choose_compat
+
+            # The launcher creates only where the image has no compat directory: that reason.
+            why_compat = choose_compat([], compat[0], compat[1])[1]
+        write_native_entry(where, native, entry, create_hooks, why_compat)
+    except (OSError, ValueError, TypeError):
+        return  # a cache is an optimisation: the next create is the shim's again
 
 
 def _ld_cache_key(rootfs: Rootfs, cache_dir: str | None, key: str, entry: CacheEntry) -> str | None:

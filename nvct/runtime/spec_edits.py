@@ -63,32 +63,42 @@ def edit_spec(
     }
     for path, major, minor, mode in nodes:
         if path not in present:
-            devices.append(
-                {
-                    "path": path,
-                    "type": "c",
-                    "major": major,
-                    "minor": minor,
-                    "fileMode": 0o666 if mode & 0o666 == 0o666 else mode,
-                    "uid": 0,
-                    "gid": 0,
-                }
-            )
+            devices.append(device_entry(path, major, minor, mode))
             present.add(path)
         if ("c", major, minor) not in allowed:
-            rules.append(
-                {"allow": True, "type": "c", "major": major, "minor": minor, "access": "rwm"}
-            )
+            rules.append(allow_rule(major, minor))
             allowed.add(("c", major, minor))
 
     spec_mounts = spec.setdefault("mounts", [])
     have = {(m.get("source"), m.get("destination")) for m in spec_mounts}
     for source, target, options in mounts:
         if (source, target) not in have:
-            spec_mounts.append(
-                {"destination": target, "type": "bind", "source": source, "options": options}
-            )
+            spec_mounts.append(bind_mount(source, target, options))
             have.add((source, target))
+
+
+def device_entry(path: str, major: int, minor: int, mode: int) -> dict[str, Any]:
+    """A work order's device node as ``linux.devices`` lists it."""
+    file_mode = 0o666 if mode & 0o666 == 0o666 else mode
+    return {
+        "path": path,
+        "type": "c",
+        "major": major,
+        "minor": minor,
+        "fileMode": file_mode,
+        "uid": 0,
+        "gid": 0,
+    }
+
+
+def allow_rule(major: int, minor: int) -> dict[str, Any]:
+    """The ``linux.resources.devices`` rule that lets the container use that node."""
+    return {"allow": True, "type": "c", "major": major, "minor": minor, "access": "rwm"}
+
+
+def bind_mount(source: str, target: str, options: Sequence[str]) -> dict[str, Any]:
+    """A work order's bind mount as ``mounts`` lists it."""
+    return {"destination": target, "type": "bind", "source": source, "options": list(options)}
 
 
 def remove_gpu_hooks(spec: dict[str, Any]) -> bool:

@@ -123,8 +123,22 @@ def header(python_command: str, config: str, socket: str, *, program: str = "run
 
             hooks += f"#define NVCT_LD_CACHE_ENV {c_string(CDI_LD_CACHE_ENV)}\n"
         return hooks
+    from nvct.base.defaults import DEFAULT_CACHE_DIR, NATIVE_ENV
+    from nvct.base.oci import HOOK_MARK
+    from nvct.request.inputs import CDI_ANNOTATION_PREFIX, DEVICE_MOUNT_DIR
+
+    native = (
+        f"#define NVCT_NATIVE_ENV {c_string(NATIVE_ENV)}\n"
+        f"#define NVCT_CACHE_DIR {c_string(DEFAULT_CACHE_DIR)}\n"
+        f"#define NVCT_DEVICE_MOUNT_DIR {c_string(DEVICE_MOUNT_DIR)}\n"
+        f"#define NVCT_CDI_ANNOTATION_PREFIX {c_string(CDI_ANNOTATION_PREFIX)}\n"
+        f"#define NVCT_HOOK_MARK {c_string(HOOK_MARK)}\n"
+        + c_array("NVCT_REPLACED_HOOKS", tables.replaced_hooks())
+        + c_array("NVCT_IPC_PATHS", tables.ipc_paths())
+    )
     return (
         common
+        + native
         + c_array("NVCT_MARKERS", tables.gpu_markers())
         + c_array("NVCT_GLOBAL_VALUE_FLAGS", tables.global_value_flags())
         + c_array("NVCT_BUNDLE_FLAGS", tables.bundle_flags())

@@ -21,6 +21,7 @@ def code_id(package: Path = PACKAGE) -> str:
     files = [
         *sorted(package.rglob("*.py")),
         *(native / n for n in ("launcher.c", "hook.c", "client.h", "json.h")),
+        *(native / n for n in ("rootfs.h", "native.h")),
     ]
     for path in files:
         digest.update(str(path.relative_to(package)).encode() + b"\0")

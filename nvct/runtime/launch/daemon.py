@@ -85,6 +85,7 @@ PRELOAD = (
     "nvct.container.ldconfig",
     "nvct.container.links",
     "nvct.container.overlay",  # a create's rare branch: ldconfig's cache reused
+    "nvct.runtime.native_entry",  # the native launcher's entry, written after a create
     "nvct.plan.workorder",
     "nvct.host.load",
     "nvct.host.ldcache",

@@ -121,22 +121,17 @@ static int is_runnable(const char *path)
     return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
 }
 
-/* Exec `path` when it is an executable file other than this launcher (returns if not). */
-static void try_exec(const char *path, char **argv, const char *self)
+/* Whether `path` is an executable file other than this launcher (`self`, resolved). */
+static int usable(const char *path, const char *self)
 {
     char real[PATH_MAX];
-    if (!is_runnable(path) || (self[0] && realpath(path, real) && strcmp(real, self) == 0))
-        return;
-    argv[0] = (char *)path;
-    execv(path, argv);
+    return is_runnable(path) && !(self[0] && realpath(path, real) && strcmp(real, self) == 0);
 }
 
-/* Exec the first of `names` found: a path as it is, a name in PATH, then in the usual sbin
- * and bin directories (the shim's own order, nvct.runtime.lowlevel). */
-static void exec_first(const char *const *names, int count, char **args, int n)
+/* The first of `names` found, into `out`: a path as it is, a name in PATH, then in the usual
+ * sbin and bin directories (the shim's own order, nvct.runtime.lowlevel). 0, or -1. */
+static int find_first(const char *const *names, int count, char *out, size_t cap)
 {
-    const char *found = ""; /* argv[0] becomes the runtime found */
-    char **argv = argv_of(&found, 1, args, n);
     char self[PATH_MAX] = "";
     if (!realpath("/proc/self/exe", self))
         self[0] = '\0';
@@ -144,7 +139,8 @@ static void exec_first(const char *const *names, int count, char **args, int n)
     char candidate[PATH_MAX];
     for (int i = 0; i < count; i++) {
         if (strchr(names[i], '/')) {
-            try_exec(names[i], argv, self);
+            if (usable(names[i], self) && snprintf(out, cap, "%s", names[i]) < (int)cap)
+                return 0;
             continue;
         }
         char *dirs = strdup(path_env ? path_env : "");
@@ -153,15 +149,47 @@ static void exec_first(const char *const *names, int count, char **args, int n)
         char *save = NULL;
         for (char *d = strtok_r(dirs, ":", &save); d; d = strtok_r(NULL, ":", &save))
             if (snprintf(candidate, sizeof candidate, "%s/%s", d, names[i]) <
-                (int)sizeof candidate)
-                try_exec(candidate, argv, self);
+                    (int)sizeof candidate &&
+                usable(candidate, self) && snprintf(out, cap, "%s", candidate) < (int)cap) {
+                free(dirs);
+                return 0;
+            }
         free(dirs);
         for (int k = 0; NVCT_SEARCH_DIRS[k]; k++)
             if (snprintf(candidate, sizeof candidate, "%s/%s", NVCT_SEARCH_DIRS[k], names[i]) <
-                (int)sizeof candidate)
-                try_exec(candidate, argv, self);
+                    (int)sizeof candidate &&
+                usable(candidate, self) && snprintf(out, cap, "%s", candidate) < (int)cap)
+                return 0;
     }
+    return -1;
 }
+
+/* Exec the first of `names` found (returns when none is, or it cannot be run). */
+static void exec_first(const char *const *names, int count, char **args, int n)
+{
+    char found[PATH_MAX];
+    if (find_first(names, count, found, sizeof found) < 0)
+        return;
+    const char *head = found; /* argv[0] becomes the runtime found */
+    char **argv = argv_of(&head, 1, args, n);
+    execv(found, argv);
+}
+
+/* Exec the low-level runtime a create was prepared for; the bundle is prepared, so a
+ * runtime that cannot run fails the create. */
+static void exec_runtime(const char *runtime, char **args, int n)
+{
+    char **argv = argv_of(&runtime, 1, args, n);
+    execv(argv[0], argv);
+    fprintf(stderr, "nvct-runtime: error: cannot run %s: %s (fix: check [runtime] low-level in "
+                    "nvct's config.toml)\n",
+            argv[0], strerror(errno));
+    exit(1);
+}
+
+#include "json.h"
+#include "rootfs.h"
+#include "native.h"
 
 /* Exec the low-level runtime for a call that needs no GPU work; the Python shim when only it
  * can tell which (a low-level list spelled otherwise) or when none is found (its error names
@@ -191,13 +219,8 @@ static void prepare_by_daemon(char **args, int n)
     if (!ask_daemon("create", "", 0, args, n, reply, sizeof reply, &timed_out))
         return;
     if (strncmp(reply, "exec ", 5) == 0) {
-        const char *runtime = reply + 5;
-        char **argv = argv_of(&runtime, 1, args, n);
-        execv(argv[0], argv);
-        fprintf(stderr, "nvct-runtime: error: cannot run %s: %s (fix: check [runtime] "
-                        "low-level in nvct's config.toml)\n",
-                argv[0], strerror(errno));
-        exit(1);
+        unsetenv(NVCT_NATIVE_ENV); /* the shim's to read, not runc's */
+        exec_runtime(reply + 5, args, n);
     }
     if (strncmp(reply, "exit ", 5) == 0)
         exit(atoi(reply + 5) ? atoi(reply + 5) : 1);
@@ -263,7 +286,7 @@ int main(int argc, char **argv)
 
     /* runc's global flags that take a value; the first other non-flag word is the
      * subcommand. After it, --bundle/-b names the bundle (the last one wins, as in runc). */
-    const char *sub = NULL, *bundle = ".";
+    const char *sub = NULL, *bundle = ".", *id = "";
     for (int i = 0; i < n; i++) {
         const char *a = args[i];
         if (!sub) {
@@ -271,6 +294,8 @@ int main(int argc, char **argv)
                 i++;
             else if (a[0] != '-')
                 sub = a;
+        } else if (a[0] != '-') {
+            id = a; /* the container's id: the last word that is no flag's value */
         } else if (is_any(a, NVCT_BUNDLE_FLAGS)) {
             if (i + 1 < n)
                 bundle = args[i + 1];
@@ -284,6 +309,9 @@ int main(int argc, char **argv)
 
     if (sub && (strcmp(sub, "create") == 0 || strcmp(sub, "run") == 0) &&
         asks_for_gpus(bundle)) {
+        native_create(bundle, cfg, id, args, n);
+        /* The shim writes the native entry for the next create of this kind. */
+        setenv(NVCT_NATIVE_ENV, NVCT_CODE_ID, 1);
         prepare_by_daemon(args, n);
         exec_python(args, n);
     }

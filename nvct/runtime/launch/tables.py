@@ -53,3 +53,17 @@ def search_dirs() -> tuple[str, ...]:
 def runtimes() -> tuple[str, ...]:
     """The low-level runtimes tried in order when the config names none."""
     return DEFAULT_RUNTIMES
+
+
+def replaced_hooks() -> tuple[str, ...]:
+    """The prestart hooks a create replaces (by program name): the native create leaves a spec
+    holding one to the shim, which removes it."""
+    return tuple(sorted(REPLACED_HOOKS))
+
+
+def ipc_paths() -> tuple[str, ...]:
+    """The driver's IPC endpoints the fingerprint stats, in its order
+    (``nvct.host.fingerprint.fingerprint_parts``)."""
+    from nvct.host.fingerprint import IPC_STATS
+
+    return IPC_STATS

@@ -1,0 +1,223 @@
+"""The native entry of a cached create: a kind of container the shim has prepared, written so
+that nvct-runtime's launcher prepares the next one of that kind itself, with no interpreter
+(``nvct/runtime/launch/native.h`` reads it; its top comment says when it hands a create back).
+
+The launcher asks for one by putting its code id in ``NATIVE_ENV``; the shim (in a daemon
+worker or started by the launcher) writes it under ``<cache-dir>/native/`` after a create it
+prepared from a work order, when the order has nothing the native create does not do (CDI
+variables, hooks or groups) and the spec nothing it leaves to the shim (device-list mounts,
+CDI annotations). The entry holds:
+
+- the key, byte for byte what the launcher builds from the same inputs (``native_key``): the
+  file's name is a 64-bit FNV-1a of it, and the launcher compares the whole key, so two keys
+  that share a name only miss;
+- the driver's fingerprint as its parts (``fingerprint_parts``), which the launcher takes
+  again and compares, so a changed driver is planned again by the shim;
+- what ``edit_spec`` adds to config.json, as JSON text, and what ``stage_rootfs`` makes in the
+  rootfs, as NUL-separated fields.
+
+Format: ``nvct-native 1\\n`` then ``<name> <length>\\n<bytes>\\n`` per field.
+"""
+
+from __future__ import annotations
+
+import os
+
+from nvct.base import fastjson
+from nvct.base.atomic import write_atomic
+from nvct.host.fingerprint import fingerprint_of_parts, fingerprint_parts
+from nvct.request.inputs import CDI_ANNOTATION_PREFIX, DEVICE_MOUNT_DIR
+from nvct.runtime.spec_edits import allow_rule, bind_mount, device_entry
+
+TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
+if TYPE_CHECKING:
+    from typing import Any
+
+    from nvct.base.order import CacheEntry, MountRow
+
+MAGIC = b"nvct-native 1\n"
+KEY_MAGIC = b"nvct-native-key 1"
+NATIVE_DIR = "native"
+KEY_PREFIXES = ("NVIDIA_", "DOCKER_RESOURCE_")
+
+
+def native_key(code: str, config_path: str, raw: bytes, debian: bool, spec: Any) -> bytes | None:
+    """The key nvct-runtime's launcher builds for ``spec`` (native.h ``build_key``); None where
+    the launcher hands the create to the shim before it looks for an entry."""
+    process = spec.get("process", {})
+    if not isinstance(process, dict):
+        return None
+    chosen: dict[bytes, bytes] = {}
+    env = process.get("env")
+    if env is not None:
+        if not isinstance(env, list):
+            return None
+        for item in env:
+            if not isinstance(item, str) or "\0" in item:
+                return None  # the launcher's scanner takes no escaped NUL
+            name, sep, _ = item.partition("=")
+            if sep and (name.startswith(KEY_PREFIXES) or name == "CUDA_VERSION"):
+                try:
+                    chosen[name.encode()] = item.encode()  # a later one wins
+                except UnicodeEncodeError:
+                    return None
+    privileged = _privileged(process.get("capabilities"))
+    if privileged is None or not _launcher_reads(spec):
+        return None
+    parts = [KEY_MAGIC, code.encode(), config_path.encode(), b"debian" if debian else b"plain"]
+    parts.append(b"privileged" if privileged else b"unprivileged")
+    variables = b"".join(b"%d:%s" % (len(chosen[k]), chosen[k]) for k in sorted(chosen))
+    return b"\0".join([*parts, variables, raw])
+
+
+def _privileged(caps: Any) -> bool | None:
+    if caps is None:
+        return False
+    if not isinstance(caps, dict):
+        return None  # a list of capabilities: the shim reads that spelling
+    bounding = caps.get("bounding")
+    if bounding is None:
+        return False
+    if not isinstance(bounding, list) or not all(isinstance(c, str) for c in bounding):
+        return None
+    return "CAP_SYS_ADMIN" in bounding
+
+
+def _launcher_reads(spec: dict[str, Any]) -> bool:
+    """Whether the launcher looks for an entry for this spec at all."""
+    for mount in spec.get("mounts") or ():
+        dst = mount.get("destination") if isinstance(mount, dict) else None
+        if isinstance(dst, str) and dst.startswith(DEVICE_MOUNT_DIR):
+            return False
+    annotations = spec.get("annotations")
+    return not (
+        isinstance(annotations, dict)
+        and any(isinstance(k, str) and k.startswith(CDI_ANNOTATION_PREFIX) for k in annotations)
+    )
+
+
+def entry_path(cache_dir: str, key: bytes) -> str:
+    """Where the entry of ``key`` lives (native.h ``find_entry``)."""
+    digest = 0xCBF29CE484222325
+    for byte in key:
+        digest = ((digest ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return os.path.join(cache_dir, NATIVE_DIR, f"{digest:016x}")
+
+
+def write_native_entry(
+    path: str,
+    key: bytes,
+    entry: CacheEntry,
+    create_hooks: list[dict[str, Any]],
+    why_compat: str,
+) -> bool:
+    """Write the entry of a create prepared from ``entry``; False when the launcher could not
+    do its work (a CDI order) or the driver changed since it was planned."""
+    order = entry["order"]
+    if entry.get("cdi") or (
+        order is not None
+        and (order.get("env") or order.get("hooks") or order.get("additional_gids"))
+    ):
+        return False
+    driver, dev, proc = entry["roots"]
+    parts = fingerprint_parts(driver, dev, proc)
+    if fingerprint_of_parts(driver, dev, proc, parts) != entry["fingerprint"]:
+        return False  # planned with another driver: the next create plans again
+    fields: dict[str, bytes] = {
+        "key": key,
+        "stamp": "\0".join(parts).encode(),
+        "roots": "\0".join(entry["roots"]).encode(),
+        "runtimes": "\0".join(entry["runtimes"]).encode(),
+        "log": "\0".join(entry["log"]).encode(),
+    }
+    fields.update(_order_fields(order, create_hooks) if order is not None else _PASSTHROUGH)
+    fields["events"] = _events(entry, why_compat)
+    data = bytearray(MAGIC)
+    for name, value in fields.items():
+        data += b"%s %d\n%s\n" % (name.encode(), len(value), value)
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+        write_atomic(path, bytes(data), 0o644, durable=False)
+    except OSError:
+        return False  # a cache is an optimisation
+    return True
+
+
+_ORDER_FIELDS = (
+    "mounts", "mount-dsts", "devices", "device-paths", "rules", "majors", "hooks", "symlinks",
+    "binlinks", "libdirs", "ld-conf", "ld-cache", "compat",
+)  # fmt: skip
+_PASSTHROUGH = dict.fromkeys(_ORDER_FIELDS, b"")
+
+
+def _joined(items: list[str]) -> bytes:
+    return "\0".join(items).encode()
+
+
+def _elements(items: list[Any]) -> bytes:
+    return ",".join(fastjson.dumps(i) for i in items).encode()
+
+
+def _order_fields(order: Any, create_hooks: list[dict[str, Any]]) -> dict[str, bytes]:
+    """What ``edit_spec`` and ``stage_rootfs`` do for ``order``, as the launcher takes it."""
+    mounts: list[MountRow] = []
+    seen: set[tuple[str, str]] = set()
+    for source, target, options in order["mounts"]:
+        if (source, target) not in seen:
+            seen.add((source, target))
+            mounts.append((source, target, options))
+    devices: dict[str, dict[str, Any]] = {}
+    rules: dict[tuple[int, int], dict[str, Any]] = {}
+    for path, major, minor, mode in order["devices"]:
+        devices.setdefault(path, device_entry(path, major, minor, mode))
+        rules.setdefault((major, minor), allow_rule(major, minor))
+    binlinks = order.get("binlinks", ())
+    libdirs = order.get("libdirs", ())
+    return {
+        "mounts": _elements([bind_mount(s, t, o) for s, t, o in mounts]),
+        "mount-dsts": _joined([t for _, t, _ in mounts] + [b[0] for b in binlinks]),
+        "devices": _elements(list(devices.values())),
+        "device-paths": _joined(list(devices)),
+        "rules": _elements(list(rules.values())),
+        "majors": _joined(sorted({str(major) for major, _ in rules})),
+        "hooks": _elements(create_hooks),
+        "symlinks": _joined([x for row in order["symlinks"] for x in row]),
+        "binlinks": _joined(
+            [
+                x
+                for path, target, source, options in binlinks
+                for x in (path, target, fastjson.dumps(bind_mount(source, path, options)))
+            ]
+        ),
+        "libdirs": _joined(
+            [
+                x
+                for host, _target, files, links, _copies in libdirs
+                for x in (host, "/".join([f[1] for f in files] + [k[0] for k in links]))
+            ]
+        ),
+        "ld-conf": _joined([d[1] for d in libdirs]),
+        "ld-cache": fastjson.dumps(order["ld_cache"]).encode() if order["ldconfig_dirs"] else b"",
+        "compat": b"1" if order.get("cuda_compat") else b"",
+    }
+
+
+def _events(entry: CacheEntry, why_compat: str) -> bytes:
+    """The log events of a create from this entry, as ``prepare_bundle`` logs them: level, name,
+    then the fields after the context (the launcher adds what depends on the image: mounts,
+    binary links, the ld.so.cache, and the time it took)."""
+    items: list[str] = []
+    for line in entry.get("ignored", ()):
+        items += ["info", "nvidia_input_ignored", '"why":' + fastjson.dumps(line)]
+    order = entry["order"]
+    if order is None:
+        fields: dict[str, Any] = {"decisions": entry.get("decisions", []), "cached": True}
+        return _joined([*items, "debug", "passthrough_create", fastjson.dumps(fields)[1:-1]])
+    fields = {
+        "devices": [d[0] for d in order["devices"]],
+        "gpus": entry.get("gpus", []),
+        "symlinks": len(order["symlinks"]),
+        "cached": True,
+        "cuda_compat": why_compat,
+    }
+    return _joined([*items, "info", "container_prepared", fastjson.dumps(fields)[1:-1]])
