@@ -16,6 +16,10 @@ machine), interleaved round by round in a seeded random order:
 - ``+ nvct's imports``: the modules a cached create imports, nothing run;
 - ``create``: the shim as ``make venv``'s launcher starts it when no daemon answers;
 - ``create, GC on``: the same with the cyclic garbage collector left on (as before bb0f1ae);
+- ``native create``: this checkout's native launcher (no daemon to ask) on the same bundle,
+  the native entry written by its warm-up starts: the create done in C from that entry
+  (``nvct/runtime/launch/native.h``), then the exec of the runtime;
+- ``exec only``: ``/bin/true`` itself, the floor of any process the engine starts;
 - with ``--wheel``, in a fresh venv holding ``pip wheel .``: ``create, wheel`` (its launcher's
   command, ``python3 -I -S -c`` with the venv's site-packages appended) and ``create, wheel
   -I -m`` (its command before a40276e: ``python3 -I -m nvct.runtime``, runpy and site);
@@ -48,7 +52,7 @@ from pathlib import Path
 from bench.bench import config_for, quantiles
 from bench.runc_only import bundle, fresh_overlay
 from nvct.base._site import nvct_home
-from nvct.runtime.launch.build import default_command
+from nvct.runtime.launch.build import build_native, default_command
 
 CREATE = ["create", "--bundle"]
 HOT_IMPORTS = "import os, nvct.runtime.__main__, nvct.runtime.args, nvct.runtime.lowlevel, "
@@ -73,7 +77,8 @@ def wheel_commands(work: Path) -> dict[str, list[str]]:
     from bench.wheel import wheel_venv
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "packaging" / "backend"))
-    import nvct_build  # the wheel's build backend: the command its launcher is built with
+    # the wheel's build backend: the command its launcher is built with
+    import nvct_build  # type: ignore[import-not-found]
 
     python = str(wheel_venv(work / "wheel") / "python3")
     return {
@@ -106,7 +111,11 @@ def main() -> int:
     gc_on = [*shim[:-1], "import gc; gc.disable = lambda: None; " + shim[-1]]
     python = sys.executable
     home = f"sys.path.insert(0, {nvct_home()!r})"  # as the shim's command puts it
+    launcher = work / "nvct-runtime"
+    build_native(launcher, default_command(), str(cfg), "")
     variants = {
+        "exec only": ["/bin/true"],
+        "native create": [str(launcher)],
         "interpreter": [python, "-I", "-S", "-c", "pass"],
         "+ os": [python, "-I", "-S", "-c", "import os"],
         "+ nvct's imports": [python, "-I", "-S", "-c", f"import sys; {home}; {HOT_IMPORTS}"],
@@ -126,7 +135,7 @@ def main() -> int:
         variants["create, against"] = [*shim[:-1], code]
     config = ["--nvct-config", str(cfg)]
     argvs = {
-        name: [*argv, *config, *CREATE, str(work / "b"), "c"] if name.startswith("create") else argv
+        name: [*argv, *config, *CREATE, str(work / "b"), "c"] if "create" in name else argv
         for name, argv in variants.items()
     }
     samples: dict[str, tuple[list[float], list[float]]] = {n: ([], []) for n in argvs}
@@ -143,6 +152,8 @@ def main() -> int:
             samples[name][1].append(cpu)
     # What each step adds: (variant, the variant it is paired with).
     pairs = {
+        "the native create and runc's exec": ("native create", "exec only"),
+        "the Python shim's create against the native one": ("create", "native create"),
         "os": ("+ os", "interpreter"),
         "nvct's imports": ("+ nvct's imports", "+ os"),
         "the create's work and runc's exec": ("create", "+ nvct's imports"),
@@ -164,11 +175,11 @@ def main() -> int:
         if name in samples
     }
     print(f"{'variant':<22} {'wall':>8} {'cpu':>8}  (ms, medians)")
-    for name, (wall, cpu) in samples.items():
-        print(f"{name:<22} {statistics.median(wall):8.2f} {statistics.median(cpu):8.2f}")
+    for name, (walls, cpus) in samples.items():
+        print(f"{name:<22} {statistics.median(walls):8.2f} {statistics.median(cpus):8.2f}")
     print("paired steps (median of per-round differences):")
     for step, ms in steps.items():
-        print(f"  {step:<38} wall {ms['wall_ms']:+6.2f}  cpu {ms['cpu_ms']:+6.2f}")
+        print(f"  {step:<48} wall {ms['wall_ms']:+6.2f}  cpu {ms['cpu_ms']:+6.2f}")
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(
         json.dumps(

@@ -101,6 +101,16 @@ class Node:
         assert done.stdout.strip() == f"RUNC create --bundle {bundle} c{self.count}"
         return json.loads(self.log.read_text().splitlines()[-1])
 
+    def run(self, bundle: Path) -> subprocess.CompletedProcess[str]:
+        """``create`` through the launcher, whatever it answers."""
+        return subprocess.run(
+            [str(self.launcher), "create", "--bundle", str(bundle), "x"],
+            capture_output=True,
+            text=True,
+            env={"PATH": f"{self.bindir}:/usr/bin:/bin"},
+            check=False,
+        )
+
     def entries(self) -> list[Path]:
         return sorted((self.cache / NATIVE_DIR).glob("*"))
 
@@ -213,13 +223,7 @@ def test_what_the_launcher_leaves_to_the_shim(node, case: str) -> None:
         spec["linux"] = {}
     (bundle / "config.json").write_text(json.dumps(spec))
     if case == "cdi annotation":  # the shim resolves it: this node has no CDI spec to name
-        done = subprocess.run(
-            [str(node.launcher), "create", "--bundle", str(bundle), "x"],
-            capture_output=True,
-            text=True,
-            env={"PATH": f"{node.bindir}:/usr/bin:/bin"},
-            check=False,
-        )
+        done = node.run(bundle)
         assert done.returncode == 1 and "unknown CDI device 'nvidia.com/gpu=1'" in done.stderr
         return
     event = node.create(bundle)
@@ -327,3 +331,24 @@ def test_the_entry_is_named_by_the_launchers_hash(node) -> None:
     key = native_key(CODE_ID, str(node.config), node.config.read_bytes(), False, spec)
     assert key is not None
     assert node.entries() == [Path(entry_path(str(node.cache), key))]
+
+
+def test_a_prestart_hook_of_the_engines_own_is_kept_and_the_create_is_native(node) -> None:
+    """docker's own prestart hook (libnetwork's setkey) is no GPU hook: the spec keeps it."""
+    node.create(node.bundle())
+    setkey = {"path": "/proc/4242/exe", "args": ["libnetwork-setkey", "-exec-root=/run/docker"]}
+    bundle = node.bundle(hooks={"prestart": [setkey]})
+    event = node.create(bundle)
+    assert event["via"] == "native"
+    hooks = spec_of(bundle)["hooks"]
+    assert hooks["prestart"] == [setkey]
+
+
+def test_a_spec_that_is_not_utf8_is_left_to_the_shim_which_refuses_it(node) -> None:
+    node.create(node.bundle())
+    bundle = node.bundle()
+    raw = (bundle / "config.json").read_bytes().replace(b'"PATH=/bin"', b'"PATH=/bin\xff"')
+    (bundle / "config.json").write_bytes(raw)
+    done = node.run(bundle)
+    assert done.returncode == 1 and "config.json" in done.stderr, done.stderr
+    assert (bundle / "config.json").read_bytes() == raw

@@ -281,6 +281,34 @@ static int each_member(const char *p, const char *end,
     }
 }
 
+/* Whether `p` is UTF-8 (no overlong form, surrogate or code point past U+10FFFF): the shim's
+ * JSON parser refuses a spec that is not, so the native create must not take one. */
+static int valid_utf8(const char *p, size_t n)
+{
+    const unsigned char *s = (const unsigned char *)p, *end = s + n;
+    while (s < end) {
+        unsigned c = *s;
+        if (c < 0x80) {
+            s++;
+            continue;
+        }
+        int len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 ? 2 : 0;
+        if (!len || c > 0xF4 || end - s < len)
+            return 0;
+        unsigned cp = c & (0x3F >> (len - 1));
+        for (int i = 1; i < len; i++) {
+            if ((s[i] & 0xC0) != 0x80)
+                return 0;
+            cp = cp << 6 | (s[i] & 0x3F);
+        }
+        if ((len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
+            (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
+            return 0;
+        s += len;
+    }
+    return 1;
+}
+
 /* --- What the create needs of config.json. */
 
 struct var {
@@ -1136,8 +1164,9 @@ static void native_create(const char *bundle, const char *cfg, const char *id, c
     int binds = 0, debian;
 
     if (snprintf(path, sizeof path, "%s/config.json", bundle) >= (int)sizeof path ||
-        !(c.text = read_file(path, &size)) || memchr(c.text, '\0', size))
-        HANDOVER("config.json unreadable");
+        !(c.text = read_file(path, &size)) || memchr(c.text, '\0', size) ||
+        !valid_utf8(c.text, size))
+        HANDOVER("config.json unreadable, or not UTF-8");
     c.s.text = c.text;
     c.s.end = c.text + size;
     c.s.top = ws(c.text, c.s.end);
