@@ -140,6 +140,7 @@ GOALS = {
 POOLED = (
     "no GPU",
     "1 GPU",
+    "1 GPU, no daemon",  # the launcher's native create: the same C code in every install
     "--gpus device=0",
     "podman hooks.d, 1 GPU",
     "podman hooks.d, no GPU",
@@ -650,9 +651,9 @@ def main() -> int:
 
 
 def pooled(phases: dict[str, dict[str, object]], seed: int) -> dict[str, dict[str, object]]:
-    """The daemon paths' goals over every install path's rounds together: each install runs
-    the same launcher, daemon and hook code (only the files' places and the no-daemon
-    fallback differ), so their rounds are samples of one start; empty for one install."""
+    """The goals over every install path's rounds together where each install runs the same
+    launcher, daemon and hook code (only the files' places and the Python fallbacks differ),
+    so their rounds are samples of one start; empty for one install."""
     if len(phases) < 2:
         return {}
     found: dict[str, dict[str, object]] = {}

@@ -150,6 +150,11 @@ def main() -> int:
                 wall, cpu = timed(argvs[name])
             samples[name][0].append(wall)
             samples[name][1].append(cpu)
+    # The native variant must have been the launcher's own create, not a hand-over to the shim.
+    events = [json.loads(line) for line in (cfg.parent / "nvct.log").read_text().splitlines()]
+    native = sum(e.get("via") == "native" for e in events if e["event"] == "container_prepared")
+    if native != args.rounds + 1:  # the rounds, and the warm-up's second start
+        raise SystemExit(f"bench.no_daemon: {native} native creates, not {args.rounds + 1}")
     # What each step adds: (variant, the variant it is paired with).
     pairs = {
         "the native create and runc's exec": ("native create", "exec only"),
@@ -172,7 +177,7 @@ def main() -> int:
             )
         }
         for step, (name, base) in pairs.items()
-        if name in samples
+        if name in samples and base in samples
     }
     print(f"{'variant':<22} {'wall':>8} {'cpu':>8}  (ms, medians)")
     for name, (walls, cpus) in samples.items():
