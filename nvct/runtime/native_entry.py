@@ -22,6 +22,7 @@ Format: ``nvct-native 1\\n`` then ``<name> <length>\\n<bytes>\\n`` per field.
 from __future__ import annotations
 
 import os
+import time
 
 from nvct.base import fastjson
 from nvct.base.atomic import write_atomic
@@ -140,7 +141,43 @@ def write_native_entry(
         write_atomic(path, bytes(data), 0o644, durable=False)
     except OSError:
         return False  # a cache is an optimisation
+    sweep(os.path.dirname(path), key.split(b"\0", 2)[1])
     return True
+
+
+STALE_S = 3600
+
+
+def sweep(directory: str, code: bytes) -> int:
+    """Remove the entries of other launchers' code (an upgrade's leftovers: no launcher that
+    could read them is installed) once they are an hour old; how many went. Run when an entry
+    is written, that is once per kind of container and driver, never on a create's hot path."""
+    head = len(MAGIC) + 32  # "key <length>\n": the key's first fields come after it
+    prefix = KEY_MAGIC + b"\0"
+    gone = 0
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return 0
+    now = time.time()
+    for name in names:
+        path = os.path.join(directory, name)
+        try:
+            with open(path, "rb") as f:
+                start = f.read(head + len(prefix) + 64)
+                age = now - os.fstat(f.fileno()).st_mtime
+        except OSError:
+            continue
+        key = start[start.find(b"\n", len(MAGIC)) + 1 :] if start.startswith(MAGIC) else b""
+        if key.startswith(prefix) and key[len(prefix) :].split(b"\0", 1)[0] == code:
+            continue
+        if age > STALE_S:  # another launcher's, or not an entry at all
+            try:
+                os.unlink(path)
+                gone += 1
+            except OSError:
+                continue
+    return gone
 
 
 _ORDER_FIELDS = (

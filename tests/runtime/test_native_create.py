@@ -352,3 +352,19 @@ def test_a_spec_that_is_not_utf8_is_left_to_the_shim_which_refuses_it(node) -> N
     done = node.run(bundle)
     assert done.returncode == 1 and "config.json" in done.stderr, done.stderr
     assert (bundle / "config.json").read_bytes() == raw
+
+
+def test_entries_of_another_launchers_code_are_swept_when_an_hour_old(node) -> None:
+    node.create(node.bundle())
+    ours = node.entries()[0]
+    data = ours.read_bytes()
+    old, young = ours.with_name("0000000000000001"), ours.with_name("0000000000000002")
+    for path in (old, young):
+        path.write_bytes(data.replace(CODE_ID.encode(), b"f" * len(CODE_ID)))
+    hours_ago = ours.stat().st_mtime - 2 * 3600
+    os.utime(old, (hours_ago, hours_ago))
+    os.utime(ours, (hours_ago, hours_ago))  # old, but this launcher's: kept
+    node.create(node.bundle(["NVIDIA_VISIBLE_DEVICES=2"]))  # a new kind: an entry is written
+    names = {p.name for p in node.entries()}
+    assert old.name not in names
+    assert {young.name, ours.name} <= names and len(names) == 3
