@@ -90,6 +90,25 @@ def test_the_guarded_node_gives_exactly_the_allocated_gpu(
         assert set(answer.annotations) <= set(exited.spec["annotations"])
 
 
+def test_the_second_pod_of_a_kind_is_prepared_by_the_launcher_alone(
+    node: Node, sim_driver: Any
+) -> None:
+    """Two pods given the same GPU by the plugin's CDI annotation: the first create through
+    the Python shim (which writes the native entry), the second by nvct-runtime's native
+    create; both see that GPU and no other."""
+    uuid = sim_driver.spec.gpus[2].uuid
+    log = node.handlers["nvidia"].parent / "nvct.log"
+    with node.plugin("--device-list-strategy", "cdi-annotations"):
+        answer = node.plugins.allocate(GPU, [uuid])
+        before = len(log.read_text().splitlines()) if log.exists() else 0
+        pods = [run_pod(node, "nvidia", [answer]) for _ in range(2)]
+    assert [seen(p) for p in pods] == [([uuid], ["nvidia2"])] * 2
+    events = [json.loads(line) for line in log.read_text().splitlines()[before:]]
+    prepared = [e for e in events if e.get("event") == "container_prepared"]
+    assert [e["via"] for e in prepared][-1] == "native", prepared
+    assert prepared[-1]["gpus"] == prepared[0]["gpus"]
+
+
 def test_envvar_gives_the_gpu_where_the_guard_is_off_and_none_where_it_is_on(
     node: Node, sim_driver: Any
 ) -> None:

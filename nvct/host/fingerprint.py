@@ -106,6 +106,12 @@ def _mig_instances(caps: str) -> list[str]:
 def cdi_specs_stamp(dirs: list[str]) -> str:
     """A hash of the CDI spec files in ``dirs`` (names, sizes, times, inodes): a work order
     made from CDI specs is good while it is unchanged."""
+    return sha256("\0".join(cdi_stamp_parts(dirs)).encode()).hexdigest()[:32]
+
+
+def cdi_stamp_parts(dirs: list[str]) -> list[str]:
+    """The stats ``cdi_specs_stamp`` hashes, in its order and spelling (nvct-runtime's native
+    create takes them again, ``nvct/runtime/launch/native.h``)."""
     parts: list[str] = []
     for directory in dirs:
         try:
@@ -116,4 +122,4 @@ def cdi_specs_stamp(dirs: list[str]) -> str:
         parts.extend(
             _stat_id(os.path.join(directory, n)) for n in names if n.endswith(CDI_SUFFIXES)
         )
-    return sha256("\0".join(parts).encode()).hexdigest()[:32]
+    return parts

@@ -68,6 +68,10 @@ def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tu
     with Rootfs(rootfs_path(spec, bundle), openat2=False) as rootfs:
         debian = rootfs.exists("/etc/debian_version")
         entry, cached, cache_dir, key = cached_entry(spec, path, raw, config_file, debian)
+        # The launcher's key of this spec, taken before any edit (CDI variables replace some).
+        nkey = (
+            _native_key(native, path, raw, debian, spec) if native and cache_dir and key else None
+        )
         log.configure(*entry["log"])
         for line in entry.get("ignored", ()):
             log.info("nvidia_input_ignored", why=line)
@@ -77,8 +81,8 @@ def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tu
             if remove_gpu_hooks(spec):
                 write_spec(bundle, spec)
             log.debug("passthrough_create", decisions=entry.get("decisions", []), cached=cached)
-            if native and cache_dir and key:
-                _native_entry(native, path, raw, debian, spec, entry, cached, cache_dir, [], "off")
+            if nkey and cache_dir:
+                _native_entry(nkey, entry, cached, cache_dir, [], "off")
             return tuple(entry["runtimes"])
         planned = time.perf_counter()
         earlier = _EarlierLdCache(rootfs, cache_dir, key, entry)
@@ -95,11 +99,8 @@ def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tu
             staged.ldconfig.wait()
             if cache_dir and earlier.key:
                 _remember_ld_cache(rootfs, cache_dir, earlier.key)
-        if native and cache_dir and key:
-            why = staged.cuda_compat
-            _native_entry(
-                native, path, raw, debian, spec, entry, cached, cache_dir, create_hooks, why
-            )
+        if nkey and cache_dir:
+            _native_entry(nkey, entry, cached, cache_dir, create_hooks, staged.cuda_compat)
     done = time.perf_counter()
     log.info(
         "container_prepared",
@@ -122,12 +123,20 @@ def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tu
     return tuple(entry["runtimes"])
 
 
+def _native_key(
+    code: str, config_path: str, raw: bytes, debian: bool, spec: dict[str, Any]
+) -> bytes | None:
+    """The launcher's key of this create's spec (``nvct.runtime.native_entry.native_key``)."""
+    from nvct.runtime.native_entry import native_key
+
+    try:
+        return native_key(code, config_path, raw, debian, spec)
+    except Exception:
+        return None
+
+
 def _native_entry(
-    code: str,
-    config_path: str,
-    raw: bytes,
-    debian: bool,
-    spec: dict[str, Any],
+    native: bytes,
     entry: CacheEntry,
     cached: bool,
     cache_dir: str,
@@ -136,12 +145,9 @@ def _native_entry(
 ) -> None:
     """Write the native entry of this kind of create (``nvct.runtime.native_entry``) when it
     was planned now or has none: a cached create with its entry in place costs one stat."""
-    from nvct.runtime.native_entry import entry_path, native_key, write_native_entry
+    from nvct.runtime.native_entry import entry_path, write_native_entry
 
     try:
-        native = native_key(code, config_path, raw, debian, spec)
-        if native is None:
-            return
         where = entry_path(cache_dir, native)
         if cached and os.path.exists(where):
             return
@@ -152,8 +158,8 @@ def _native_entry(
             # The launcher creates only where the image has no compat directory: that reason.
             why_compat = choose_compat([], compat[0], compat[1])[1]
         write_native_entry(where, native, entry, create_hooks, why_compat)
-    except (OSError, ValueError, TypeError):
-        return  # a cache is an optimisation: the next create is the shim's again
+    except Exception:
+        return  # the next create of this kind is the shim's again
 
 
 def _ld_cache_key(rootfs: Rootfs, cache_dir: str | None, key: str, entry: CacheEntry) -> str | None:

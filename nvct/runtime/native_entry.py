@@ -4,15 +4,16 @@ that nvct-runtime's launcher prepares the next one of that kind itself, with no 
 
 The launcher asks for one by putting its code id in ``NATIVE_ENV``; the shim (in a daemon
 worker or started by the launcher) writes it under ``<cache-dir>/native/`` after a create it
-prepared from a work order, when the order has nothing the native create does not do (CDI
-variables, hooks or groups) and the spec nothing it leaves to the shim (device-list mounts,
-CDI annotations). The entry holds:
+prepared from a work order (planned, or made from CDI devices), when the order has nothing the
+native create does not do (additional groups) and the spec nothing it leaves to the shim (a
+device-list mount, an annotation key it cannot read). The entry holds:
 
 - the key, byte for byte what the launcher builds from the same inputs (``native_key``): the
   file's name is a 64-bit FNV-1a of it, and the launcher compares the whole key, so two keys
   that share a name only miss;
-- the driver's fingerprint as its parts (``fingerprint_parts``), which the launcher takes
-  again and compares, so a changed driver is planned again by the shim;
+- the driver's fingerprint as its parts (``fingerprint_parts``), and for a CDI order the CDI
+  specs' stamp as its parts (``cdi_stamp_parts``), which the launcher takes again and
+  compares, so a changed driver or spec is planned again by the shim;
 - what ``edit_spec`` adds to config.json, as JSON text, and what ``stage_rootfs`` makes in the
   rootfs, as NUL-separated fields.
 
@@ -26,9 +27,10 @@ import time
 
 from nvct.base import fastjson
 from nvct.base.atomic import write_atomic
-from nvct.host.fingerprint import fingerprint_of_parts, fingerprint_parts
+from nvct.base.digest import sha256
+from nvct.host.fingerprint import cdi_stamp_parts, fingerprint_of_parts, fingerprint_parts
 from nvct.request.inputs import CDI_ANNOTATION_PREFIX, DEVICE_MOUNT_DIR
-from nvct.runtime.spec_edits import allow_rule, bind_mount, device_entry
+from nvct.runtime.spec_edits import allow_rule, bind_mount, device_entry, same_hook
 
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
 if TYPE_CHECKING:
@@ -40,6 +42,7 @@ MAGIC = b"nvct-native 1\n"
 KEY_MAGIC = b"nvct-native-key 1"
 NATIVE_DIR = "native"
 KEY_PREFIXES = ("NVIDIA_", "DOCKER_RESOURCE_")
+MAX_ANNOTATION_KEY = 256  # native.h's MAX_ENV_NAME: a longer key it does not read
 
 
 def native_key(code: str, config_path: str, raw: bytes, debian: bool, spec: Any) -> bytes | None:
@@ -63,12 +66,37 @@ def native_key(code: str, config_path: str, raw: bytes, debian: bool, spec: Any)
                 except UnicodeEncodeError:
                     return None
     privileged = _privileged(process.get("capabilities"))
-    if privileged is None or not _launcher_reads(spec):
+    cdi = _cdi_annotations(spec.get("annotations"))
+    if privileged is None or cdi is None or not _launcher_reads(spec):
         return None
     parts = [KEY_MAGIC, code.encode(), config_path.encode(), b"debian" if debian else b"plain"]
     parts.append(b"privileged" if privileged else b"unprivileged")
     variables = b"".join(b"%d:%s" % (len(chosen[k]), chosen[k]) for k in sorted(chosen))
-    return b"\0".join([*parts, variables, raw])
+    annotations = b"".join(b"%d:%s" % (len(cdi[k]), cdi[k]) for k in sorted(cdi))
+    return b"\0".join([*parts, variables, annotations, raw])
+
+
+def _cdi_annotations(annotations: Any) -> dict[bytes, bytes] | None:
+    """The ``cdi.k8s.io/`` annotations with string values as the launcher keys them
+    (``key=value`` by key); None where it hands the create over (a key it cannot read)."""
+    if annotations is None:
+        return {}
+    if not isinstance(annotations, dict):
+        return None
+    found: dict[bytes, bytes] = {}
+    for key, value in annotations.items():
+        try:
+            name = key.encode()
+            text = value.encode() if isinstance(value, str) else b""
+        except UnicodeEncodeError:
+            return None
+        if not name or len(name) >= MAX_ANNOTATION_KEY or b"\0" in name:
+            return None
+        if key.startswith(CDI_ANNOTATION_PREFIX) and isinstance(value, str):
+            if b"\0" in text:
+                return None
+            found[name] = name + b"=" + text
+    return found
 
 
 def _privileged(caps: Any) -> bool | None:
@@ -85,16 +113,12 @@ def _privileged(caps: Any) -> bool | None:
 
 
 def _launcher_reads(spec: dict[str, Any]) -> bool:
-    """Whether the launcher looks for an entry for this spec at all."""
+    """Whether the launcher looks for an entry for this spec at all (no device-list mount)."""
     for mount in spec.get("mounts") or ():
         dst = mount.get("destination") if isinstance(mount, dict) else None
         if isinstance(dst, str) and dst.startswith(DEVICE_MOUNT_DIR):
             return False
-    annotations = spec.get("annotations")
-    return not (
-        isinstance(annotations, dict)
-        and any(isinstance(k, str) and k.startswith(CDI_ANNOTATION_PREFIX) for k in annotations)
-    )
+    return True
 
 
 def entry_path(cache_dir: str, key: bytes) -> str:
@@ -113,25 +137,31 @@ def write_native_entry(
     why_compat: str,
 ) -> bool:
     """Write the entry of a create prepared from ``entry``; False when the launcher could not
-    do its work (a CDI order) or the driver changed since it was planned."""
+    do its work (groups to add) or the driver or CDI specs changed since it was planned."""
     order = entry["order"]
-    if entry.get("cdi") or (
-        order is not None
-        and (order.get("env") or order.get("hooks") or order.get("additional_gids"))
-    ):
+    if order is not None and order.get("additional_gids"):
         return False
     driver, dev, proc = entry["roots"]
     parts = fingerprint_parts(driver, dev, proc)
     if fingerprint_of_parts(driver, dev, proc, parts) != entry["fingerprint"]:
         return False  # planned with another driver: the next create plans again
+    cdi_dirs: list[str] = []
+    cdi_parts: list[str] = []
+    if entry.get("cdi"):
+        cdi_dirs, stamp = entry["cdi"]
+        cdi_parts = cdi_stamp_parts(cdi_dirs)
+        if sha256("\0".join(cdi_parts).encode()).hexdigest()[:32] != stamp:
+            return False  # the specs changed since: the next create resolves them again
     fields: dict[str, bytes] = {
         "key": key,
-        "stamp": "\0".join(parts).encode(),
-        "roots": "\0".join(entry["roots"]).encode(),
-        "runtimes": "\0".join(entry["runtimes"]).encode(),
-        "log": "\0".join(entry["log"]).encode(),
+        "stamp": _joined(parts),
+        "roots": _joined(entry["roots"]),
+        "runtimes": _joined(entry["runtimes"]),
+        "log": _joined(list(entry["log"])),
     }
     fields.update(_order_fields(order, create_hooks) if order is not None else _PASSTHROUGH)
+    fields["cdi-dirs"] = _joined(cdi_dirs)
+    fields["cdi-stamp"] = _joined(cdi_parts)
     fields["events"] = _events(entry, why_compat)
     data = bytearray(MAGIC)
     for name, value in fields.items():
@@ -182,7 +212,7 @@ def sweep(directory: str, code: bytes) -> int:
 
 _ORDER_FIELDS = (
     "mounts", "mount-dsts", "devices", "device-paths", "rules", "majors", "hooks", "symlinks",
-    "binlinks", "libdirs", "ld-conf", "ld-cache", "compat",
+    "binlinks", "libdirs", "ld-conf", "ld-cache", "compat", "env", "env-names", "cdi-hooks",
 )  # fmt: skip
 _PASSTHROUGH = dict.fromkeys(_ORDER_FIELDS, b"")
 
@@ -236,7 +266,21 @@ def _order_fields(order: Any, create_hooks: list[dict[str, Any]]) -> dict[str, b
         "ld-conf": _joined([d[1] for d in libdirs]),
         "ld-cache": fastjson.dumps(order["ld_cache"]).encode() if order["ldconfig_dirs"] else b"",
         "compat": b"1" if order.get("cuda_compat") else b"",
+        "env": _elements(list(order.get("env") or ())),
+        "env-names": _joined([e.partition("=")[0] for e in order.get("env") or ()]),
+        "cdi-hooks": _cdi_hooks(order.get("hooks") or ()),
     }
+
+
+def _cdi_hooks(hooks: Any) -> bytes:
+    """A CDI order's OCI hooks as ``stage\\0hook,hook...`` per stage, each hook once
+    (``add_cdi_edits``: one already there is not added again)."""
+    by_stage: dict[str, list[dict[str, Any]]] = {}
+    for stage, hook in hooks:
+        present = by_stage.setdefault(stage, [])
+        if not any(same_hook(hook, h) for h in present):
+            present.append(hook)
+    return _joined([x for stage, hs in by_stage.items() for x in (stage, _elements(hs).decode())])
 
 
 def _events(entry: CacheEntry, why_compat: str) -> bytes:

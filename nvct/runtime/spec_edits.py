@@ -128,7 +128,7 @@ def add_cdi_edits(spec: dict[str, Any], order: WorkOrder) -> None:
         process["env"] = [*kept, *order["env"]]  # CDI's variables replace the image's
     for stage, hook in order.get("hooks") or ():
         present = spec.setdefault("hooks", {}).setdefault(stage, [])
-        if not any(_same_hook(hook, h) for h in present):
+        if not any(same_hook(hook, h) for h in present):
             present.append(hook)
     if order.get("additional_gids"):
         user = spec.setdefault("process", {}).setdefault("user", {})
@@ -136,7 +136,7 @@ def add_cdi_edits(spec: dict[str, Any], order: WorkOrder) -> None:
         gids += [g for g in order["additional_gids"] if g not in gids]
 
 
-def _same_hook(ours: dict[str, Any], theirs: Any) -> bool:
+def same_hook(ours: dict[str, Any], theirs: Any) -> bool:
     """Whether two OCI hooks are one (an engine omits empty fields, as the OCI types do)."""
     if not isinstance(theirs, dict):
         return False

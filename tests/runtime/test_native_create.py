@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -368,3 +369,47 @@ def test_entries_of_another_launchers_code_are_swept_when_an_hour_old(node) -> N
     names = {p.name for p in node.entries()}
     assert old.name not in names
     assert {young.name, ours.name} <= names and len(names) == 3
+
+
+def cdi_node(node: Node) -> Path:
+    """The node's config with a CDI spec directory holding the spec ``nvct-cli cdi generate``
+    writes for its driver; the spec's path."""
+    spec_dir = node.tmp / "cdi"
+    spec_dir.mkdir()
+    node.config.write_text(node.config.read_text() + f'[cdi]\nspec-dirs = ["{spec_dir}"]\n')
+    path = spec_dir / "nvidia.json"
+    subprocess.run(
+        [sys.executable, "-m", "nvct.cli.main", "cdi", "generate", "-o", str(path)],
+        env={**os.environ, "NVCT_CONFIG": str(node.config)},
+        check=True,
+        capture_output=True,
+    )
+    return path
+
+
+def test_a_cdi_annotated_container_is_native_the_second_time_and_the_same(node) -> None:
+    """A device plugin's CDI annotation (what containerd 1.6 and docker 20.10 get): the CDI
+    order's variables, hooks, nodes and mounts, spliced natively as the shim edits them."""
+    cdi_spec = cdi_node(node)
+    annotations = {"cdi.k8s.io/nvct": "nvidia.com/gpu=1"}
+    env = ["NVIDIA_VISIBLE_DEVICES=all", "OTHER=1"]  # a CUDA image's: the spec's replaces it
+    assert node.create(node.bundle(env, annotations=annotations))["via"] == "shim"
+    second = node.bundle(env, annotations=annotations)
+    assert node.create(second)["via"] == "native"
+    for entry in node.entries():
+        entry.unlink()
+    third = node.bundle(env, annotations=annotations)
+    assert node.create(third)["via"] == "shim"
+    assert spec_of(second) == spec_of(third)
+    spec = spec_of(second)
+    assert [h["path"] for h in spec["hooks"]["createContainer"]]  # the spec's nvct-cdi-hook
+    assert "OTHER=1" in spec["process"]["env"]
+    assert "/dev/nvidia1" in [d["path"] for d in spec["linux"]["devices"]]
+    # Another annotation value is another kind; a changed spec file is resolved again.
+    other = {"cdi.k8s.io/nvct": "nvidia.com/gpu=2"}
+    assert node.create(node.bundle(env, annotations=other))["via"] == "shim"
+    assert node.create(node.bundle(env, annotations=annotations))["via"] == "native"
+    st = cdi_spec.stat()
+    os.utime(cdi_spec, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    assert node.create(node.bundle(env, annotations=annotations))["via"] == "shim"
+    assert node.create(node.bundle(env, annotations=annotations))["via"] == "native"

@@ -4,28 +4,31 @@
  * and caches the work order (nvct.plan.cached). Where the launcher asked it to
  * (NVCT_NATIVE_ENV names this launcher's code), it also writes that order as a native entry
  * (nvct.runtime.native_entry): the spec's additions as JSON text, the rootfs's links, the
- * ld.so.cache entries, and the driver's fingerprint as the stats it is made of. A later create
- * of the same kind is then done here, on the same terms as the shim's cached create:
+ * ld.so.cache entries, and the driver's fingerprint (and the CDI specs' stamp, for an order
+ * made from CDI devices) as the stats they are made of. A later create of the same kind is
+ * then done here, on the same terms as the shim's cached create:
  *
  * - the entry is found by a key of every input the plan depends on (this launcher's code, the
  *   config file's path and bytes, the image's layout, the container's NVIDIA_ and
- *   DOCKER_RESOURCE_ variables and CUDA_VERSION, whether it is privileged), compared byte for
- *   byte; the driver's fingerprint is taken again and compared the same way;
+ *   DOCKER_RESOURCE_ variables and CUDA_VERSION, whether it is privileged, its cdi.k8s.io/
+ *   annotations), compared byte for byte; the driver's fingerprint and the CDI specs' stamp
+ *   are taken again and compared the same way;
  * - the rootfs is staged under openat2(RESOLVE_IN_ROOT) (rootfs.h): the SONAME links, the
  *   binaries' links, the ld.so.conf.d entry, the image's ld.so.cache with the driver's
  *   entries merged in ldconfig's order;
- * - config.json gets the entry's mounts, device nodes, device-cgroup rules and hooks, spliced
- *   into the arrays the spec has (never re-serialised: what nvct does not own stays byte for
- *   byte), written beside it and renamed over it.
+ * - config.json gets the entry's mounts, device nodes, device-cgroup rules and hooks, and a
+ *   CDI order's variables (the image's of the same names dropped), spliced into the arrays
+ *   the spec has (never re-serialised: what nvct does not own stays byte for byte), written
+ *   beside it and renamed over it.
  *
  * Anything else goes on to the daemon or the Python shim, which read the same files again:
- * no entry, a changed driver, a spec this scanner does not take whole, a device-list mount,
- * CDI annotations, a GPU hook to remove, a device, mount, rule or hook the spec has already,
- * a library directory a cache cleaner emptied, an image with a CUDA compat directory or with a
- * cache the merge cannot match ldconfig on, or any failed call before config.json is written.
- * Every check comes before the first write, and the writes are the shim's own (a link it
- * replaces, the same files), so what the shim does after a hand-over is what it would have
- * done alone.
+ * no entry, a changed driver or CDI spec, a spec this scanner does not take whole (or not
+ * UTF-8), a device-list mount, a GPU hook to remove, a device, mount, rule or hook the spec
+ * has already where nvct adds one, a library directory a cache cleaner emptied, an image with
+ * a CUDA compat directory or with a cache the merge cannot match ldconfig on, or any failed
+ * call before config.json is written. Every check comes before the first write, and the writes
+ * are the shim's own (a link it replaces, the same files), so what the shim does after a
+ * hand-over is what it would have done alone.
  *
  * Included by launcher.c after client.h, json.h and rootfs.h.
  */
@@ -56,12 +59,17 @@
 enum {
     F_KEY, F_STAMP, F_ROOTS, F_RUNTIMES, F_LOG, F_MOUNTS, F_MOUNT_DSTS, F_DEVICES,
     F_DEVICE_PATHS, F_RULES, F_MAJORS, F_HOOKS, F_SYMLINKS, F_BINLINKS, F_LIBDIRS, F_LD_CONF,
-    F_LD_CACHE, F_COMPAT, F_EVENTS, F_COUNT
+    F_LD_CACHE, F_COMPAT, F_ENV, F_ENV_NAMES, F_CDI_HOOKS, F_CDI_DIRS, F_CDI_STAMP, F_EVENTS,
+    F_COUNT
 };
 static const char *const FIELD_NAMES[F_COUNT] = {
     "key", "stamp", "roots", "runtimes", "log", "mounts", "mount-dsts", "devices",
     "device-paths", "rules", "majors", "hooks", "symlinks", "binlinks", "libdirs", "ld-conf",
-    "ld-cache", "compat", "events"};
+    "ld-cache", "compat", "env", "env-names", "cdi-hooks", "cdi-dirs", "cdi-stamp", "events"};
+#define HOOK_STAGES 6
+static const char *const STAGES[HOOK_STAGES + 1] = {
+    "prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop",
+    NULL};
 
 struct field {
     const char *p;
@@ -322,8 +330,8 @@ struct spec {
     const char *process, *mounts, *linux_, *hooks, *annotations, *root;
     const char *mounts_close;            /* where mounts are appended */
     int mounts_any;
-    struct var *vars;
-    int nvars, privileged;
+    struct var *vars, *annos; /* the relevant variables; the cdi.k8s.io/ annotations */
+    int nvars, nannos, privileged;
     const struct field *ours;            /* the entry, for the overlap checks */
 };
 
@@ -332,6 +340,19 @@ static int is_relevant(const char *text, size_t keylen)
     return (keylen >= 7 && memcmp(text, "NVIDIA_", 7) == 0) ||
            (keylen >= 16 && memcmp(text, "DOCKER_RESOURCE_", 16) == 0) ||
            (keylen == 12 && memcmp(text, "CUDA_VERSION", 12) == 0);
+}
+
+/* `text` (KEY=VALUE, its key `keylen` long, owned from here) appended to a list: 0, or -1. */
+static int push_var(struct var **list, int *n, char *text, size_t keylen)
+{
+    struct var *more = realloc(*list, (size_t)(*n + 1) * sizeof *more);
+    if (!more) {
+        free(text);
+        return -1;
+    }
+    *list = more;
+    (*list)[(*n)++] = (struct var){text, keylen, strlen(text)};
+    return 0;
 }
 
 static int visit_env(const char *p, const char *end, void *ctx)
@@ -358,14 +379,7 @@ static int visit_env(const char *p, const char *end, void *ctx)
             s->vars[i] = (struct var){text, keylen, strlen(text)};
             return 0;
         }
-    struct var *more = realloc(s->vars, (size_t)(s->nvars + 1) * sizeof *more);
-    if (!more) {
-        free(text);
-        return -1;
-    }
-    s->vars = more;
-    s->vars[s->nvars++] = (struct var){text, keylen, strlen(text)};
-    return 0;
+    return push_var(&s->vars, &s->nvars, text, keylen);
 }
 
 static int visit_capability(const char *p, const char *end, void *ctx)
@@ -457,11 +471,28 @@ static int visit_rule(const char *p, const char *end, void *ctx)
     return !num_end || listed(&s->ours[F_MAJORS], v[0], (size_t)(num_end - v[0])) ? -1 : 0;
 }
 
+/* A cdi.k8s.io/ annotation with a string value (the request's, nvct.request.inputs): kept as
+ * `key=value` for the key; a value of another type counts for nothing, as for the shim. */
 static int visit_annotation(const char *key, const char *value, const char *end, void *ctx)
 {
-    (void)value, (void)end, (void)ctx;
-    return !key[0] || strncmp(key, NVCT_CDI_ANNOTATION_PREFIX,
-                               strlen(NVCT_CDI_ANNOTATION_PREFIX)) == 0 ? -1 : 0;
+    struct spec *s = ctx;
+    size_t prefix = strlen(NVCT_CDI_ANNOTATION_PREFIX), klen = strlen(key);
+    if (!klen)
+        return -1; /* a key too long to read here */
+    if (strncmp(key, NVCT_CDI_ANNOTATION_PREFIX, prefix) != 0 || *value != '"')
+        return 0;
+    const char *after = json_string(value, end, NULL, 0);
+    size_t cap = after ? klen + 1 + (size_t)(after - value) : 0;
+    char *text = cap ? malloc(cap) : NULL;
+    if (!text)
+        return -1;
+    memcpy(text, key, klen);
+    text[klen] = '=';
+    if (!json_string(value, end, text + klen + 1, cap - klen - 1)) {
+        free(text);
+        return -1;
+    }
+    return push_var(&s->annos, &s->nannos, text, klen);
 }
 
 /* A prestart hook nvct's create replaces (nvct.runtime.spec_edits._is_gpu_hook): the shim
@@ -500,20 +531,44 @@ static int visit_prestart(const char *p, const char *end, void *ctx)
 /* --- Splicing: insertions into config.json's text, applied in order of position. */
 
 struct insertion {
-    size_t at;
-    const char *head, *tail; /* around the entry's fragment */
+    size_t at, cut;     /* where, and how many bytes of the spec it replaces there */
+    char head[64];      /* around the entry's fragment */
+    const char *tail;
     struct field body;
+    struct buf owned;   /* a body made here (the kept variables) */
+    int seq;            /* insertions at one place keep their order */
 };
 
+#define MAX_INSERTIONS 24
+
 struct splice {
-    struct insertion items[9];
-    int n;
+    struct insertion items[MAX_INSERTIONS];
+    int n, overflow; /* overflow: one was not made, so none may be applied */
 };
+
+static int insert_cut(struct splice *sp, size_t at, size_t cut, const char *head,
+                      struct field body, const char *tail)
+{
+    if (sp->n == MAX_INSERTIONS || strlen(head) >= sizeof sp->items[0].head) {
+        sp->overflow = 1;
+        return -1;
+    }
+    struct insertion *in = &sp->items[sp->n++];
+    *in = (struct insertion){.at = at, .cut = cut, .tail = tail, .body = body, .seq = sp->n};
+    strcpy(in->head, head);
+    return 0;
+}
 
 static void insert(struct splice *sp, size_t at, const char *head, struct field body,
                    const char *tail)
 {
-    sp->items[sp->n++] = (struct insertion){at, head, tail, body};
+    insert_cut(sp, at, 0, head, body, tail);
+}
+
+static void free_splice(struct splice *sp)
+{
+    for (int i = 0; i < sp->n; i++)
+        free(sp->items[i].owned.data);
 }
 
 /* Elements appended to the array at `array` (NULL: the array is missing, and `member` is
@@ -539,6 +594,127 @@ static int append_to(struct splice *sp, const struct spec *s, const char *array,
     return 0;
 }
 
+/* The spans of an array's elements, for replacing the array with some of them kept. */
+struct spans {
+    const char *start[256], *end[256];
+    int n;
+};
+
+static int visit_span(const char *p, const char *end, void *ctx)
+{
+    struct spans *sp = ctx;
+    const char *after = json_skip(p, end, 1);
+    if (!after || sp->n == 256)
+        return -1;
+    sp->start[sp->n] = p;
+    sp->end[sp->n++] = after;
+    return 0;
+}
+
+/* The order's CDI variables (add_cdi_edits): process.env without the image's variables of
+ * the same names, then the order's, written over the env array. */
+static int plan_env(struct spec *s, const struct field *e, struct splice *sp)
+{
+    static const char *const keys[] = {"env", NULL};
+    const char *v[1], *close;
+    struct spans spans = {.n = 0};
+    int any;
+    if (!e[F_ENV].n)
+        return 0;
+    if (!s->process || *s->process != '{' || !json_members(s->process, s->end, keys, v) ||
+        !v[0] || *v[0] != '[' || each_element(v[0], s->end, visit_span, &spans, &close, &any) < 0)
+        DECLINE(); /* no env array to edit: the shim makes one */
+    if (insert_cut(sp, (size_t)(v[0] - s->text), (size_t)(close + 1 - v[0]), "[", e[F_ENV],
+                   "]") < 0)
+        DECLINE();
+    struct buf *kept = &sp->items[sp->n - 1].owned;
+    for (int i = 0; i < spans.n; i++) {
+        size_t cap = (size_t)(spans.end[i] - spans.start[i]); /* the decoded text is shorter */
+        char *name = malloc(cap);
+        if (!name || !json_string(spans.start[i], s->end, name, cap)) {
+            free(name);
+            DECLINE(); /* not a string: the shim says so */
+        }
+        name[strcspn(name, "=")] = '\0';
+        int ours = listed(&e[F_ENV_NAMES], name, strlen(name));
+        free(name);
+        if (ours)
+            continue;
+        put_bytes(kept, spans.start[i], (size_t)(spans.end[i] - spans.start[i]));
+        put_text(kept, ",");
+    }
+    /* The kept elements, then the order's: one body. */
+    put_bytes(kept, e[F_ENV].p, e[F_ENV].n);
+    sp->items[sp->n - 1].body = (struct field){kept->data, kept->len};
+    return 0;
+}
+
+/* The hooks of the order (nvct's procfs hook, a CDI spec's): each into a stage the spec has
+ * no hook in (the shim compares hooks; here a stage holding any goes to it), after a check
+ * that no GPU prestart hook is left for the shim to remove. */
+static int plan_hooks(struct spec *s, const struct field *e, struct splice *sp)
+{
+    const char *hv[HOOK_STAGES], *close;
+    struct field bodies[HOOK_STAGES] = {{0}};
+    int any, wanted = 0;
+    if (e[F_HOOKS].n) {
+        bodies[2] = e[F_HOOKS]; /* createContainer */
+        wanted = 1;
+    }
+    size_t at = 0;
+    struct field stage, body;
+    while (next_item(&e[F_CDI_HOOKS], &at, &stage) && next_item(&e[F_CDI_HOOKS], &at, &body)) {
+        int k = 0;
+        while (k < HOOK_STAGES && !item_is(&stage, STAGES[k], strlen(STAGES[k])))
+            k++;
+        if (k == HOOK_STAGES || bodies[k].n)
+            DECLINE(); /* two sources for one stage: the shim orders them */
+        bodies[k] = body;
+        wanted = 1;
+    }
+    if (!s->hooks || strncmp(s->hooks, "null", 4) == 0) {
+        if (!wanted)
+            return 0;
+        if (s->hooks)
+            DECLINE(); /* "hooks": null: the shim's */
+        char head[64] = "\"hooks\":{";
+        for (int k = 0, first = 1; k < HOOK_STAGES; k++) {
+            if (!bodies[k].n)
+                continue;
+            /* one insertion per stage at the spec's '{', in order: the first opens "hooks" */
+            snprintf(head, sizeof head, "%s\"%s\":[", first ? "\"hooks\":{" : ",", STAGES[k]);
+            if (insert_cut(sp, (size_t)(s->top + 1 - s->text), 0, head, bodies[k], "]") < 0)
+                DECLINE();
+            first = 0;
+        }
+        insert(sp, (size_t)(s->top + 1 - s->text), "", (struct field){"", 0}, "},");
+        return 0;
+    }
+    if (*s->hooks != '{' || !json_members(s->hooks, s->end, STAGES, hv))
+        DECLINE();
+    if (hv[0] && strncmp(hv[0], "null", 4) != 0 &&
+        each_element(hv[0], s->end, visit_prestart, NULL, &close, &any) < 0)
+        DECLINE();
+    for (int k = 0; k < HOOK_STAGES; k++) {
+        if (!bodies[k].n)
+            continue;
+        if (hv[k]) {
+            if (*hv[k] != '[' || each_element(hv[k], s->end, NULL, NULL, &close, &any) < 0 || any)
+                DECLINE(); /* hooks of its own there: the shim compares them with ours */
+            insert(sp, (size_t)(close - s->text), "", bodies[k], "");
+            continue;
+        }
+        const char *p = ws(s->hooks + 1, s->end);
+        char head[64];
+        if (p >= s->end || *p == '}')
+            DECLINE(); /* an empty object: the shim writes it whole */
+        snprintf(head, sizeof head, "\"%s\":[", STAGES[k]);
+        if (insert_cut(sp, (size_t)(s->hooks + 1 - s->text), 0, head, bodies[k], "],") < 0)
+            DECLINE();
+    }
+    return 0;
+}
+
 /* The insertions config.json needs for the entry's fields; -1 where the shim must edit it.
  * The binaries' binds, known only once their links are tried, go where `s->mounts_close`
  * says. */
@@ -546,9 +722,7 @@ static int plan_splice(struct spec *s, const struct field *e, struct splice *sp)
 {
     static const char *const linux_keys[] = {"devices", "resources", NULL};
     static const char *const res_keys[] = {"devices", NULL};
-    static const char *const hook_keys[] = {"prestart", "createContainer", NULL};
-    const char *lv[2], *rv[1], *hv[2], *close;
-    int any;
+    const char *lv[2], *rv[1];
     if (!s->linux_ || *s->linux_ != '{' || !json_members(s->linux_, s->end, linux_keys, lv))
         DECLINE();
     if (append_to(sp, s, lv[0], s->linux_, "\"devices\":[", e[F_DEVICES], visit_device) < 0)
@@ -573,32 +747,17 @@ static int plan_splice(struct spec *s, const struct field *e, struct splice *sp)
                "");
         s->mounts_any = 1;
     }
-    if (s->hooks && strncmp(s->hooks, "null", 4) != 0) {
-        if (*s->hooks != '{' || !json_members(s->hooks, s->end, hook_keys, hv))
-            DECLINE();
-        if (hv[0] && strncmp(hv[0], "null", 4) != 0 &&
-            each_element(hv[0], s->end, visit_prestart, NULL, &close, &any) < 0)
-            DECLINE();
-        if (e[F_HOOKS].n) {
-            if (hv[1] && (*hv[1] != '[' || each_element(hv[1], s->end, NULL, NULL, &close, &any) ||
-                          any))
-                DECLINE(); /* hooks of its own: the shim compares them with ours */
-            if (append_to(sp, s, hv[1], s->hooks, "\"createContainer\":[", e[F_HOOKS], NULL) < 0)
-                DECLINE();
-        }
-    } else if (e[F_HOOKS].n) {
-        if (s->hooks)
-            DECLINE();
-        insert(sp, (size_t)(s->top + 1 - s->text), "\"hooks\":{\"createContainer\":[",
-               e[F_HOOKS], "]},");
-    }
-    return 0;
+    if (plan_env(s, e, sp) < 0)
+        DECLINE();
+    return plan_hooks(s, e, sp);
 }
 
 static int by_position(const void *a, const void *b)
 {
     const struct insertion *x = a, *y = b;
-    return x->at < y->at ? -1 : x->at > y->at;
+    if (x->at != y->at)
+        return x->at < y->at ? -1 : 1;
+    return (x->seq > y->seq) - (x->seq < y->seq);
 }
 
 static void apply_splice(struct splice *sp, const struct spec *s, struct buf *out)
@@ -611,7 +770,7 @@ static void apply_splice(struct splice *sp, const struct spec *s, struct buf *ou
         put_text(out, in->head);
         put_bytes(out, in->body.p, in->body.n);
         put_text(out, in->tail);
-        from = in->at;
+        from = in->at + in->cut;
     }
     put_bytes(out, s->text + from, (size_t)(s->end - s->text) - from);
 }
@@ -626,10 +785,22 @@ static int by_name(const void *a, const void *b)
     return c ? c : (x->keylen > y->keylen) - (x->keylen < y->keylen);
 }
 
+/* A list of KEY=VALUE texts in the order of their keys, each `<length>:text`, then a NUL. */
+static void put_vars(struct buf *key, struct var *vars, int n)
+{
+    char num[32];
+    qsort(vars, (size_t)n, sizeof *vars, by_name);
+    for (int i = 0; i < n; i++) {
+        snprintf(num, sizeof num, "%zu:", vars[i].len);
+        put_text(key, num);
+        put_bytes(key, vars[i].text, vars[i].len);
+    }
+    put_bytes(key, "", 1);
+}
+
 static void build_key(struct buf *key, const char *cfg, const char *raw, size_t raw_len,
                       int debian, struct spec *s)
 {
-    char num[32];
     put_text(key, NATIVE_KEY_MAGIC);
     put_bytes(key, "", 1);
     put_text(key, NVCT_CODE_ID);
@@ -640,13 +811,8 @@ static void build_key(struct buf *key, const char *cfg, const char *raw, size_t 
     put_bytes(key, "", 1);
     put_text(key, s->privileged ? "privileged" : "unprivileged");
     put_bytes(key, "", 1);
-    qsort(s->vars, (size_t)s->nvars, sizeof *s->vars, by_name);
-    for (int i = 0; i < s->nvars; i++) {
-        snprintf(num, sizeof num, "%zu:", s->vars[i].len);
-        put_text(key, num);
-        put_bytes(key, s->vars[i].text, s->vars[i].len);
-    }
-    put_bytes(key, "", 1);
+    put_vars(key, s->vars, s->nvars);
+    put_vars(key, s->annos, s->nannos);
     put_bytes(key, raw, raw_len);
 }
 
@@ -840,6 +1006,44 @@ static int fingerprint(struct buf *b, const char *driver, const char *dev, const
     free(version);
     join(path, sizeof path, proc, "driver/nvidia/capabilities");
     return mig_instances(b, path);
+}
+
+/* The CDI spec files' stats (nvct.host.fingerprint.cdi_stamp_parts): a work order made from
+ * CDI specs is good while they are unchanged. -1 when a path does not fit. */
+static int cdi_stamp(struct buf *b, const struct field *dirs)
+{
+    static const char *const suffixes[] = {".json", ".yaml", ".yml", NULL};
+    size_t at = 0;
+    struct field item;
+    char dir[PATH_MAX], path[PATH_MAX], text[PATH_MAX + 8];
+    while (next_item(dirs, &at, &item)) {
+        char **names;
+        if (copy_item(&item, dir, sizeof dir) < 0)
+            return -1;
+        int n = names_in(dir, "", &names);
+        if (n < 0) {
+            snprintf(text, sizeof text, "%s:-", dir);
+            part(b, text);
+            continue;
+        }
+        int fits = 1;
+        for (int i = 0; i < n && fits; i++) {
+            size_t len = names[i] ? strlen(names[i]) : 0;
+            int spec = 0;
+            for (int k = 0; suffixes[k] && len; k++)
+                spec |= len >= strlen(suffixes[k]) &&
+                        strcmp(names[i] + len - strlen(suffixes[k]), suffixes[k]) == 0;
+            if (!spec)
+                continue;
+            fits = snprintf(path, sizeof path, "%s/%s", dir, names[i]) < (int)sizeof path;
+            if (fits)
+                stat_id(b, path, 1);
+        }
+        free_names(names, n);
+        if (!fits)
+            return -1;
+    }
+    return 0;
 }
 
 /* --- Checks of the host and the image before anything is written. */
@@ -1073,6 +1277,9 @@ static void native_free(struct native *c)
     for (int i = 0; i < c->s.nvars; i++)
         free(c->s.vars[i].text);
     free(c->s.vars);
+    for (int i = 0; i < c->s.nannos; i++)
+        free(c->s.annos[i].text);
+    free(c->s.annos);
     free(c->text);
     free(c->raw);
     free(c->raw_copy);
@@ -1126,6 +1333,14 @@ static int find_entry(struct native *c, const char *cfg, int debian, struct fiel
         MISS("a root too long");
     if (c->stamp.len != e[F_STAMP].n || memcmp(c->stamp.data, e[F_STAMP].p, e[F_STAMP].n) != 0)
         MISS("the driver changed"); /* the shim plans again */
+    if (e[F_CDI_DIRS].n || e[F_CDI_STAMP].n) {
+        struct buf cdi = {0};
+        int same = cdi_stamp(&cdi, &e[F_CDI_DIRS]) == 0 && cdi.len == e[F_CDI_STAMP].n &&
+                   (!cdi.len || memcmp(cdi.data, e[F_CDI_STAMP].p, cdi.len) == 0);
+        free(cdi.data);
+        if (!same)
+            MISS("the CDI specs changed");
+    }
     return 0;
 #undef MISS
 }
@@ -1183,8 +1398,8 @@ static void native_create(const char *bundle, const char *cfg, const char *id, c
         HANDOVER("process not read whole");
     if (c.s.annotations && strncmp(c.s.annotations, "null", 4) != 0 &&
         (*c.s.annotations != '{' ||
-         each_member(c.s.annotations, c.s.end, visit_annotation, NULL) < 0))
-        HANDOVER("CDI annotations"); /* CDI devices by annotation: the shim resolves them */
+         each_member(c.s.annotations, c.s.end, visit_annotation, &c.s) < 0))
+        HANDOVER("annotations not read whole");
     if (!(c.raw = read_file(cfg, &raw_size)) || memchr(c.raw, '\0', raw_size) ||
         !(c.raw_copy = strdup(c.raw)))
         HANDOVER("no config"); /* the shim says whether it must exist */
@@ -1211,7 +1426,7 @@ static void native_create(const char *bundle, const char *cfg, const char *id, c
     }
     if (libdirs_whole(&e[F_LIBDIRS]) < 0)
         HANDOVER("a library directory is not whole");
-    if (plan_splice(&c.s, e, &sp) < 0)
+    if (plan_splice(&c.s, e, &sp) < 0 || sp.overflow)
         HANDOVER("the spec has what the shim edits itself");
     if (e[F_LD_CACHE].n) {
         char *text = strndup(e[F_LD_CACHE].p, e[F_LD_CACHE].n), *store = NULL;
@@ -1232,9 +1447,10 @@ static void native_create(const char *bundle, const char *cfg, const char *id, c
         write_entry_ld_conf(c.root, &e[F_LD_CONF]) < 0 ||
         (c.cache.len && write_image_cache(c.root, &c.cache) < 0))
         HANDOVER("a write failed"); /* the shim does the same writes again its own way */
-    if (c.binds.len)
-        insert(&sp, (size_t)(c.s.mounts_close - c.text), c.s.mounts_any ? "," : "",
-               (struct field){c.binds.data, c.binds.len}, "");
+    if (c.binds.len &&
+        insert_cut(&sp, (size_t)(c.s.mounts_close - c.text), 0, c.s.mounts_any ? "," : "",
+                   (struct field){c.binds.data, c.binds.len}, "") < 0)
+        HANDOVER("too many edits"); /* the shim does the same writes again its own way */
     struct stat st;
     if (sp.n) { /* a container asking for no GPU: its spec stays as it is */
         apply_splice(&sp, &c.s, &c.out);
@@ -1252,7 +1468,9 @@ static void native_create(const char *bundle, const char *cfg, const char *id, c
     write_log(&e[F_LOG], &e[F_EVENTS], id, where, mounts + binds, nbin - binds, ld_cache,
               (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
     native_free(&c);
+    free_splice(&sp);
     exec_runtime(runtime, args, n);
 handover:
     native_free(&c);
+    free_splice(&sp);
 }
