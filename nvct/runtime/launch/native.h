@@ -254,8 +254,8 @@ static int each_element(const char *p, const char *end,
     return 0;
 }
 
-/* Each member of the object at `p`: `visit(key, value, end, ctx)` (a key longer than `cap`
- * is given as "" with `*long_key`); -1 when malformed or `visit` says so. */
+/* Each member of the object at `p`: `visit(key, value, end, ctx)` (a key this cannot hold,
+ * longer than MAX_ENV_NAME - 1 bytes, is given as ""); -1 when malformed or `visit` says so. */
 static int each_member(const char *p, const char *end,
                        int (*visit)(const char *, const char *, const char *, void *), void *ctx)
 {
@@ -1056,8 +1056,8 @@ static int libdirs_whole(const struct field *f)
     while (next_item(f, &at, &host) && next_item(f, &at, &names)) {
         struct stat st;
         char **have;
-        snprintf(path, sizeof path, "%.*s", (int)host.n, host.p);
-        if (lstat(path, &st) < 0 || !S_ISDIR(st.st_mode))
+        if (copy_item(&host, path, sizeof path) < 0 || lstat(path, &st) < 0 ||
+            !S_ISDIR(st.st_mode))
             return -1;
         int n = names_in(path, "", &have), ok = n >= 0;
         for (size_t i = 0; ok && i < names.n;) {
@@ -1108,8 +1108,8 @@ static int make_binlinks(int root, const struct field *f, struct buf *binds)
     char p[PATH_MAX], t[PATH_MAX], dir[PATH_MAX];
     int count = 0;
     while (next_item(f, &at, &path) && next_item(f, &at, &target) && next_item(f, &at, &mount)) {
-        snprintf(p, sizeof p, "%.*s", (int)path.n, path.p);
-        snprintf(t, sizeof t, "%.*s", (int)target.n, target.p);
+        if (copy_item(&path, p, sizeof p) < 0 || copy_item(&target, t, sizeof t) < 0)
+            return -1;
         const char *name = split(p, dir, sizeof dir);
         int fd = name ? make_dirs(root, dir, 0) : -1;
         int made = fd >= 0 ? link_only(fd, name, t) : -1;
@@ -1311,7 +1311,8 @@ static int find_entry(struct native *c, const char *cfg, int debian, struct fiel
         MISS("no plain cache-dir");
     snprintf(path, sizeof path, "%s/native/%016llx", cache_dir,
              (unsigned long long)fnv1a(c->key.data, c->key.len));
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO of that name must not hang every GPU start. */
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     struct stat st;
     if (fd < 0)
         MISS("none for this key");
