@@ -816,12 +816,22 @@ static void build_key(struct buf *key, const char *cfg, const char *raw, size_t 
     put_bytes(key, raw, raw_len);
 }
 
-static uint64_t fnv1a(const char *p, size_t n)
+/* The CRC-32 of zlib and Python's binascii.crc32 (reflected, polynomial 0xEDB88320): the
+ * entry's file name, which only spreads the entries (the whole key is compared). */
+static uint32_t crc32_of(const char *p, size_t n)
 {
-    uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a 64 */
+    static uint32_t table[256];
+    if (!table[1])
+        for (uint32_t i = 0; i < 256; i++) {
+            uint32_t c = i;
+            for (int k = 0; k < 8; k++)
+                c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+            table[i] = c;
+        }
+    uint32_t crc = 0xFFFFFFFFu;
     for (size_t i = 0; i < n; i++)
-        h = (h ^ (unsigned char)p[i]) * 1099511628211ULL;
-    return h;
+        crc = table[(crc ^ (unsigned char)p[i]) & 0xFF] ^ (crc >> 8);
+    return crc ^ 0xFFFFFFFFu;
 }
 
 /* --- The driver's fingerprint, as the parts nvct.host.fingerprint.fingerprint_parts takes. */
@@ -1309,8 +1319,8 @@ static int find_entry(struct native *c, const char *cfg, int debian, struct fiel
     build_key(&c->key, cfg, c->raw, strlen(c->raw), debian, &c->s);
     if (!cache_dir_of(c->raw_copy, strlen(c->raw_copy), cache_dir, sizeof cache_dir))
         MISS("no plain cache-dir");
-    snprintf(path, sizeof path, "%s/native/%016llx", cache_dir,
-             (unsigned long long)fnv1a(c->key.data, c->key.len));
+    snprintf(path, sizeof path, "%s/native/%08x", cache_dir,
+             (unsigned)crc32_of(c->key.data, c->key.len));
     /* O_NONBLOCK: a FIFO of that name must not hang every GPU start. */
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     struct stat st;
