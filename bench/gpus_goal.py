@@ -399,14 +399,18 @@ def run_phase(
     }
 
 
-def python_floor(work: Path, config: Path) -> Path:
-    """A native launcher with no daemon to ask whose Python only execs runc."""
+def python_floor(work: Path, config: Path) -> dict[str, object]:
+    """dockerd's runtime entry for a native launcher with no daemon to ask whose Python only
+    execs runc. Its config (``--nvct-config``) turns caching off, so the launcher finds no
+    native entry and every GPU create starts that Python, as the floor must."""
     from nvct.runtime.launch.build import build_native
 
     floor = work / "python-floor"
+    floor_config = work / "python-floor.toml"
+    floor_config.write_text(f'cache-dir = ""\n# {config}, without its cache\n')
     exec_runc = "import os, sys; os.execvp('runc', ['runc', *sys.argv[1:]])"
     build_native(floor, f'/usr/bin/python3 -I -S -c "{exec_runc}"', str(config), "")
-    return floor
+    return {"path": str(floor), "runtimeArgs": ["--nvct-config", str(floor_config)]}
 
 
 def venv_install() -> Install:
@@ -575,9 +579,11 @@ def main() -> int:
     hookbin.mkdir()
     # dockerd offers --gpus only if it finds the hook as it starts; each phase re-points it.
     point_hook(hookbin / HOOK, Path(shutil.which("true") or "/bin/true"))
-    runtimes = {f"nvct-{name}": {"path": str(i.launcher)} for name, i in installs.items()}
+    runtimes: dict[str, dict[str, object]] = {
+        f"nvct-{name}": {"path": str(i.launcher)} for name, i in installs.items()
+    }
     runtimes["runc-control"] = {"path": shutil.which("runc") or "runc"}
-    runtimes["python-floor"] = {"path": str(python_floor(work, config))}
+    runtimes["python-floor"] = python_floor(work, config)
     os.environ["NVCT_CONFIG"] = str(config)  # dockerd -> the runtimes and the --gpus hooks
     old_path = os.environ["PATH"]
     os.environ["PATH"] = f"{hookbin}:{old_path}"

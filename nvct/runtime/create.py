@@ -131,7 +131,7 @@ def _native_key(
 
     try:
         return native_key(code, config_path, raw, debian, spec)
-    except Exception:
+    except Exception:  # the entry is an optimisation: a create never fails for it
         return None
 
 
@@ -158,7 +158,7 @@ def _native_entry(
             # The launcher creates only where the image has no compat directory: that reason.
             why_compat = choose_compat([], compat[0], compat[1])[1]
         write_native_entry(where, native, entry, create_hooks, why_compat)
-    except Exception:
+    except Exception:  # the entry is an optimisation: a create never fails for it
         return  # the next create of this kind is the shim's again
 
 
