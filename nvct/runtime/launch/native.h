@@ -82,7 +82,8 @@ static void put_text(struct buf *b, const char *s)
     put_bytes(b, s, strlen(s));
 }
 
-/* The `k`th NUL-separated item of a field, from `*at`: 1 with `item` set, 0 at its end. */
+/* The next NUL-separated item of a field, from `*at`: 1 with `item` set, 0 at its end. Every
+ * item is a C string in place: parse_entry ends each field with a NUL. */
 static int next_item(const struct field *f, size_t *at, struct field *item)
 {
     if (*at >= f->n)
@@ -110,17 +111,25 @@ static int item_is(const struct field *item, const char *s, size_t n)
     return item->n == n && memcmp(item->p, s, n) == 0;
 }
 
-static int copy_item(const struct field *item, char *out, size_t cap)
+/* The items of a field as an array of C strings (NULL-terminated, `*n` of them): NULL when
+ * out of memory. */
+static const char **items_of(const struct field *f, int *n)
 {
-    if (item->n >= cap || memchr(item->p, '\0', item->n))
-        return -1;
-    memcpy(out, item->p, item->n);
-    out[item->n] = '\0';
-    return 0;
+    const char **list = malloc(((size_t)count_items(f) + 1) * sizeof *list);
+    size_t at = 0;
+    struct field item;
+    *n = 0;
+    if (!list)
+        return NULL;
+    while (next_item(f, &at, &item))
+        list[(*n)++] = item.p;
+    list[*n] = NULL;
+    return list;
 }
 
-/* --- The entry: `name len\n<len bytes>\n` records after the magic line, each field once. */
-static int parse_entry(const char *data, size_t size, struct field *fields)
+/* --- The entry: `name len\n<len bytes>\n` records after the magic line, each field once.
+ * Each field's closing newline becomes a NUL, so its items are C strings where they lie. */
+static int parse_entry(char *data, size_t size, struct field *fields)
 {
     size_t magic = strlen(NATIVE_MAGIC);
     int seen = 0;
@@ -145,6 +154,7 @@ static int parse_entry(const char *data, size_t size, struct field *fields)
             return -1;
         seen |= 1 << which;
         fields[which] = (struct field){data + body, (size_t)len};
+        data[body + len] = '\0';
         at = body + len + 1;
     }
     return seen == (1 << F_COUNT) - 1 ? 0 : -1;
@@ -1025,10 +1035,11 @@ static int cdi_stamp(struct buf *b, const struct field *dirs)
     static const char *const suffixes[] = {".json", ".yaml", ".yml", NULL};
     size_t at = 0;
     struct field item;
-    char dir[PATH_MAX], path[PATH_MAX], text[PATH_MAX + 8];
+    char path[PATH_MAX], text[PATH_MAX + 8];
     while (next_item(dirs, &at, &item)) {
         char **names;
-        if (copy_item(&item, dir, sizeof dir) < 0)
+        const char *dir = item.p;
+        if (item.n >= PATH_MAX)
             return -1;
         int n = names_in(dir, "", &names);
         if (n < 0) {
@@ -1062,14 +1073,13 @@ static int libdirs_whole(const struct field *f)
 {
     size_t at = 0;
     struct field host, names;
-    char path[PATH_MAX], name[NAME_MAX + 1];
+    char name[NAME_MAX + 1];
     while (next_item(f, &at, &host) && next_item(f, &at, &names)) {
         struct stat st;
         char **have;
-        if (copy_item(&host, path, sizeof path) < 0 || lstat(path, &st) < 0 ||
-            !S_ISDIR(st.st_mode))
+        if (lstat(host.p, &st) < 0 || !S_ISDIR(st.st_mode))
             return -1;
-        int n = names_in(path, "", &have), ok = n >= 0;
+        int n = names_in(host.p, "", &have), ok = n >= 0;
         for (size_t i = 0; ok && i < names.n;) {
             const char *slash = memchr(names.p + i, '/', names.n - i);
             size_t len = slash ? (size_t)(slash - (names.p + i)) : names.n - i;
@@ -1115,14 +1125,12 @@ static int make_binlinks(int root, const struct field *f, struct buf *binds)
 {
     size_t at = 0;
     struct field path, target, mount;
-    char p[PATH_MAX], t[PATH_MAX], dir[PATH_MAX];
+    char dir[PATH_MAX];
     int count = 0;
     while (next_item(f, &at, &path) && next_item(f, &at, &target) && next_item(f, &at, &mount)) {
-        if (copy_item(&path, p, sizeof p) < 0 || copy_item(&target, t, sizeof t) < 0)
-            return -1;
-        const char *name = split(p, dir, sizeof dir);
+        const char *name = split(path.p, dir, sizeof dir);
         int fd = name ? make_dirs(root, dir, 0) : -1;
-        int made = fd >= 0 ? link_only(fd, name, t) : -1;
+        int made = fd >= 0 ? link_only(fd, name, target.p) : -1;
         if (fd >= 0)
             close(fd);
         if (made < 0)
@@ -1137,47 +1145,30 @@ static int make_binlinks(int root, const struct field *f, struct buf *binds)
     return count;
 }
 
-/* The entry's `path\0target\0...` links as rootfs.h's make_links takes them. */
+/* The entry's `path\0target\0...` links, made by rootfs.h's make_links. */
 static int make_entry_links(int root, const struct field *f)
 {
-    size_t at = 0, n = 0;
-    struct field path, target;
-    struct link *links = calloc(f->n / 2 + 1, sizeof *links);
-    char *copy = malloc(f->n + 1);
-    if (!links || !copy) {
-        free(links);
-        free(copy);
-        return -1;
+    int n;
+    const char **items = items_of(f, &n);
+    struct link *links = items ? calloc((size_t)n / 2 + 1, sizeof *links) : NULL;
+    int rc = -1;
+    if (links) {
+        for (int i = 0; i + 1 < n; i += 2)
+            links[i / 2] = (struct link){.path = items[i], .target = items[i + 1]};
+        rc = make_links(root, links, n / 2);
     }
-    memcpy(copy, f->p, f->n);
-    copy[f->n] = '\0';
-    while (next_item(f, &at, &path) && next_item(f, &at, &target)) {
-        copy[path.p - f->p + path.n] = copy[target.p - f->p + target.n] = '\0';
-        links[n++] = (struct link){.path = copy + (path.p - f->p),
-                                   .target = copy + (target.p - f->p)};
-    }
-    int rc = make_links(root, links, (int)n);
     free(links);
-    free(copy);
+    free(items);
     return rc;
 }
 
 static int write_entry_ld_conf(int root, const struct field *f)
 {
-    const char *dirs[64];
-    char copy[8192];
-    size_t at = 0;
-    int n = 0;
-    struct field item;
-    if (!f->n)
-        return 0;
-    if (f->n >= sizeof copy)
-        return -1;
-    memcpy(copy, f->p, f->n);
-    copy[f->n] = '\0';
-    while (n < 64 && next_item(f, &at, &item))
-        dirs[n++] = copy + (item.p - f->p);
-    return n < 64 || at >= f->n ? write_ld_conf(root, dirs, n) : -1;
+    int n;
+    const char **dirs = f->n ? items_of(f, &n) : NULL;
+    int rc = !f->n ? 0 : dirs ? write_ld_conf(root, dirs, n) : -1;
+    free(dirs);
+    return rc;
 }
 
 /* --- The log: the shim's EventLog lines (nvct.base.log), appended with one write. */
@@ -1235,9 +1226,9 @@ static void write_log(const struct field *f, const struct field *events, const c
 {
     size_t at = 0;
     struct field file, threshold, level, event, fields;
-    char path[PATH_MAX], tail[256];
+    char tail[256];
     if (!next_item(f, &at, &file) || !next_item(f, &at, &threshold) || !file.n ||
-        item_is(&file, "/dev/null", 9) || copy_item(&file, path, sizeof path) < 0)
+        item_is(&file, "/dev/null", 9))
         return;
     int debug = item_is(&threshold, "debug", 5);
     int info = debug || item_is(&threshold, "info", 4) ||
@@ -1246,9 +1237,8 @@ static void write_log(const struct field *f, const struct field *events, const c
     at = 0;
     while (next_item(events, &at, &level) && next_item(events, &at, &event) &&
            next_item(events, &at, &fields)) {
-        char name[64];
-        if (!(item_is(&level, "debug", 5) ? debug : info) ||
-            copy_item(&event, name, sizeof name) < 0)
+        const char *name = event.p;
+        if (!(item_is(&level, "debug", 5) ? debug : info))
             continue;
         if (strcmp(name, "container_prepared") != 0) {
             log_line(&b, &level, name, id, bundle, fields.p, fields.n);
@@ -1264,7 +1254,7 @@ static void write_log(const struct field *f, const struct field *events, const c
         free(all.data);
     }
     if (b.len) {
-        int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+        int fd = open(file.p, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
         if (fd >= 0) {
             write_all(fd, b.data, b.len, 0);
             close(fd);
@@ -1335,12 +1325,11 @@ static int find_entry(struct native *c, const char *cfg, int debian, struct fiel
         memcmp(e[F_KEY].p, c->key.data, c->key.len) != 0)
         MISS("unreadable, or another key");
     struct field r[3];
-    char roots[3][PATH_MAX];
     size_t at = 0;
     for (int i = 0; i < 3; i++)
-        if (!next_item(&e[F_ROOTS], &at, &r[i]) || copy_item(&r[i], roots[i], PATH_MAX) < 0)
+        if (!next_item(&e[F_ROOTS], &at, &r[i]))
             MISS("no roots");
-    if (fingerprint(&c->stamp, roots[0], roots[1], roots[2]) < 0)
+    if (fingerprint(&c->stamp, r[0].p, r[1].p, r[2].p) < 0)
         MISS("a root too long");
     if (c->stamp.len != e[F_STAMP].n || memcmp(c->stamp.data, e[F_STAMP].p, e[F_STAMP].n) != 0)
         MISS("the driver changed"); /* the shim plans again */
@@ -1359,18 +1348,11 @@ static int find_entry(struct native *c, const char *cfg, int debian, struct fiel
 /* The low-level runtime the entry names, found as the launcher finds one: 0, or -1. */
 static int entry_runtime(const struct field *f, char *out, size_t cap)
 {
-    char names[MAX_LOW_LEVEL][PATH_MAX];
-    const char *list[MAX_LOW_LEVEL];
-    size_t at = 0;
-    int n = 0;
-    struct field item;
-    while (n < MAX_LOW_LEVEL && next_item(f, &at, &item)) {
-        if (copy_item(&item, names[n], PATH_MAX) < 0)
-            return -1;
-        list[n] = names[n];
-        n++;
-    }
-    return n ? find_first(list, n, out, cap) : -1;
+    int n;
+    const char **names = items_of(f, &n);
+    int rc = names && n ? find_first(names, n, out, cap) : -1;
+    free(names);
+    return rc;
 }
 
 /* Prepare the bundle of a create from its native entry and exec the low-level runtime; returns
