@@ -127,20 +127,21 @@ static char *read_file(const char *path, size_t *size)
  * from the shim's constants: its NVIDIA variables, device mount and CDI annotations, and for
  * the launcher the GPU hooks the shim replaces); an unreadable config.json goes to Python,
  * which reports it properly. */
-static int asks_for_gpus(const char *bundle)
+static int asks_for_gpus(const char *spec, size_t size)
+{
+    int found = !spec;
+    for (int i = 0; NVCT_MARKERS[i] && !found; i++)
+        found = memmem(spec, size, NVCT_MARKERS[i], strlen(NVCT_MARKERS[i])) != NULL;
+    return found;
+}
+
+/* `<bundle>/config.json`, NUL-terminated; NULL when it cannot be read. */
+static char *bundle_spec(const char *bundle, size_t *size)
 {
     char path[PATH_MAX];
     if (snprintf(path, sizeof path, "%s/config.json", bundle) >= (int)sizeof path)
-        return 1;
-    size_t size = 0;
-    char *spec = read_file(path, &size);
-    if (!spec)
-        return 1;
-    int found = 0;
-    for (int i = 0; NVCT_MARKERS[i] && !found; i++)
-        found = memmem(spec, size, NVCT_MARKERS[i], strlen(NVCT_MARKERS[i])) != NULL;
-    free(spec);
-    return found;
+        return NULL;
+    return read_file(path, size);
 }
 
 struct buf {

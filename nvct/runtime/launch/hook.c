@@ -75,9 +75,14 @@ int main(int argc, char **argv)
         /* A container that asks for no GPU (podman's hooks.d runs this hook for every one)
          * ends here, as the Python hook would end after its plan: no daemon, no Python. */
         char bundle[PATH_MAX];
-        if (state_bundle(state, size, bundle, sizeof bundle) == 0 && bundle[0] == '/' &&
-            !asks_for_gpus(bundle))
-            return 0;
+        if (state_bundle(state, size, bundle, sizeof bundle) == 0 && bundle[0] == '/') {
+            size_t len = 0;
+            char *spec = bundle_spec(bundle, &len);
+            int asks = asks_for_gpus(spec, len);
+            free(spec);
+            if (!asks)
+                return 0;
+        }
         char reply[256];
         int timed_out;
         if (ask_daemon("prestart", state, size, argv + 1, argc - 1, reply, sizeof reply,

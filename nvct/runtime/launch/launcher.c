@@ -307,14 +307,17 @@ int main(int argc, char **argv)
         }
     }
 
-    if (sub && (strcmp(sub, "create") == 0 || strcmp(sub, "run") == 0) &&
-        asks_for_gpus(bundle)) {
-        native_create(bundle, cfg, id, args, n);
+    int creates = sub && (strcmp(sub, "create") == 0 || strcmp(sub, "run") == 0);
+    size_t size = 0;
+    char *spec = creates ? bundle_spec(bundle, &size) : NULL;
+    if (creates && asks_for_gpus(spec, size)) {
+        native_create(bundle, spec, size, cfg, id, args, n); /* takes `spec` */
         /* The shim writes the native entry for the next create of this kind. */
         setenv(NVCT_NATIVE_ENV, NVCT_CODE_ID, 1);
         prepare_by_daemon(args, n);
         exec_python(args, n);
     }
+    free(spec);
     exec_low_level(cfg, args, n);
     return 127;
 }

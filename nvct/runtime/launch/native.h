@@ -1356,24 +1356,24 @@ static int entry_runtime(const struct field *f, char *out, size_t cap)
 }
 
 /* Prepare the bundle of a create from its native entry and exec the low-level runtime; returns
- * when the daemon or the shim must do it (see the top of this file). */
-static void native_create(const char *bundle, const char *cfg, const char *id, char **args, int n)
+ * when the daemon or the shim must do it (see the top of this file). `spec` is the bundle's
+ * config.json as the launcher read it (NULL: unreadable), freed here. */
+static void native_create(const char *bundle, char *spec, size_t size, const char *cfg,
+                          const char *id, char **args, int n)
 {
     static const char *const keys[] = {"root", "process", "mounts", "linux", "hooks",
                                        "annotations", NULL};
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    struct native c = {.root = -1, .bundle_fd = -1};
+    struct native c = {.text = spec, .root = -1, .bundle_fd = -1};
     struct field e[F_COUNT];
     struct splice sp = {.n = 0};
-    char path[PATH_MAX], rel[PATH_MAX], rootfs[PATH_MAX], runtime[PATH_MAX], where[PATH_MAX];
+    char rel[PATH_MAX], rootfs[PATH_MAX], runtime[PATH_MAX], where[PATH_MAX];
     const char *v[6], *ld_cache = "none";
-    size_t size = 0, raw_size = 0;
+    size_t raw_size = 0;
     int binds = 0, debian;
 
-    if (snprintf(path, sizeof path, "%s/config.json", bundle) >= (int)sizeof path ||
-        !(c.text = read_file(path, &size)) || memchr(c.text, '\0', size) ||
-        !valid_utf8(c.text, size))
+    if (!c.text || memchr(c.text, '\0', size) || !valid_utf8(c.text, size))
         HANDOVER("config.json unreadable, or not UTF-8");
     c.s.text = c.text;
     c.s.end = c.text + size;
