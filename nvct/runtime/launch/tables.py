@@ -27,7 +27,7 @@ def request_markers() -> tuple[str, ...]:
 def gpu_markers() -> tuple[str, ...]:
     """The request markers, and the GPU hooks the shim replaces (a spec carrying one is the
     shim's to rewrite): a create whose spec has none is exec'd to runc directly."""
-    return (*request_markers(), *sorted(REPLACED_HOOKS), HOOK_MARK)
+    return (*request_markers(), *replaced_hooks(), HOOK_MARK)
 
 
 def global_value_flags() -> tuple[str, ...]:
