@@ -87,7 +87,7 @@ def gpu_spec_edits(config: Path, rootfs: Path) -> dict[str, Any]:
     """``runc spec``'s config.json with the edits nvct's create makes for 1 GPU (its device
     nodes, cgroup rules and driver bind mounts), from the shim's own planning pass."""
     from nvct.plan.cached import plan_entry
-    from nvct.runtime.spec_edits import edit_spec
+    from nvct.plan.spec_edits import edit_spec
 
     spec = runc_spec()
     spec["process"]["env"].append("NVIDIA_VISIBLE_DEVICES=0")
@@ -392,14 +392,14 @@ def main() -> int:
         # How each --gpus start got its GPU: the hook's work in a daemon worker or in the
         # Python hook (nvct's log), or neither (docker sent --gpus through CDI).
         gpus_starts = 2 + args.rounds
-        hook_paths = {"daemon": 0, "hook": 0}
+        hook_paths = {"native": 0, "daemon": 0, "hook": 0}
         for line in (cfg1.parent / "nvct.log").read_text().splitlines():
             event = json.loads(line)
             if event.get("event") == "container_configured":
                 hook_paths[event.get("via", "hook")] += 1
             if event.get("event") in who and event.get("cached", True):
                 name = who[event["event"]]
-                for phase, ms in event["phases_ms"].items():
+                for phase, ms in event.get("phases_ms", {}).items():  # native: none
                     phases.setdefault(f"{name} phase: {phase}", []).append(ms)
                 phases.setdefault(f"{name} total (in-process)", []).append(event["total_ms"])
     finally:

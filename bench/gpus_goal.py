@@ -89,7 +89,7 @@ from bench.stats import paired
 from integration.harness.packages import Debs
 from nvct.base.defaults import DEFAULT_SOCKET
 from nvct.cli.daemon_cmd import answers
-from nvct.runtime.native_entry import NATIVE_DIR
+from nvct.plan.native_entry import NATIVE_DIR
 
 # The packages last: their phase is the only time nvct is installed on the host.
 INSTALL_PATHS = ("venv", "wheel", "packages")
@@ -110,7 +110,8 @@ VARIANTS: dict[str, tuple[list[str], bool, str | None]] = {
     "1 GPU, no daemon": (["--runtime", "NVCT", *GPU], False, "create:native"),
     "1 GPU, first of its kind": (["--runtime", "NVCT", *GPU], True, "create:daemon"),
     "1 GPU, first of its kind, no daemon": (["--runtime", "NVCT", *GPU], False, "create:shim"),
-    "--gpus device=0": (["--gpus", "device=0"], True, "hook:daemon"),
+    "--gpus device=0": (["--gpus", "device=0"], True, "hook:native"),
+    "--gpus device=0, first of its kind": (["--gpus", "device=0"], True, "hook:daemon"),
     "--gpus device=0, Python hook": (["--gpus", "device=0"], False, "hook:hook"),
     "Python floor (only execs runc)": (["--runtime", "python-floor", *GPU], True, None),
 }
@@ -120,7 +121,7 @@ VARIANTS: dict[str, tuple[list[str], bool, str | None]] = {
 # docker-style extra arguments, daemon socket in place, path). Compared with "podman".
 PODMAN_VARIANTS: dict[str, tuple[bool, list[str], bool, str | None]] = {
     "podman": (False, [], True, None),
-    "podman hooks.d, 1 GPU": (True, GPU, True, "hook:daemon"),
+    "podman hooks.d, 1 GPU": (True, GPU, True, "hook:native"),
     "podman hooks.d, 1 GPU, Python hook": (True, GPU, False, "hook:hook"),
     "podman hooks.d, no GPU": (True, [], True, None),
     "podman hooks.d, void": (True, ["-e", "NVIDIA_VISIBLE_DEVICES=void"], True, None),
@@ -149,10 +150,17 @@ POOLED = (
 # What a goal's verdict is reckoned against: kept by --goals-only.
 BASELINES = ("runc", "runc, another runtime name", "podman")
 WARM = 2  # starts per variant before the rounds: inventory, work orders, page cache
-# Variants whose every start finds no native entry (removed before it, untimed): the launcher's
-# native create cannot take it, so the daemon or the Python shim prepares it and writes the entry
-# again, as for the first container of a kind.
-FIRST_OF_KIND = ("1 GPU, first of its kind", "1 GPU, first of its kind, no daemon")
+# Variants whose every start finds no native entry (the entries moved aside around it, untimed):
+# neither the launcher's native create nor the native hook can take it, so the daemon, the
+# Python shim or the Python hook does it and writes an entry, as for the first container of a
+# kind; the others' entries are back in place for the next start.
+FIRST_OF_KIND = (
+    "1 GPU, first of its kind",
+    "1 GPU, first of its kind, no daemon",
+    "--gpus device=0, first of its kind",
+    "--gpus device=0, Python hook",
+    "podman hooks.d, 1 GPU, Python hook",
+)
 
 
 @dataclass
@@ -304,6 +312,25 @@ def cdi_spec(install: Install, wanted: bool, work: Path) -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def entries_aside(entries: Path, variant: str) -> Iterator[None]:
+    """For a FIRST_OF_KIND variant: the native entries moved aside while it starts (what it
+    writes is dropped after), so that its start finds none and every other's is as before."""
+    if variant not in FIRST_OF_KIND:
+        yield
+        return
+    aside = entries.with_name(entries.name + ".bench-aside")
+    shutil.rmtree(aside, ignore_errors=True)
+    if entries.exists():
+        entries.rename(aside)
+    try:
+        yield
+    finally:
+        shutil.rmtree(entries, ignore_errors=True)
+        if aside.exists():
+            aside.rename(entries)
+
+
 def run_phase(
     install: Install, base: list[str], image: str, env: dict[str, str], args: argparse.Namespace,
     log: Path, work: Path, podman: list[str] | None, until: float = float("inf"),
@@ -340,9 +367,7 @@ def run_phase(
     ):
         for name, (argv, served, _) in variants.items():
             for _ in range(WARM):
-                if name in FIRST_OF_KIND:
-                    shutil.rmtree(native_entries, ignore_errors=True)
-                with socket_hidden(not served):
+                with socket_hidden(not served), entries_aside(native_entries, name):
                     done = subprocess.run(
                         argv, env=envs[name], capture_output=True, text=True, check=False
                     )
@@ -358,9 +383,7 @@ def run_phase(
                 os.sync()
             for name in order.sample(list(variants), len(variants)):
                 argv, served, _ = variants[name]
-                if name in FIRST_OF_KIND:
-                    shutil.rmtree(native_entries, ignore_errors=True)
-                with socket_hidden(not served):
+                with socket_hidden(not served), entries_aside(native_entries, name):
                     samples[name].append(timed(argv, envs[name]))
     paths = start_paths(log, skip)
     expected: dict[str, int] = {}

@@ -185,7 +185,7 @@ def python_hook(output: Path, tree: Path, config: Path) -> Path:
     other = code.replace(repr(nvct_home()), repr(str(tree.resolve())))
     if other == code:
         raise SystemExit("bench.runc_only: the hook's command names no nvct home to replace")
-    build_native(output, shlex.join([*python, other]), str(config), "", hook=True)
+    build_native(output, shlex.join([*python, other]), str(config), "", hook=True, native=False)
     return output
 
 

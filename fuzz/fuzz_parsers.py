@@ -13,14 +13,14 @@ import sys
 import atheris
 
 with atheris.instrument_imports():
-    from nvct.config import Config, parse_config
     from nvct.base.errors import NvctError
-    from nvct.host.ldcache import parse_ldcache
     from nvct.base.oci import check_spec_shape, parse_state
+    from nvct.config import Config, parse_config
+    from nvct.host.ldcache import parse_ldcache
+    from nvct.plan.order_key import cache_dir_of
     from nvct.request.parse import request_from_spec
     from nvct.request.requirements import Facts, evaluate, parse_requirement
     from nvct.runtime.args import parse_runc_args, strip_own_flags
-    from nvct.plan.order_key import cache_dir_of
 
 FACTS = Facts("12.4", "550.54.15", "9.0", "Nvidia")
 

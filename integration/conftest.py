@@ -99,6 +99,29 @@ def glibc_image(plain_dockerd: Dockerd, import_glibc_image: ImageImporter) -> st
 
 
 @pytest.fixture(scope="session")
+def native_hook_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The native prestart hook as installed but asking no daemon: a kind of container it has
+    an entry for it does itself (nativehook.h), any other through the Python hook, which
+    writes the entry for the next."""
+    require(need_cc())
+    hook = tmp_path_factory.mktemp("native-hook") / "nvidia-container-runtime-hook"
+    build_native(hook, hook_command(), socket="", hook=True)
+    return hook
+
+
+@pytest.fixture(scope="session")
+def served_native_hook_path(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The native prestart hook as installed, asking a private shim daemon: a kind of
+    container it has an entry for it does itself, any other through a daemon's worker."""
+    require(need_root(), need_cc())
+    shimd, hook = served_hook(tmp_path_factory.mktemp("served-native-hook"), native=True)
+    try:
+        yield hook
+    finally:
+        shimd.stop()
+
+
+@pytest.fixture(scope="session")
 def served_hook_path(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The native prestart hook, asking a private shim daemon (stopped at session end)."""
     require(need_root(), need_cc())
@@ -117,7 +140,7 @@ def python_hook_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if need_cc() is not None:
         return NVCT_BIN / "nvidia-container-runtime-hook"
     hook = tmp_path_factory.mktemp("python-hook") / "nvidia-container-runtime-hook"
-    build_native(hook, hook_command(), socket="", hook=True)
+    build_native(hook, hook_command(), socket="", hook=True, native=False)
     return hook
 
 
@@ -125,10 +148,13 @@ def python_hook_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def hook_path(request: pytest.FixtureRequest) -> Callable[[str], Path]:
     """The prestart hook's executable for a path of ``HOOK_PATHS``: ``python``, the native hook
     that asks no daemon (it runs the Python hook), ``daemon``, the native hook served by a
-    private shim daemon (started on first use)."""
+    private shim daemon (started on first use); and ``native``, the native hook as installed
+    with no daemon (a kind of container done before it does itself)."""
 
     def path(how: str) -> Path:
-        name = "served_hook_path" if how == "daemon" else "python_hook_path"
+        name = {"daemon": "served_hook_path", "native": "native_hook_path"}.get(
+            how, "python_hook_path"
+        )
         hook: Path = request.getfixturevalue(name)
         return hook
 

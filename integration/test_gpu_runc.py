@@ -94,6 +94,60 @@ def test_hook_alone_creates_nodes_and_grants_cgroup(
     assert hook_via(nvct_config.parent / "nvct.log", container_id) == expected_via(how)
 
 
+# What a --gpus container sees of its GPU: nodes, the cgroup grant (ENXIO from the simulated
+# node's driverless major, never EPERM), nvidia-smi, /proc/driver/nvidia, the links, the
+# ld.so.conf.d entry and cache, and the driver's mounts.
+SEEN = (
+    "ls /dev | grep nvidia; nvidia-smi -L; cat /dev/nvidia1 2>&1 | sed 's/^cat: //';"
+    " cat /proc/driver/nvidia/params; ls -R /proc/driver/nvidia; readlink /usr/bin/nvidia-smi;"
+    " cat /etc/ld.so.conf.d/000-nvidia-driver.conf; md5sum /etc/ld.so.cache;"
+    " awk '$5 ~ /nvidia|firmware|mps|driver/ {print $5, $6}' /proc/self/mountinfo"
+)
+
+
+@pytest.mark.parametrize("first", ["python", "daemon"])
+def test_the_second_gpus_container_of_a_kind_is_done_by_the_hook_alone(
+    runc_bundle_factory: BundleFactory,
+    sim_driver: Any,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    first: str,
+) -> None:
+    """The --gpus path as installed: the first container of a kind through the Python hook
+    (in the hook's process, or a daemon's worker), which writes the native entry; the next is
+    the native hook's own work (nativehook.h), and its container sees the same."""
+    name = "native_hook_path" if first == "python" else "served_native_hook_path"
+    hook_exe: Path = request.getfixturevalue(name)
+    config = write_nvct_config(tmp_path / "cfg" / "config.toml", sim_driver)
+    log = config.parent / "nvct.log"
+    mounts_before = host_mounts()
+    seen, via = [], []
+    for i in range(3):
+        cid = f"nvct-native-hook-{os.getpid()}-{i}"
+        bundle = runc_bundle_factory(
+            ["/bin/sh", "-c", SEEN],
+            ["NVIDIA_VISIBLE_DEVICES=1"],
+            extra={"hooks": {"prestart": [gpus_hook(config, hook_exe)]}},
+        )
+        result = run_runc(bundle, cid)
+        assert result.returncode == 0, result.stderr
+        seen.append(result.stdout)
+        via += hook_via(log, cid)
+    assert via == [{"python": "hook", "daemon": "daemon"}[first], "native", "native"]
+    assert seen[1] == seen[0] and seen[2] == seen[0]
+    out = seen[0]
+    assert smi_uuids(out) == [sim_driver.spec.gpus[1].uuid]
+    assert "nvidia1" in out.split() and "nvidia0" not in out.split()
+    assert "No such device or address" in out  # granted: never "Operation not permitted"
+    assert "ModifyDeviceFiles: 0" in out
+    configured = [json.loads(ln) for ln in log.read_text().splitlines()]
+    native = [e for e in configured if e.get("via") == "native"]
+    assert [e["event"] for e in native] == ["container_configured"] * 2
+    assert native[0]["ld_cache"] == "merged" and native[0]["nodes_created_by_hook"] == 4
+    assert native[0]["gpus"] == [sim_driver.spec.gpus[1].uuid]
+    assert host_mounts() == mounts_before  # every mount was made in the container's namespace
+
+
 @pytest.mark.parametrize(
     ("env", "message"),
     [

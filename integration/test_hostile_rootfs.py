@@ -186,8 +186,9 @@ def assert_mounts_confined(mountinfo: str, rootfs: Path, canary: Path, host: lis
 
 def hook_for(hook_path: Callable[[str], Path], via: str) -> Path:
     """The hook executable for a test's ``via``: ``hook-daemon`` is the native hook served
-    by a shim daemon, any other ``hook-*`` the Python hook."""
-    return hook_path("daemon" if via == "hook-daemon" else "python")
+    by a shim daemon, ``hook-native`` the native hook as installed (no daemon), any other
+    ``hook-*`` the Python hook."""
+    return hook_path({"hook-daemon": "daemon", "hook-native": "native"}.get(via, "python"))
 
 
 def assert_hook_path(config: Path, container_id: str, via: str) -> None:
@@ -196,6 +197,8 @@ def assert_hook_path(config: Path, container_id: str, via: str) -> None:
     ran = hook_via(config.parent / "nvct.log", container_id)
     if via == "shim":
         assert ran == [], ran
+    elif via == "hook-native":
+        assert ran in (["native"], ["hook"]), ran  # which one: the tests say
     else:
         assert ran == expected_via("daemon" if via == "hook-daemon" else "python"), ran
 
@@ -255,6 +258,17 @@ def prepare_natively_next(
     assert result.returncode == 0, result.stderr
 
 
+def hook_natively_next(
+    factory: BundleFactory, config: Path, hook: dict[str, Any], script: str, env: list[str]
+) -> None:
+    """A benign container of the same kind first, through the native hook, whose Python hook
+    writes the hook's native entry: the next container of that kind is the native hook's own
+    work (nativehook.h)."""
+    bundle = factory(["/bin/sh", "-c", script], env, extra={"hooks": {"prestart": [hook]}})
+    result = run_runc(bundle, f"benign-{os.getpid()}")
+    assert result.returncode == 0, result.stderr
+
+
 def created_via(config: Path, container_id: str) -> list[str]:
     """Who prepared ``container_id``'s create: the ``via`` of its container_prepared events."""
     log = (config.parent / "nvct.log").read_text().splitlines()
@@ -266,7 +280,7 @@ def created_via(config: Path, container_id: str) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("via", ["shim", "native", "hook-openat2", "hook-daemon"])
+@pytest.mark.parametrize("via", ["shim", "native", "hook-openat2", "hook-daemon", "hook-native"])
 @pytest.mark.parametrize("style", ["absolute", "dotdot", "double-slash"])
 @pytest.mark.parametrize(("rel", "sub"), ESCAPES, ids=[e[0] for e in ESCAPES])
 def test_symlink_out_of_rootfs_stays_inside(
@@ -297,6 +311,8 @@ def test_symlink_out_of_rootfs_stays_inside(
     env = ["NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=all"]
     if via == "native":
         prepare_natively_next(runc_bundle_factory, nvct_config, script, env)
+    if via == "hook-native":
+        hook_natively_next(runc_bundle_factory, nvct_config, hooks["prestart"][0], script, env)
     bundle = runc_bundle_factory(["/bin/sh", "-c", script], env, extra={"hooks": hooks})
     rootfs = bundle / "rootfs"
     replace_with_symlink(rootfs, rel, target)
@@ -322,6 +338,12 @@ def test_symlink_out_of_rootfs_stays_inside(
         native = rel in ("lib/firmware", "etc/ld.so.conf.d")
         assert created_via(nvct_config, container_id) == ["native" if native else "shim"]
     assert_hook_path(nvct_config, container_id, "shim" if via == "native" else via)
+    if via == "hook-native":
+        # The native hook does all of it inside the root, making what the image's dangling
+        # links name there as the Python hook does (rootfs.h make_link_targets); a symlinked
+        # ld.so.cache (merged_cache declines) goes to the Python hook, before anything is done.
+        ran = hook_via(nvct_config.parent / "nvct.log", container_id)
+        assert ran == ["hook" if rel == "etc/ld.so.cache" else "native"], ran
 
 
 # (path in the image, canary entry it reaches through procfs): what ldconfig writes or reads.
@@ -376,7 +398,7 @@ def test_procfs_magic_link_out_of_rootfs(
 RUNC_DEV_LINKS = {f"dev/{n}" for n in ("fd", "ptmx", "stdin", "stdout", "stderr")}
 
 
-@pytest.mark.parametrize("via", ["hook-openat2", "hook-walk", "hook-daemon"])
+@pytest.mark.parametrize("via", ["hook-openat2", "hook-walk", "hook-daemon", "hook-native"])
 @pytest.mark.parametrize("style", ["absolute", "dotdot"])
 def test_dev_symlink_out_of_rootfs_hook_alone(
     runc_bundle_factory: BundleFactory,
@@ -393,6 +415,11 @@ def test_dev_symlink_out_of_rootfs_hook_alone(
     target = str(canary / "dev") if style == "absolute" else dotdot_to(canary / "dev")
     hook = hook_alone(nvct_config, walk=via == "hook-walk", hook=hook_for(hook_path, via))
     observer, seen = observer_hook(tmp_path)
+    if via == "hook-native":
+        hook_natively_next(
+            runc_bundle_factory, nvct_config, hook, "ls /dev; nvidia-smi -L",
+            ["NVIDIA_VISIBLE_DEVICES=0"],
+        )  # fmt: skip
     bundle = runc_bundle_factory(
         ["/bin/sh", "-c", "ls /dev; nvidia-smi -L"],
         ["NVIDIA_VISIBLE_DEVICES=0"],
@@ -415,6 +442,8 @@ def test_dev_symlink_out_of_rootfs_hook_alone(
     else:
         assert "nvct-hook: error" in result.stderr or "error" in result.stderr
     assert_hook_path(nvct_config, container_id, via)
+    if via == "hook-native":  # the nodes are made inside the root, by the native hook
+        assert hook_via(nvct_config.parent / "nvct.log", container_id) == ["native"]
 
 
 # --- 2. a symlink swapped while the container starts --------------------------------------

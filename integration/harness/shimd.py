@@ -70,9 +70,12 @@ class ShimDaemon:
             proc.wait(timeout=15)
 
 
-def served_hook(work: Path, python: str = sys.executable) -> tuple[ShimDaemon, Path]:
+def served_hook(
+    work: Path, python: str = sys.executable, *, native: bool = False
+) -> tuple[ShimDaemon, Path]:
     """A shim daemon on a socket in ``work`` and the native prestart hook built to ask it
-    (its Python fallback: nvct's hook on ``python``); the caller stops the daemon."""
+    (its Python fallback: nvct's hook on ``python``; ``native``: it does a kind of container
+    done before itself, as installed); the caller stops the daemon."""
     from nvct.runtime.launch.build import build_native, hook_command
 
     shimd = ShimDaemon(
@@ -80,7 +83,7 @@ def served_hook(work: Path, python: str = sys.executable) -> tuple[ShimDaemon, P
     ).start()
     hook = work / "nvidia-container-runtime-hook"
     try:
-        build_native(hook, hook_command(), socket=str(shimd.socket_path), hook=True)
+        build_native(hook, hook_command(), socket=str(shimd.socket_path), hook=True, native=native)
     except BaseException:
         shimd.stop()
         raise

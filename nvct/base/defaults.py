@@ -11,7 +11,7 @@ DEFAULT_CACHE_DIR = "/var/cache/nvct"
 # not cache (a spec needs it for as long as it is used); the packages' refresh service's.
 CDI_LIBRARY_DIR = "/var/lib/nvct/cdi"
 # The native launcher's code id, in the environment of the create it hands to the shim: write
-# the native entry of this kind of create (nvct.runtime.native_entry) for the next one.
+# the native entry of this kind of create (nvct.plan.native_entry) for the next one.
 NATIVE_ENV = "NVCT_NATIVE_CREATE"
 # Where the native launcher hands a GPU container's create to the shim daemon.
 DEFAULT_SOCKET = "/run/nvct/shim.sock"

@@ -10,6 +10,7 @@ container does not start.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 
     from nvct.base.log import EventLog
     from nvct.base.oci import State
-    from nvct.base.order import DeviceRow, WorkOrder
+    from nvct.base.order import CacheEntry, DeviceRow, WorkOrder
     from nvct.container.stage import Staged
     from nvct.hook.pinned import Pinned
 
@@ -66,20 +67,28 @@ def procfs(args: list[str]) -> int:
     return 0
 
 
-def prestart(raw_state: bytes | None = None, pinned: Pinned | None = None) -> int:
+def prestart(
+    raw_state: bytes | None = None, pinned: Pinned | None = None, native: str | None = None
+) -> int:
     """Carry out the container's work order; exit status 0 on success.
 
     ``raw_state`` is the OCI state (default: stdin); ``pinned``, the container's process as a
-    shim daemon's worker pinned it for the native hook (default: found from the state's pid).
+    shim daemon's worker pinned it for the native hook (default: found from the state's pid);
+    ``native``, the native hook's code id when it asks for a native entry of this kind of
+    container (default: its ``NATIVE_ENV``, which the native hook sets before it runs this).
     """
+    from nvct.base.defaults import NATIVE_ENV
     from nvct.base.errors import NvctError
     from nvct.base.log import EventLog
+
+    if native is None:
+        native = os.environ.pop(NATIVE_ENV, None)
 
     log = EventLog("nvct-hook", "")
     log.bind(via="daemon" if pinned else "hook")  # who did the work: every event says
     try:
         raw = sys.stdin.buffer.read() if raw_state is None else raw_state
-        return _prestart(log, raw, pinned)
+        return _prestart(log, raw, pinned, native)
     except NvctError as err:
         log.fail("hook_failed", err.one_line())
         return err.exit_code
@@ -90,7 +99,7 @@ def prestart(raw_state: bytes | None = None, pinned: Pinned | None = None) -> in
         log.flush()
 
 
-def _prestart(log: EventLog, raw: bytes, pinned: Pinned | None) -> int:
+def _prestart(log: EventLog, raw: bytes, pinned: Pinned | None, native: str | None) -> int:
     from nvct.base.oci import load_spec, parse_state, rootfs_path
 
     t0 = time.perf_counter()
@@ -98,8 +107,10 @@ def _prestart(log: EventLog, raw: bytes, pinned: Pinned | None) -> int:
     log.bind(container_id=state.container_id, bundle=str(state.bundle))
     spec = load_spec(state.bundle)
     root = str(rootfs_path(spec, state.bundle))
-    order = _plan_here(spec, root, log)
+    planned_here = _plan_here(spec, root, log)
+    order = planned_here.entry["order"]
     if order is None:
+        planned_here.write_native(native, spec, "off")
         return 0
     planned = time.perf_counter()
     in_spec = {
@@ -109,6 +120,7 @@ def _prestart(log: EventLog, raw: bytes, pinned: Pinned | None) -> int:
     }
     missing = [d for d in order["devices"] if (d[0], d[1], d[2]) not in in_spec]
     stats, created, applied_at = _apply(state, root, order, missing, pinned)
+    planned_here.write_native(native, spec, stats.cuda_compat)
     log.info(
         "container_configured",
         devices=[d[0] for d in order["devices"]],
@@ -169,22 +181,60 @@ def _apply(
     return staged, created, (start, time.perf_counter())
 
 
-def _plan_here(spec: dict[str, Any], root: str, log: EventLog) -> WorkOrder | None:
-    """The work order when no shim planned this container (``docker --gpus``): the cached one
+class _Planned:
+    """A container's cache entry as the hook found or planned it, and what its native entry
+    needs."""
+
+    __slots__ = ("cache_dir", "cached", "debian", "entry", "path", "raw")
+
+    def __init__(
+        self, entry: CacheEntry, cached: bool, cache_dir: str | None, path: str, raw: bytes,
+        debian: bool,
+    ) -> None:  # fmt: skip
+        self.entry, self.cached, self.cache_dir = entry, cached, cache_dir
+        self.path, self.raw, self.debian = path, raw, debian
+
+    def write_native(self, native: str | None, spec: dict[str, Any], why_compat: str) -> None:
+        """Write the native hook's entry of this kind of container (``native_entry``, HOOK),
+        when the native hook asked for one; never fails the hook (an optimisation)."""
+        if not native or not self.cache_dir:
+            return
+        try:
+            from nvct.plan.native_entry import HOOK, entry_path, native_key, write_native_entry
+
+            key = native_key(native, self.path, self.raw, self.debian, spec, HOOK)
+            if key is None:
+                return
+            where = entry_path(self.cache_dir, key)
+            if self.cached and os.path.exists(where):
+                return
+            compat = self.entry["order"].get("cuda_compat") if self.entry["order"] else None
+            if compat:
+                from nvct.container.cuda_compat import choose_compat
+
+                # The native hook works only where the image has no compat directory: that reason.
+                why_compat = choose_compat([], compat[0], compat[1])[1]
+            write_native_entry(where, key, self.entry, [], why_compat, HOOK)
+        except Exception:  # the next container of this kind is Python's again
+            return
+
+
+def _plan_here(spec: dict[str, Any], root: str, log: EventLog) -> _Planned:
+    """The cache entry when no shim planned this container (``docker --gpus``): the cached one
     of an identical earlier container, else a full planning pass (cached for the next)."""
     from nvct.base.defaults import config_path
     from nvct.plan.cached import cached_entry, read_config
 
     path, required = config_path()
     raw = read_config(path, required)
-    entry, cached, _, _ = cached_entry(spec, path, raw, None, _debian(root), hook=True)
+    debian = _debian(root)
+    entry, cached, cache_dir, _ = cached_entry(spec, path, raw, None, debian, hook=True)
     log.configure(*entry["log"])
     for line in entry.get("ignored", ()):
         log.info("nvidia_input_ignored", why=line)
-    order = entry["order"]
-    if order is None:
+    if entry["order"] is None:
         log.debug("no_gpu_requested", decisions=entry.get("decisions", []), cached=cached)
-    return order
+    return _Planned(entry, cached, cache_dir, path, raw, debian)
 
 
 def _debian(root: str) -> bool:

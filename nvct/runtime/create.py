@@ -37,8 +37,8 @@ from nvct.base.oci import HOOK_MARK, load_spec, rootfs_path, write_spec
 from nvct.container.rootfs import Rootfs, fd_path
 from nvct.container.stage import stage_rootfs
 from nvct.plan.cached import cached_entry, read_config
+from nvct.plan.spec_edits import add_cdi_edits, edit_spec, remove_gpu_hooks
 from nvct.runtime.args import RuncArgs
-from nvct.runtime.spec_edits import add_cdi_edits, edit_spec, remove_gpu_hooks
 from nvct.store import cache
 
 DEFAULT_HOOK_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -126,8 +126,8 @@ def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tu
 def _native_key(
     code: str, config_path: str, raw: bytes, debian: bool, spec: dict[str, Any]
 ) -> bytes | None:
-    """The launcher's key of this create's spec (``nvct.runtime.native_entry.native_key``)."""
-    from nvct.runtime.native_entry import native_key
+    """The launcher's key of this create's spec (``nvct.plan.native_entry.native_key``)."""
+    from nvct.plan.native_entry import native_key
 
     try:
         return native_key(code, config_path, raw, debian, spec)
@@ -143,9 +143,9 @@ def _native_entry(
     create_hooks: list[dict[str, Any]],
     why_compat: str,
 ) -> None:
-    """Write the native entry of this kind of create (``nvct.runtime.native_entry``) when it
+    """Write the native entry of this kind of create (``nvct.plan.native_entry``) when it
     was planned now or has none: a cached create with its entry in place costs one stat."""
-    from nvct.runtime.native_entry import entry_path, write_native_entry
+    from nvct.plan.native_entry import entry_path, write_native_entry
 
     try:
         where = entry_path(cache_dir, native)

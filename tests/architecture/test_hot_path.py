@@ -52,7 +52,7 @@ HOT_MODULES = {
             "nvct.runtime.create",
             "nvct.plan.order_key",
             "nvct.plan.cached",
-            "nvct.runtime.spec_edits",
+            "nvct.plan.spec_edits",
             "nvct.container.links",
             "nvct.container.rootfs",
             "nvct.base.ldcache_format",
@@ -225,6 +225,8 @@ CACHED_CREATE_MODULES = {
     *("nvct", "nvct._version", "nvct.host", "nvct.request"),
     *("nvct.host.fingerprint", "nvct.host.components", "nvct.request.inputs"),
     *("nvct.plan", "nvct.plan.cached", "nvct.plan.order_key"),
+    # The spec's edits: a leaf over nvct.base, shared by the create and the native entries.
+    "nvct.plan.spec_edits",
 }
 
 

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from integration.harness.skips import need_cc, require
+from nvct.plan.native_entry import NATIVE_DIR, entry_path, native_key
 from nvct.runtime.launch.build import build_native, default_command
-from nvct.runtime.native_entry import NATIVE_DIR, entry_path, native_key
 
 HOST_CACHE = Path("/etc/ld.so.cache")
 

@@ -360,7 +360,8 @@ from nvct.hook.__main__ import _plan_here
 for bundle in ({str(first)!r}, {str(second)!r}):
     before = set(sys.modules)
     spec = json.load(open(os.path.join(bundle, "config.json")))
-    order = _plan_here(spec, os.path.join(bundle, "rootfs"), EventLog("nvct-hook", ""))
+    planned = _plan_here(spec, os.path.join(bundle, "rootfs"), EventLog("nvct-hook", ""))
+    order = planned.entry["order"]
     assert order is not None and order["devices"], order
     print(" ".join(sorted(set(sys.modules) - before)))
 work = ("nvct.container.apply", "nvct.container.cgroup", "nvct.container.cgroup_v2",

@@ -116,17 +116,11 @@ def header(python_command: str, config: str, socket: str, *, program: str = "run
         f"#define NVCT_SOCKET {c_string(socket)}\n"
         f"#define NVCT_CODE_ID {c_string(code_id())}\n"
     )
-    if program != "runtime":  # the hooks read no runc command line: only the request's markers
-        hooks = common + c_array("NVCT_MARKERS", tables.request_markers())
-        if program == "cdi-hook":
-            from nvct.base.oci import CDI_LD_CACHE_ENV
-
-            hooks += f"#define NVCT_LD_CACHE_ENV {c_string(CDI_LD_CACHE_ENV)}\n"
-        return hooks
     from nvct.base.defaults import DEFAULT_CACHE_DIR, NATIVE_ENV
     from nvct.base.oci import HOOK_MARK
     from nvct.request.inputs import CDI_ANNOTATION_PREFIX, DEVICE_MOUNT_DIR
 
+    # What a native entry's reader (native.h: the launcher's create, the prestart hook) needs.
     native = (
         f"#define NVCT_NATIVE_ENV {c_string(NATIVE_ENV)}\n"
         f"#define NVCT_CACHE_DIR {c_string(DEFAULT_CACHE_DIR)}\n"
@@ -136,6 +130,15 @@ def header(python_command: str, config: str, socket: str, *, program: str = "run
         + c_array("NVCT_REPLACED_HOOKS", tables.replaced_hooks())
         + c_array("NVCT_IPC_PATHS", tables.ipc_paths())
     )
+    if program != "runtime":  # the hooks read no runc command line: only the request's markers
+        hooks = common + c_array("NVCT_MARKERS", tables.request_markers())
+        if program == "hook":
+            hooks += native
+        if program == "cdi-hook":
+            from nvct.base.oci import CDI_LD_CACHE_ENV
+
+            hooks += f"#define NVCT_LD_CACHE_ENV {c_string(CDI_LD_CACHE_ENV)}\n"
+        return hooks
     return (
         common
         + native
@@ -166,10 +169,13 @@ def build_native(
     *,
     hook: bool = False,
     program: str | None = None,
+    native: bool = True,
 ) -> None:
     """Compile the native launcher (``hook``, or ``program`` "hook": the native prestart hook;
     ``program`` "cdi-hook": the native CDI hook; each falls back to ``python_command``) into
-    ``output`` (replaced atomically, mode 0755)."""
+    ``output`` (replaced atomically, mode 0755). ``native`` False: a prestart hook that never
+    does the work from a native entry, nor asks for one (it always hands the work on: the
+    tests' and benches' Python and daemon paths)."""
     program = program or ("hook" if hook else "runtime")
     cc = shlex.split(os.environ.get("CC", "cc"))
     flags = [f for var in ("CPPFLAGS", "CFLAGS") for f in shlex.split(os.environ.get(var, ""))]
@@ -186,6 +192,7 @@ def build_native(
             f"-ffile-prefix-map={tmp}=.",  # reproducible: no random path in the debug info
             *flags,
             f'-DNVCT_LAUNCHER_CONFIG="{conf}"',
+            *([] if native else ["-DNVCT_NO_NATIVE_HOOK"]),
             "-o",
             str(binary),
             str(SOURCES[program]),

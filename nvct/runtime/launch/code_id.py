@@ -20,8 +20,7 @@ def code_id(package: Path = PACKAGE) -> str:
     native = package / "runtime" / "launch"
     files = [
         *sorted(package.rglob("*.py")),
-        *(native / n for n in ("launcher.c", "hook.c", "client.h", "json.h")),
-        *(native / n for n in ("rootfs.h", "native.h")),
+        *sorted(native.glob("*.[ch]")),  # every native program and header
     ]
     for path in files:
         digest.update(str(path.relative_to(package)).encode() + b"\0")

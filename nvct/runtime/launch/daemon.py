@@ -45,7 +45,7 @@ import sys
 import traceback
 from typing import Any
 
-from nvct.base.defaults import DEFAULT_SOCKET, ENV_VAR
+from nvct.base.defaults import DEFAULT_SOCKET, ENV_VAR, NATIVE_ENV
 from nvct.runtime.launch.code_id import code_id
 from nvct.runtime.launch.prefault import populate_writable
 from nvct.runtime.launch.prefork import Pool
@@ -85,7 +85,7 @@ PRELOAD = (
     "nvct.container.ldconfig",
     "nvct.container.links",
     "nvct.container.overlay",  # a create's rare branch: ldconfig's cache reused
-    "nvct.runtime.native_entry",  # the native launcher's entry, written after a create
+    "nvct.plan.native_entry",  # the native launcher's entry, written after a create
     "nvct.plan.workorder",
     "nvct.host.load",
     "nvct.host.ldcache",
@@ -249,7 +249,8 @@ def serve_prestart(caller: int, stderr_fd: int, request: dict[str, Any]) -> byte
         os.environ.pop(ENV_VAR, None)
         if config:
             os.environ[ENV_VAR] = config
-        rc = prestart(request["payload"], pinned)
+        # The native hook's code id, when it asks for its native entry of this container's kind.
+        rc = prestart(request["payload"], pinned, request["env"].get(NATIVE_ENV, ""))
     except Exception:  # the hook itself would have died with this traceback
         traceback.print_exc()
         rc = 1

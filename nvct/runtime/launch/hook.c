@@ -22,6 +22,11 @@
 
 #include "client.h"
 #include "json.h"
+#include "rootfs.h"
+#include "native.h"
+#include "devcg.h"
+#include "procdrv.h"
+#include "nativehook.h"
 
 /* runc's state holds an id, a pid, a bundle path and annotations: far below this. */
 #define MAX_STATE (1 << 20)
@@ -43,14 +48,26 @@ static char *read_state(size_t *size)
 /* --- The state's "bundle", read with json.h's strict scanner: anything it does not accept
  * makes the hook do what it did before it read the bundle itself, never end early. */
 
-/* The top-level "bundle" string of the OCI state into `out`: 0, or -1 (see above). */
-static int state_bundle(const char *state, size_t size, char *out, size_t cap)
+/* The top-level "bundle" string of the OCI state into `out`: 0, or -1 (see above); its "id"
+ * into `id` and its "pid" into `*pid` where they are there to read (else "" and 0). */
+static int state_bundle(const char *state, size_t size, char *out, size_t cap, char *id,
+                        size_t id_cap, long *pid)
 {
-    static const char *const keys[] = {"bundle", NULL};
-    const char *end = state + size, *value[1];
+    static const char *const keys[] = {"bundle", "id", "pid", NULL};
+    const char *end = state + size, *value[3];
     const char *after = json_members(state, end, keys, value);
     if (!after || ws(after, end) != end || !value[0] || !json_string(value[0], end, out, cap))
         return -1;
+    id[0] = '\0';
+    *pid = 0;
+    if (value[1] && !json_string(value[1], end, id, id_cap))
+        id[0] = '\0';
+    const char *num_end = value[2] ? json_number(value[2], end) : NULL;
+    if (num_end && num_end - value[2] < 12 && *value[2] != '-' &&
+        !memchr(value[2], '.', (size_t)(num_end - value[2])) &&
+        !memchr(value[2], 'e', (size_t)(num_end - value[2])) &&
+        !memchr(value[2], 'E', (size_t)(num_end - value[2])))
+        *pid = strtol(value[2], NULL, 10);
     return 0;
 }
 
@@ -74,14 +91,28 @@ int main(int argc, char **argv)
     if (!memchr(state, '\0', size)) {
         /* A container that asks for no GPU (podman's hooks.d runs this hook for every one)
          * ends here, as the Python hook would end after its plan: no daemon, no Python. */
-        char bundle[PATH_MAX];
-        if (state_bundle(state, size, bundle, sizeof bundle) == 0 && bundle[0] == '/') {
+        char bundle[PATH_MAX], id[1024];
+        long pid = 0;
+        if (state_bundle(state, size, bundle, sizeof bundle, id, sizeof id, &pid) == 0 &&
+            bundle[0] == '/') {
             size_t len = 0;
             char *spec = bundle_spec(bundle, &len);
-            int asks = asks_for_gpus(spec, len);
-            free(spec);
-            if (!asks)
+            if (!asks_for_gpus(spec, len)) {
+                free(spec);
                 return 0;
+            }
+#ifndef NVCT_NO_NATIVE_HOOK
+            /* A kind of container done before: here, with no daemon and no Python. */
+            const char *cfg = getenv("NVCT_CONFIG");
+            int rc = native_prestart(bundle, pid, spec, len,
+                                     cfg && cfg[0] ? cfg : NVCT_DEFAULT_CONFIG, id);
+            if (rc >= 0)
+                return rc;
+            /* Whoever does it asks for this kind's entry, for the next one. */
+            setenv(NVCT_NATIVE_ENV, NVCT_CODE_ID, 1);
+#else
+            free(spec);
+#endif
         }
         char reply[256];
         int timed_out;

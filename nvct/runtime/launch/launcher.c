@@ -190,6 +190,7 @@ static void exec_runtime(const char *runtime, char **args, int n)
 #include "json.h"
 #include "rootfs.h"
 #include "native.h"
+#include "nativecreate.h"
 
 /* Exec the low-level runtime for a call that needs no GPU work; the Python shim when only it
  * can tell which (a low-level list spelled otherwise) or when none is found (its error names

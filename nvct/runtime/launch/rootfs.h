@@ -65,13 +65,18 @@ static const char *split(const char *path, char *dir, size_t cap)
     return name;
 }
 
+/* Whether make_dirs makes a dangling symlink's target (nvct-hook, which has committed to the
+ * work by then) or declines (the launcher and the CDI hook hand such an image to Python). */
+static int make_link_targets;
+
 /* The directory `dir` inside the root, made (with its parents) where missing: an O_PATH
- * descriptor, or -1. A component that exists but does not resolve (a dangling symlink) is the
- * Python hook's: it makes the link's target, as mkdir -p in a chroot would. */
+ * descriptor, or -1. A component that exists but does not resolve (a dangling symlink) is
+ * made as the link's target inside the root, as mkdir -p in a chroot would (the Python
+ * Rootfs.makedirs), where make_link_targets says so; else -1. */
 static int make_dirs(int root, const char *dir, int depth)
 {
     int fd = in_root(root, dir, O_PATH | O_DIRECTORY);
-    if (fd >= 0 || errno != ENOENT || depth > 64)
+    if (fd >= 0 || errno != ENOENT || depth > 40)
         return fd >= 0 ? fd : -1;
     char parent[PATH_MAX];
     const char *name = split(dir, parent, sizeof parent);
@@ -80,9 +85,24 @@ static int make_dirs(int root, const char *dir, int depth)
     int pfd = make_dirs(root, parent, depth + 1);
     if (pfd < 0)
         return -1;
-    int made = mkdirat(pfd, name, 0755);
+    int made = mkdirat(pfd, name, 0755), why = made < 0 ? errno : 0;
+    if (why == EEXIST && make_link_targets) {
+        char target[PATH_MAX], in[PATH_MAX * 2 + 2];
+        ssize_t n = readlinkat(pfd, name, target, sizeof target - 1);
+        if (n > 0) {
+            target[n] = '\0';
+            snprintf(in, sizeof in, target[0] == '/' ? "%s%s" : "%s/%s",
+                     target[0] == '/' ? "" : parent, target);
+            int linked = strlen(in) < PATH_MAX ? make_dirs(root, in, depth + 1) : -1;
+            if (linked < 0) {
+                close(pfd);
+                return -1;
+            }
+            close(linked);
+        }
+    }
     close(pfd);
-    if (made < 0 && errno != EEXIST)
+    if (why && why != EEXIST)
         return -1;
     return in_root(root, dir, O_PATH | O_DIRECTORY);
 }

@@ -30,8 +30,8 @@ from nvct.base import fastjson
 from nvct.base.atomic import write_atomic
 from nvct.base.digest import sha256
 from nvct.host.fingerprint import cdi_stamp_parts, fingerprint_of_parts, fingerprint_parts
+from nvct.plan.spec_edits import allow_rule, bind_mount, device_entry, same_hook
 from nvct.request.inputs import CDI_ANNOTATION_PREFIX, DEVICE_MOUNT_DIR
-from nvct.runtime.spec_edits import allow_rule, bind_mount, device_entry, same_hook
 
 TYPE_CHECKING = False  # typing costs ~6 ms to import; annotations are strings here
 if TYPE_CHECKING:
@@ -44,11 +44,17 @@ KEY_MAGIC = b"nvct-native-key 1"
 NATIVE_DIR = "native"
 KEY_PREFIXES = ("NVIDIA_", "DOCKER_RESOURCE_")
 MAX_ANNOTATION_KEY = 256  # native.h's MAX_ENV_NAME: a longer key it does not read
+# Whose entry: the launcher's create, or the prestart hook's (its orders never come from CDI
+# specs, and it mounts, makes nodes and grants the cgroup itself: nativehook.h).
+CREATE = "create"
+HOOK = "hook"
 
 
-def native_key(code: str, config_path: str, raw: bytes, debian: bool, spec: Any) -> bytes | None:
-    """The key nvct-runtime's launcher builds for ``spec`` (native.h ``build_key``); None where
-    the launcher hands the create to the shim before it looks for an entry."""
+def native_key(
+    code: str, config_path: str, raw: bytes, debian: bool, spec: Any, kind: str = CREATE
+) -> bytes | None:
+    """The key nvct-runtime's launcher (``kind`` CREATE) or nvct-hook (HOOK) builds for ``spec``
+    (native.h ``build_key``); None where it hands the work on before it looks for an entry."""
     process = spec.get("process", {})
     if not isinstance(process, dict):
         return None
@@ -70,7 +76,8 @@ def native_key(code: str, config_path: str, raw: bytes, debian: bool, spec: Any)
     cdi = _cdi_annotations(spec.get("annotations"))
     if privileged is None or cdi is None or not _launcher_reads(spec):
         return None
-    parts = [KEY_MAGIC, code.encode(), config_path.encode(), b"debian" if debian else b"plain"]
+    parts = [KEY_MAGIC, code.encode(), kind.encode(), config_path.encode()]
+    parts.append(b"debian" if debian else b"plain")
     parts.append(b"privileged" if privileged else b"unprivileged")
     variables = b"".join(b"%d:%s" % (len(chosen[k]), chosen[k]) for k in sorted(chosen))
     annotations = b"".join(b"%d:%s" % (len(cdi[k]), cdi[k]) for k in sorted(cdi))
@@ -135,9 +142,11 @@ def write_native_entry(
     entry: CacheEntry,
     create_hooks: list[dict[str, Any]],
     why_compat: str,
+    kind: str = CREATE,
 ) -> bool:
-    """Write the entry of a create prepared from ``entry``; False when the launcher could not
-    do its work (groups to add) or the driver or CDI specs changed since it was planned."""
+    """Write the entry of a create (or a prestart hook's work, ``kind`` HOOK) prepared from
+    ``entry``; False when the launcher could not do its work (groups to add) or the driver or
+    CDI specs changed since it was planned."""
     order = entry["order"]
     if order is not None and order.get("additional_gids"):
         return False
@@ -162,7 +171,7 @@ def write_native_entry(
     fields.update(_order_fields(order, create_hooks) if order is not None else _PASSTHROUGH)
     fields["cdi-dirs"] = _joined(cdi_dirs)
     fields["cdi-stamp"] = _joined(cdi_parts)
-    fields["events"] = _events(entry, why_compat)
+    fields["events"] = _events(entry, why_compat, kind)
     data = bytearray(MAGIC)
     for name, value in fields.items():
         data += b"%s %d\n%s\n" % (name.encode(), len(value), value)
@@ -211,8 +220,9 @@ def sweep(directory: str, code: bytes) -> int:
 
 
 _ORDER_FIELDS = (
-    "mounts", "mount-dsts", "devices", "device-paths", "rules", "majors", "hooks", "symlinks",
-    "binlinks", "libdirs", "ld-conf", "ld-cache", "compat", "env", "env-names", "cdi-hooks",
+    "binds", "nodes", "proc", "mounts", "mount-dsts", "devices", "device-paths", "rules",
+    "majors", "hooks", "symlinks", "binlinks", "libdirs", "ld-conf", "ld-cache", "compat",
+    "env", "env-names", "cdi-hooks",
 )  # fmt: skip
 _PASSTHROUGH = dict.fromkeys(_ORDER_FIELDS, b"")
 
@@ -240,7 +250,14 @@ def _order_fields(order: Any, create_hooks: list[dict[str, Any]]) -> dict[str, b
         rules.setdefault((major, minor), allow_rule(major, minor))
     binlinks = order.get("binlinks", ())
     libdirs = order.get("libdirs", ())
+    proc = order.get("proc_driver")
     return {
+        # The hook's own work (nativehook.h): the mounts it makes, the nodes, /proc/driver.
+        "binds": _joined([x for s, t, o in mounts for x in (s, t, ",".join(o))]),
+        "nodes": _joined(
+            [x for p, ma, mi, mo in order["devices"] for x in (p, str(ma), str(mi), str(mo))]
+        ),
+        "proc": _joined([proc[0], *proc[1]]) if proc else b"",
         "mounts": _elements([bind_mount(s, t, o) for s, t, o in mounts]),
         "mount-dsts": _joined([t for _, t, _ in mounts] + [b[0] for b in binlinks]),
         "devices": _elements(list(devices.values())),
@@ -283,22 +300,22 @@ def _cdi_hooks(hooks: Any) -> bytes:
     return _joined([x for stage, hs in by_stage.items() for x in (stage, _elements(hs).decode())])
 
 
-def _events(entry: CacheEntry, why_compat: str) -> bytes:
-    """The log events of a create from this entry, as ``prepare_bundle`` logs them: level, name,
-    then the fields after the context (the launcher adds what depends on the image: mounts,
-    binary links, the ld.so.cache, and the time it took)."""
+def _events(entry: CacheEntry, why_compat: str, kind: str) -> bytes:
+    """The log events of a create (or a hook's work) from this entry, as ``prepare_bundle``
+    (the hook's ``_prestart``) logs them: level, name, then the fields after the context (the
+    launcher or the hook adds what depends on the image: mounts, binary links, the
+    ld.so.cache, the nodes made, and the time it took)."""
     items: list[str] = []
     for line in entry.get("ignored", ()):
         items += ["info", "nvidia_input_ignored", '"why":' + fastjson.dumps(line)]
     order = entry["order"]
     if order is None:
         fields: dict[str, Any] = {"decisions": entry.get("decisions", []), "cached": True}
-        return _joined([*items, "debug", "passthrough_create", fastjson.dumps(fields)[1:-1]])
-    fields = {
-        "devices": [d[0] for d in order["devices"]],
-        "gpus": entry.get("gpus", []),
-        "symlinks": len(order["symlinks"]),
-        "cached": True,
-        "cuda_compat": why_compat,
-    }
-    return _joined([*items, "info", "container_prepared", fastjson.dumps(fields)[1:-1]])
+        event = "passthrough_create" if kind == CREATE else "no_gpu_requested"
+        return _joined([*items, "debug", event, fastjson.dumps(fields)[1:-1]])
+    fields = {"devices": [d[0] for d in order["devices"]], "gpus": entry.get("gpus", [])}
+    if kind == HOOK:  # as the hook's container_configured names them
+        fields.update(gpus=order.get("gpus", []), capabilities=order.get("capabilities", []))
+    fields.update(symlinks=len(order["symlinks"]), cached=True, cuda_compat=why_compat)
+    event = "container_prepared" if kind == CREATE else "container_configured"
+    return _joined([*items, "info", event, fastjson.dumps(fields)[1:-1]])
