@@ -26,11 +26,15 @@ points at the phase's hook. Each round runs, in a fresh seeded random order and 
 - ``runc`` (the baseline) and ``runc, another runtime name`` (the control: the same runc
   registered as a runtime of its own, as nvct is: what a runtime name costs, and how far
   two identical variants read apart);
-- ``no GPU``, ``1 GPU``: through the install's ``nvct-runtime``, its daemon preparing the create;
-- ``1 GPU, no daemon``: the same, the daemon's socket moved aside (the launcher finds none and
-  starts the install's Python shim, as where no daemon runs);
-- ``--gpus device=0``: plain runc with the install's native hook, its work in a daemon worker;
-- ``--gpus device=0, Python hook``: the same hook finding no daemon (the Python hook runs);
+- ``no GPU``, ``1 GPU``: through the install's ``nvct-runtime``, the launcher's native create
+  (the entry written by the warm-up's first create of the kind);
+- ``1 GPU, no daemon``: the same, the daemon's socket moved aside;
+- ``1 GPU, first of its kind[, no daemon]`` (full runs): the native entries moved aside around
+  each start, so that the daemon (or the Python shim) prepares it, as the first of a kind;
+- ``--gpus device=0``: plain runc with the install's native hook, which does a kind of
+  container done before itself (``nativehook.h``);
+- ``--gpus device=0, first of its kind`` (full runs): the entries moved aside: its work in a
+  daemon worker; ``--gpus device=0, Python hook``: the same, finding no daemon either;
 - ``Python floor (only execs runc)``: a native launcher like the install's, no daemon to
   ask, whose "shim" is ``/usr/bin/python3 -I -S`` exec'ing runc: the least any start through a
   Python shim costs (the no-daemon path's floor; it does none of a GPU's work).
@@ -38,7 +42,8 @@ points at the phase's hook. Each round runs, in a fresh seeded random order and 
   same kind as dockerd's: ``overlay`` beside overlay2, podman's own default; each
   compared with ``podman`` given an empty hooks directory): ``podman hooks.d, 1 GPU`` (a
   hooks directory whose entry is the packages' ``oci-nvct-hook.json`` naming the install's
-  hook, its work in a daemon worker), ``podman hooks.d, 1 GPU, Python hook``, ``podman
+  hook, the native hook's own work), ``podman hooks.d, 1 GPU, Python hook`` (no entry, no
+  daemon), ``podman
   hooks.d, no GPU`` (the entry runs the hook for every container: one that asks for nothing
   ends in the native hook) and ``podman hooks.d, void`` (``NVIDIA_VISIBLE_DEVICES=void``: the
   whole path through a daemon worker that every container asking for nothing took before),
@@ -47,8 +52,8 @@ points at the phase's hook. Each round runs, in a fresh seeded random order and 
   service does, alone in ``/var/run/cdi`` for the phase, whose createContainer hook is the
   install's ``nvct-cdi-hook``).
 
-nvct's log says which path each start took (``via``: a daemon worker, the shim, the Python
-hook); a phase whose starts did not all take their variant's path fails the run. Per variant:
+nvct's log says which path each start took (``via``: native, a daemon worker, the shim, the
+Python hook); a phase whose starts did not all take their variant's path fails the run. Per variant:
 the median of per-round ratios to runc, its bootstrap 95 % interval (``bench.stats``) and, for
 the goals (1 GPU <= 1.05, 1 GPU without the daemon <= 1.08, ``--gpus`` <= 1.05, no GPU <=
 1.025, podman's hooks.d <= 1.05 x podman, and <= 1.025 for a container that asks for no GPU
