@@ -57,8 +57,8 @@ def check_daemon(ctx: DoctorContext) -> CheckResult:
         return passed(DAEMON, f"the shim daemon answers on {path}")
     return warned(
         DAEMON,
-        f"no shim daemon answers on {path}: each docker --gpus and hooks.d GPU start runs the "
-        "Python hook, and the first GPU container of each kind through nvct-runtime the Python "
-        "shim (~+13-28 ms per such start; later ones of a kind are prepared by the launcher)",
+        f"no shim daemon answers on {path}: the first GPU container of each kind runs the "
+        "Python hook (docker --gpus, hooks.d) or the Python shim (nvct-runtime), ~+13-28 ms "
+        "per such start; later ones of a kind are done natively by nvct-hook and the launcher",
         DAEMON_FIX,
     )

@@ -31,7 +31,7 @@ def test_the_shim_daemon_answers_or_the_cost_is_said(tmp_path) -> None:
     ctx = context(tmp_path)
     absent = launch.check_daemon(ctx)
     assert absent.status == WARN
-    assert "docker --gpus and hooks.d GPU start runs the Python hook" in absent.message
+    assert "runs the Python hook (docker --gpus, hooks.d)" in absent.message
     assert "the first GPU container of each kind" in absent.message
     assert "nvct-cli daemon start" in absent.fix
     with socket.socket(socket.AF_UNIX) as listener:
