@@ -200,23 +200,13 @@ class _Planned:
         if not native or not self.cache_dir:
             return
         try:
-            from nvct.plan.native_entry import HOOK, entry_path, native_key, write_native_entry
+            from nvct.plan.native_entry import HOOK, native_key, save_entry
 
             key = native_key(native, self.path, self.raw, self.debian, spec, HOOK)
-            if key is None:
-                return
-            where = entry_path(self.cache_dir, key)
-            if self.cached and os.path.exists(where):
-                return
-            compat = self.entry["order"].get("cuda_compat") if self.entry["order"] else None
-            if compat:
-                from nvct.container.cuda_compat import choose_compat
-
-                # The native hook works only where the image has no compat directory: that reason.
-                why_compat = choose_compat([], compat[0], compat[1])[1]
-            write_native_entry(where, key, self.entry, [], why_compat, HOOK)
         except Exception:  # the next container of this kind is Python's again
             return
+        if key is not None:
+            save_entry(key, self.entry, self.cached, self.cache_dir, [], why_compat, HOOK)
 
 
 def _plan_here(spec: dict[str, Any], root: str, log: EventLog) -> _Planned:

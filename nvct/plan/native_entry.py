@@ -184,6 +184,34 @@ def write_native_entry(
     return True
 
 
+def save_entry(
+    key: bytes,
+    entry: CacheEntry,
+    cached: bool,
+    cache_dir: str,
+    hooks: list[dict[str, Any]],
+    why_compat: str,
+    kind: str = CREATE,
+) -> None:
+    """Write the native entry of ``key`` when its order was planned now or it has none (a
+    cached order with its entry in place costs one stat); never raises: the entry is an
+    optimisation, and the next container of this kind is then Python's again."""
+    try:
+        where = entry_path(cache_dir, key)
+        if cached and os.path.exists(where):
+            return
+        compat = entry["order"].get("cuda_compat") if entry["order"] is not None else None
+        if compat:
+            from nvct.container.cuda_compat import choose_compat
+
+            # The native programs work only where the image has no compat directory: that
+            # reason, whatever this image had.
+            why_compat = choose_compat([], compat[0], compat[1])[1]
+        write_native_entry(where, key, entry, hooks, why_compat, kind)
+    except Exception:
+        return
+
+
 STALE_S = 3600
 
 

@@ -143,23 +143,10 @@ def _native_entry(
     create_hooks: list[dict[str, Any]],
     why_compat: str,
 ) -> None:
-    """Write the native entry of this kind of create (``nvct.plan.native_entry``) when it
-    was planned now or has none: a cached create with its entry in place costs one stat."""
-    from nvct.plan.native_entry import entry_path, write_native_entry
+    """Write the native entry of this kind of create (``nvct.plan.native_entry.save_entry``)."""
+    from nvct.plan.native_entry import save_entry
 
-    try:
-        where = entry_path(cache_dir, native)
-        if cached and os.path.exists(where):
-            return
-        compat = entry["order"].get("cuda_compat") if entry["order"] is not None else None
-        if compat:
-            from nvct.container.cuda_compat import choose_compat
-
-            # The launcher creates only where the image has no compat directory: that reason.
-            why_compat = choose_compat([], compat[0], compat[1])[1]
-        write_native_entry(where, native, entry, create_hooks, why_compat)
-    except Exception:  # the entry is an optimisation: a create never fails for it
-        return  # the next create of this kind is the shim's again
+    save_entry(native, entry, cached, cache_dir, create_hooks, why_compat)
 
 
 def _ld_cache_key(rootfs: Rootfs, cache_dir: str | None, key: str, entry: CacheEntry) -> str | None:

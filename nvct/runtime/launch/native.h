@@ -869,6 +869,21 @@ static void log_line(struct buf *b, const struct field *level, const char *event
 
 /* The entry's `level\0event\0fields` events at or above the configured level (nvct.base.log's
  * LEVELS), with what this create measured added to container_prepared. */
+/* Append `b`'s lines to the log file the entry's `f` (file, level) names, with one write: not
+ * where it names none or /dev/null. */
+static void append_log(const struct field *f, const struct buf *b)
+{
+    size_t at = 0;
+    struct field file;
+    if (!b->len || !next_item(f, &at, &file) || !file.n || item_is(&file, "/dev/null", 9))
+        return;
+    int fd = open(file.p, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+    if (fd >= 0) {
+        write_all(fd, b->data, b->len, 0);
+        close(fd);
+    }
+}
+
 static void write_log(const struct field *f, const struct field *events, const char *id,
                       const char *bundle, const char *extra, int mounts, int links,
                       const char *ld_cache, double ms)
@@ -902,13 +917,7 @@ static void write_log(const struct field *f, const struct field *events, const c
         log_line(&b, &level, name, id, bundle, all.data, all.len);
         free(all.data);
     }
-    if (b.len) {
-        int fd = open(file.p, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
-        if (fd >= 0) {
-            write_all(fd, b.data, b.len, 0);
-            close(fd);
-        }
-    }
+    append_log(f, &b);
     free(b.data);
 }
 

@@ -391,18 +391,11 @@ static int native_prestart(const char *bundle, long pid, char *spec, size_t size
     double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
     if (rc < 0) {
         struct buf line = {0}, fields = {0};
-        size_t at = 0;
-        struct field file, level = {"error", 5};
+        struct field level = {"error", 5};
         put_text(&fields, "\"error\":");
         put_json_string(&fields, err);
         log_line(&line, &level, "hook_failed", id, bundle, fields.data, fields.len);
-        if (next_item(&e[F_LOG], &at, &file) && file.n && !item_is(&file, "/dev/null", 9)) {
-            int lfd = open(file.p, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
-            if (lfd >= 0) {
-                write_all(lfd, line.data, line.len, 0);
-                close(lfd);
-            }
-        }
+        append_log(&e[F_LOG], &line);
         free(line.data);
         free(fields.data);
         fprintf(stderr, PROGRAM ": error: %s\n", err);
