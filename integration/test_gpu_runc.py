@@ -143,6 +143,11 @@ def test_the_second_gpus_container_of_a_kind_is_done_by_the_hook_alone(
     configured = [json.loads(ln) for ln in log.read_text().splitlines()]
     native = [e for e in configured if e.get("via") == "native"]
     assert [e["event"] for e in native] == ["container_configured"] * 2
+    # The first one's event says why the native hook left it (through the daemon too).
+    (done_first,) = [e for e in configured if e.get("via") == via[0]]
+    assert done_first["native_declined"] == (
+        "the first container of its kind (no native entry for it yet)"
+    )
     assert native[0]["ld_cache"] == "merged" and native[0]["nodes_created_by_hook"] == 4
     assert native[0]["gpus"] == [sim_driver.spec.gpus[1].uuid]
     assert host_mounts() == mounts_before  # every mount was made in the container's namespace

@@ -269,6 +269,22 @@ def hook_natively_next(
     assert result.returncode == 0, result.stderr
 
 
+LD_CACHE_NOT_MERGED = (
+    "the image's ld.so.cache cannot be merged (none, a symlink, or entries the merge cannot "
+    "match: ldconfig runs)"
+)
+
+
+def declined(config: Path, container_id: str) -> list[str]:
+    """Why the native path left ``container_id`` to Python, as the Python side logged it."""
+    events = [json.loads(line) for line in (config.parent / "nvct.log").read_text().splitlines()]
+    return [
+        e["native_declined"]
+        for e in events
+        if e.get("container_id") == container_id and "native_declined" in e
+    ]
+
+
 def created_via(config: Path, container_id: str) -> list[str]:
     """Who prepared ``container_id``'s create: the ``via`` of its container_prepared events."""
     log = (config.parent / "nvct.log").read_text().splitlines()
@@ -344,6 +360,8 @@ def test_symlink_out_of_rootfs_stays_inside(
         # ld.so.cache (merged_cache declines) goes to the Python hook, before anything is done.
         ran = hook_via(nvct_config.parent / "nvct.log", container_id)
         assert ran == ["hook" if rel == "etc/ld.so.cache" else "native"], ran
+        if rel == "etc/ld.so.cache":  # and the Python hook logs the native hook's reason
+            assert declined(nvct_config, container_id) == [LD_CACHE_NOT_MERGED]
 
 
 # (path in the image, canary entry it reaches through procfs): what ldconfig writes or reads.

@@ -10,8 +10,9 @@ DEFAULT_CACHE_DIR = "/var/cache/nvct"
 # Where ``cdi generate --library-mounts directory`` makes the directory its spec binds: state,
 # not cache (a spec needs it for as long as it is used); the packages' refresh service's.
 CDI_LIBRARY_DIR = "/var/lib/nvct/cdi"
-# The native launcher's code id, in the environment of the create it hands to the shim: write
-# the native entry of this kind of create (nvct.plan.native_entry) for the next one.
+# The native launcher's (or hook's) code id, in the environment of the create it hands to the
+# shim: write the native entry of this kind of create (nvct.plan.native_entry) for the next one;
+# after a space, why the native path did not do this one (``native_request``).
 NATIVE_ENV = "NVCT_NATIVE_CREATE"
 # Where the native launcher hands a GPU container's create to the shim daemon.
 DEFAULT_SOCKET = "/run/nvct/shim.sock"
@@ -31,3 +32,10 @@ def config_path(explicit: str | None = None) -> tuple[str, bool]:
     if env:
         return env, True
     return DEFAULT_PATH, False
+
+
+def native_request(value: str | None) -> tuple[str | None, str]:
+    """``NATIVE_ENV``'s value as (the native program's code id or None, why it handed the work
+    on: "" when it did not say)."""
+    code, _, why = (value or "").partition(" ")
+    return code or None, why

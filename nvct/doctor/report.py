@@ -18,6 +18,7 @@ from nvct.doctor import (
     kubernetes,
     launch,
     libdir,
+    native_path,
     sharing,
 )
 from nvct.doctor.context import DoctorContext
@@ -89,6 +90,7 @@ def run_doctor(
         binaries.check_runtime(ctx),
         launch.check_launcher(ctx),
         launch.check_daemon(ctx),
+        native_path.check_native_path(ctx),
         binaries.check_hook(ctx),
         binaries.check_low_level(ctx),
         binaries.check_ldconfig(ctx),

@@ -75,20 +75,22 @@ def prestart(
     ``raw_state`` is the OCI state (default: stdin); ``pinned``, the container's process as a
     shim daemon's worker pinned it for the native hook (default: found from the state's pid);
     ``native``, the native hook's code id when it asks for a native entry of this kind of
-    container (default: its ``NATIVE_ENV``, which the native hook sets before it runs this).
+    container, and after a space why it did not do the work itself (default: its
+    ``NATIVE_ENV``, which the native hook sets before it runs this).
     """
-    from nvct.base.defaults import NATIVE_ENV
+    from nvct.base.defaults import NATIVE_ENV, native_request
     from nvct.base.errors import NvctError
     from nvct.base.log import EventLog
 
     if native is None:
         native = os.environ.pop(NATIVE_ENV, None)
+    code, declined = native_request(native)
 
     log = EventLog("nvct-hook", "")
     log.bind(via="daemon" if pinned else "hook")  # who did the work: every event says
     try:
         raw = sys.stdin.buffer.read() if raw_state is None else raw_state
-        return _prestart(log, raw, pinned, native)
+        return _prestart(log, raw, pinned, code, declined)
     except NvctError as err:
         log.fail("hook_failed", err.one_line())
         return err.exit_code
@@ -99,7 +101,9 @@ def prestart(
         log.flush()
 
 
-def _prestart(log: EventLog, raw: bytes, pinned: Pinned | None, native: str | None) -> int:
+def _prestart(
+    log: EventLog, raw: bytes, pinned: Pinned | None, native: str | None, declined: str
+) -> int:
     from nvct.base.oci import load_spec, parse_state, rootfs_path
 
     t0 = time.perf_counter()
@@ -133,6 +137,7 @@ def _prestart(log: EventLog, raw: bytes, pinned: Pinned | None, native: str | No
         binary_links=stats.binary_links,
         ld_cache=stats.ld_cache,
         cuda_compat=stats.cuda_compat,
+        **({"native_declined": declined} if declined else {}),
         phases_ms={
             "plan": round((planned - t0) * 1000, 2),
             "prepare": round((applied_at[0] - planned) * 1000, 2),

@@ -29,7 +29,7 @@ import os
 import sys
 import time
 
-from nvct.base.defaults import NATIVE_ENV, config_path
+from nvct.base.defaults import NATIVE_ENV, config_path, native_request
 from nvct.base.digest import sha256
 from nvct.base.ldcache_format import MAX_SIZE
 from nvct.base.log import EventLog
@@ -58,7 +58,7 @@ def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tu
     """
     t0 = time.perf_counter()
     # The native launcher's code id: it asks for a native entry (and runc must not see it).
-    native = os.environ.pop(NATIVE_ENV, None)
+    native, declined = native_request(os.environ.pop(NATIVE_ENV, None))
     bundle = args.bundle or os.getcwd()
     log.bind(container_id=args.container_id, bundle=bundle)
     spec = load_spec(bundle)
@@ -112,6 +112,7 @@ def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tu
         cached=cached,
         ld_cache=staged.ld_cache,
         cuda_compat=staged.cuda_compat,
+        **({"native_declined": declined} if declined else {}),
         phases_ms={
             "plan": _ms(planned - t0),
             "rootfs": _ms(staged_at - planned),  # links; the ld.so.cache, or ldconfig's start

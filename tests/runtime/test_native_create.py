@@ -20,6 +20,7 @@ from nvct.plan.native_entry import NATIVE_DIR, entry_path, native_key
 from nvct.runtime.launch.build import build_native, default_command
 
 HOST_CACHE = Path("/etc/ld.so.cache")
+FIRST_OF_KIND = "the first container of its kind (no native entry for it yet)"
 
 
 def runc_spec() -> dict[str, Any]:
@@ -140,11 +141,14 @@ def spec_of(bundle: Path) -> dict[str, Any]:
 
 def test_the_second_create_of_a_kind_is_native_and_the_same_as_the_shims(node) -> None:
     first = node.bundle()
-    assert node.create(first)["via"] == "shim"
+    first_event = node.create(first)
+    assert first_event["via"] == "shim"
+    # Why the launcher did not: the shim logs the launcher's reason.
+    assert first_event["native_declined"] == FIRST_OF_KIND
     assert len(node.entries()) == 1
     second = node.bundle()
     event = node.create(second)
-    assert event["via"] == "native"
+    assert event["via"] == "native" and "native_declined" not in event
     assert event["event"] == "container_prepared" and event["gpus"] == ["GPU 1"]
     assert event["container_id"] == "c2" and event["bundle"] == str(second)
     # The shim again, for a third bundle, with the entry gone: what it would have done.
@@ -183,24 +187,28 @@ def test_a_changed_driver_is_planned_again_by_the_shim(node, h100x4) -> None:
     extra = Path(h100x4.dev_root) / "dev/nvidia-extra-test"
     extra.write_text("")
     try:
-        assert node.create(node.bundle())["via"] == "shim"
+        event = node.create(node.bundle())
+        assert event["via"] == "shim"
+        assert event["native_declined"] == "the driver changed since its native entry was written"
         assert node.create(node.bundle())["via"] == "native"  # the new entry
     finally:
         extra.unlink()
 
 
-@pytest.mark.parametrize(
-    "case",
-    [
-        "device-list mount",
-        "cdi annotation",
-        "gpu prestart hook",
-        "one of our mounts already",
-        "cuda compat directory",
-        "no ld.so.cache",
-        "an empty linux object",
-    ],
-)
+# What the shim logs as the launcher's reason (native_declined) for each case.
+LEFT_TO_THE_SHIM = {
+    "device-list mount": "config.json has a device-list mount",
+    "cdi annotation": "",
+    "gpu prestart hook": "config.json has a GPU prestart hook, which the shim removes",
+    "one of our mounts already": "config.json has one of the entry's mounts already",
+    "cuda compat directory": "the image has a CUDA compat directory (/usr/local/cuda/compat)",
+    "no ld.so.cache": "the image's ld.so.cache cannot be merged (none, a symlink, or entries the "
+    "merge cannot match: ldconfig runs)",
+    "an empty linux object": "config.json has an empty object where nvct adds an array",
+}
+
+
+@pytest.mark.parametrize("case", list(LEFT_TO_THE_SHIM))
 def test_what_the_launcher_leaves_to_the_shim(node, case: str) -> None:
     node.create(node.bundle())
     bundle = node.bundle()
@@ -229,6 +237,7 @@ def test_what_the_launcher_leaves_to_the_shim(node, case: str) -> None:
         return
     event = node.create(bundle)
     assert event["via"] == "shim"
+    assert event["native_declined"] == LEFT_TO_THE_SHIM[case]
     if case == "gpu prestart hook":
         assert spec_of(bundle)["hooks"]["prestart"] == []
 

@@ -109,7 +109,7 @@ int main(int argc, char **argv)
             if (rc >= 0)
                 return rc;
             /* Whoever does it asks for this kind's entry, for the next one. */
-            setenv(NVCT_NATIVE_ENV, NVCT_CODE_ID, 1);
+            ask_for_entry();
 #else
             free(spec);
 #endif

@@ -314,7 +314,7 @@ int main(int argc, char **argv)
     if (creates && asks_for_gpus(spec, size)) {
         native_create(bundle, spec, size, cfg, id, args, n); /* takes `spec` */
         /* The shim writes the native entry for the next create of this kind. */
-        setenv(NVCT_NATIVE_ENV, NVCT_CODE_ID, 1);
+        ask_for_entry();
         prepare_by_daemon(args, n);
         exec_python(args, n);
     }

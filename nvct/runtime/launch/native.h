@@ -15,22 +15,38 @@
 
 #define NATIVE_MAGIC "nvct-native 1\n"
 
-/* Why a create went to the shim, on stderr in a build with -DNVCT_NATIVE_DEBUG (CFLAGS). */
+/* Why the native path handed the work on: the first reason met, the innermost, which the
+ * Python side logs as `native_declined` (ask_for_entry), so that an admin can see why a kind
+ * of container keeps taking the slower path. Also on stderr in a build with
+ * -DNVCT_NATIVE_DEBUG (CFLAGS), with the line. */
+static const char *native_why;
 #ifdef NVCT_NATIVE_DEBUG
+#define NOTE_WHY(why)                                                                          \
+    (fprintf(stderr, PROGRAM ": native: %s (line %d)\n", why, __LINE__),                      \
+     native_why = native_why ? native_why : (why))
+#else
+#define NOTE_WHY(why) (native_why = native_why ? native_why : (why))
+#endif
 #define HANDOVER(why)                                                                          \
     do {                                                                                       \
-        fprintf(stderr, "nvct-runtime: native create: %s (line %d)\n", why, __LINE__);         \
+        NOTE_WHY(why);                                                                         \
         goto handover;                                                                         \
     } while (0)
-#define DECLINE()                                                                              \
+#define DECLINE(why)                                                                           \
     do {                                                                                       \
-        fprintf(stderr, "nvct-runtime: native create: declined at line %d\n", __LINE__);       \
+        NOTE_WHY(why);                                                                         \
         return -1;                                                                             \
     } while (0)
-#else
-#define HANDOVER(why) goto handover
-#define DECLINE() return -1
-#endif
+
+/* NVCT_NATIVE_ENV for the daemon or the Python side that does the work instead: our code id
+ * (write the entry for the next one of this kind), then why we did not do it. */
+static void ask_for_entry(void)
+{
+    char value[512];
+    snprintf(value, sizeof value, "%s%s%s", NVCT_CODE_ID, native_why ? " " : "",
+             native_why ? native_why : "");
+    setenv(NVCT_NATIVE_ENV, value, 1);
+}
 #define NATIVE_KEY_MAGIC "nvct-native-key 1"
 #define MAX_ENV_NAME 256
 
@@ -431,7 +447,9 @@ static int visit_device(const char *p, const char *end, void *ctx)
     struct spec *s = ctx;
     char path[PATH_MAX];
     int has = string_member(p, end, "path", path, sizeof path);
-    return has < 0 || (has && listed(&s->ours[F_DEVICE_PATHS], path, strlen(path))) ? -1 : 0;
+    if (has > 0 && listed(&s->ours[F_DEVICE_PATHS], path, strlen(path)))
+        return NOTE_WHY("config.json has one of the entry's device nodes already"), -1;
+    return has < 0 ? -1 : 0;
 }
 
 /* A cdi.k8s.io/ annotation with a string value (the request's, nvct.request.inputs): kept as
@@ -958,23 +976,19 @@ static void native_free(struct native *c)
 static int find_entry(struct native *c, const char *kind, const char *cfg, int debian,
                       struct field *e)
 {
-#ifdef NVCT_NATIVE_DEBUG
-#define MISS(why) return (fprintf(stderr, "nvct-runtime: native entry: %s\n", why), -1)
-#else
-#define MISS(why) return -1
-#endif
+#define MISS(why) DECLINE(why)
     char cache_dir[PATH_MAX], path[PATH_MAX + 64];
     size_t size = 0;
     build_key(&c->key, kind, cfg, c->raw, strlen(c->raw), debian, &c->s);
     if (!cache_dir_of(c->raw_copy, strlen(c->raw_copy), cache_dir, sizeof cache_dir))
-        MISS("no plain cache-dir");
+        MISS("no cache-dir in the config as the native path reads it (a plain string)");
     snprintf(path, sizeof path, "%s/native/%08x", cache_dir,
              (unsigned)crc32_of(c->key.data, c->key.len));
     /* O_NONBLOCK: a FIFO of that name must not hang every GPU start. */
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     struct stat st;
     if (fd < 0)
-        MISS("none for this key");
+        MISS("the first container of its kind (no native entry for it yet)");
     /* The shim writes it as the user it runs as (root): nobody else may have. */
     if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
         !(st.st_mode & 022))
@@ -982,23 +996,23 @@ static int find_entry(struct native *c, const char *kind, const char *cfg, int d
     close(fd);
     if (!c->entry || parse_entry(c->entry, size, e) < 0 || e[F_KEY].n != c->key.len ||
         memcmp(e[F_KEY].p, c->key.data, c->key.len) != 0)
-        MISS("unreadable, or another key");
+        MISS("its native entry is unreadable, not root's, or another kind's");
     struct field r[3];
     size_t at = 0;
     for (int i = 0; i < 3; i++)
         if (!next_item(&e[F_ROOTS], &at, &r[i]))
-            MISS("no roots");
+            MISS("its native entry names no driver roots");
     if (fingerprint(&c->stamp, r[0].p, r[1].p, r[2].p) < 0)
-        MISS("a root too long");
+        MISS("a driver root too long");
     if (c->stamp.len != e[F_STAMP].n || memcmp(c->stamp.data, e[F_STAMP].p, e[F_STAMP].n) != 0)
-        MISS("the driver changed"); /* the shim plans again */
+        MISS("the driver changed since its native entry was written"); /* the shim plans again */
     if (e[F_CDI_DIRS].n || e[F_CDI_STAMP].n) {
         struct buf cdi = {0};
         int same = cdi_stamp(&cdi, &e[F_CDI_DIRS]) == 0 && cdi.len == e[F_CDI_STAMP].n &&
                    (!cdi.len || memcmp(cdi.data, e[F_CDI_STAMP].p, cdi.len) == 0);
         free(cdi.data);
         if (!same)
-            MISS("the CDI specs changed");
+            MISS("the CDI specs changed since its native entry was written");
     }
     return 0;
 #undef MISS
@@ -1016,34 +1030,34 @@ static int read_bundle(struct native *c, const char *bundle, size_t size, const 
     char rel[PATH_MAX];
     size_t raw_size = 0;
     if (!c->text || memchr(c->text, '\0', size) || !valid_utf8(c->text, size))
-        DECLINE(); /* config.json unreadable, or not UTF-8 */
+        DECLINE("config.json unreadable, or not UTF-8");
     c->s.text = c->text;
     c->s.end = c->text + size;
     c->s.top = ws(c->text, c->s.end);
     const char *after = json_members(c->text, c->s.end, keys, v);
     if (!after || ws(after, c->s.end) != c->s.end)
-        DECLINE(); /* config.json not read whole */
+        DECLINE("config.json not read whole");
     c->s.root = v[0], c->s.process = v[1], c->s.mounts = v[2], c->s.linux_ = v[3];
     c->s.hooks = v[4], c->s.annotations = v[5];
     if (!c->s.root || string_member(c->s.root, c->s.end, "path", rel, sizeof rel) != 1 ||
         !rel[0] ||
         snprintf(rootfs, cap, rel[0] == '/' ? "%s%s" : "%s/%s", rel[0] == '/' ? "" : bundle,
                  rel) >= (int)cap)
-        DECLINE(); /* no root.path */
+        DECLINE("config.json has no root.path");
     if (read_process(&c->s) < 0)
-        DECLINE();
+        DECLINE("config.json's process is one the native path leaves to Python");
     if (c->s.annotations && strncmp(c->s.annotations, "null", 4) != 0 &&
         (*c->s.annotations != '{' ||
          each_member(c->s.annotations, c->s.end, visit_annotation, &c->s) < 0))
-        DECLINE();
+        DECLINE("config.json's annotations are not an object of strings");
     if (!(c->raw = read_file(cfg, &raw_size)) || memchr(c->raw, '\0', raw_size) ||
         !(c->raw_copy = strdup(c->raw)))
-        DECLINE(); /* no config: Python says whether it must exist */
+        DECLINE("the config file cannot be read"); /* Python says whether it must exist */
     if ((c->root = open(rootfs, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
-        DECLINE();
+        DECLINE("the container's rootfs cannot be opened");
     int fd = in_root(c->root, "/etc/debian_version", O_PATH);
     if (fd < 0 && errno != ENOENT)
-        DECLINE(); /* ENOSYS: no openat2 */
+        DECLINE("no openat2 in this kernel"); /* or another error: Python says */
     c->debian = fd >= 0;
     if (fd >= 0)
         close(fd);
@@ -1062,10 +1076,10 @@ static int image_ready(struct native *c, const struct field *e, const char **how
         if (fd >= 0)
             close(fd);
         if (fd >= 0 || errno != ENOENT)
-            DECLINE();
+            DECLINE("the image has a CUDA compat directory (/usr/local/cuda/compat)");
     }
     if (libdirs_whole(&e[F_LIBDIRS]) < 0)
-        DECLINE();
+        DECLINE("a library directory of the entry is not whole on the host");
     if (!e[F_LD_CACHE].n)
         return 0;
     char *text = strndup(e[F_LD_CACHE].p, e[F_LD_CACHE].n), *store = NULL;
@@ -1076,7 +1090,9 @@ static int image_ready(struct native *c, const struct field *e, const char **how
     free(extra);
     free(store);
     if (!ok)
-        DECLINE(); /* ldconfig, or a fresh cache: Python's */
+        /* ldconfig, or a fresh cache: Python's */
+        DECLINE("the image's ld.so.cache cannot be merged (none, a symlink, or entries "
+                "the merge cannot match: ldconfig runs)");
     *how = "merged";
     return 0;
 }

@@ -41,9 +41,10 @@ static int visit_mount(const char *p, const char *end, void *ctx)
     int has = string_member(p, end, "destination", dst, sizeof dst);
     if (has < 0)
         return -1;
-    if (has && (strncmp(dst, NVCT_DEVICE_MOUNT_DIR, strlen(NVCT_DEVICE_MOUNT_DIR)) == 0 ||
-                listed(&s->ours[F_MOUNT_DSTS], dst, strlen(dst))))
-        return -1; /* a device-list mount, or one of ours already: the shim's */
+    if (has && strncmp(dst, NVCT_DEVICE_MOUNT_DIR, strlen(NVCT_DEVICE_MOUNT_DIR)) == 0)
+        return NOTE_WHY("config.json has a device-list mount"), -1; /* the shim's */
+    if (has && listed(&s->ours[F_MOUNT_DSTS], dst, strlen(dst)))
+        return NOTE_WHY("config.json has one of the entry's mounts already"), -1;
     return 0;
 }
 
@@ -57,7 +58,9 @@ static int visit_rule(const char *p, const char *end, void *ctx)
     if (!v[0] || *v[0] == 'n')
         return 0;
     const char *num_end = json_number(v[0], end);
-    return !num_end || listed(&s->ours[F_MAJORS], v[0], (size_t)(num_end - v[0])) ? -1 : 0;
+    if (num_end && listed(&s->ours[F_MAJORS], v[0], (size_t)(num_end - v[0])))
+        return NOTE_WHY("config.json has a device rule for a major of the entry's already"), -1;
+    return num_end ? 0 : -1;
 }
 
 /* A prestart hook nvct's create replaces (nvct.plan.spec_edits._is_gpu_hook): the shim
@@ -68,7 +71,9 @@ static int visit_prestart_arg(const char *p, const char *end, void *ctx)
     const char *after = json_string(p, end, NULL, 0);
     if (!after)
         return -1;
-    return memmem(p, (size_t)(after - p), NVCT_HOOK_MARK, strlen(NVCT_HOOK_MARK)) ? -1 : 0;
+    if (memmem(p, (size_t)(after - p), NVCT_HOOK_MARK, strlen(NVCT_HOOK_MARK)))
+        return NOTE_WHY("config.json has a GPU prestart hook, which the shim removes"), -1;
+    return 0;
 }
 
 static int visit_prestart(const char *p, const char *end, void *ctx)
@@ -86,7 +91,7 @@ static int visit_prestart(const char *p, const char *end, void *ctx)
         const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
         for (int i = 0; NVCT_REPLACED_HOOKS[i]; i++)
             if (strcmp(base, NVCT_REPLACED_HOOKS[i]) == 0)
-                return -1;
+                return NOTE_WHY("config.json has a GPU prestart hook, which the shim removes"), -1;
     }
     if (v[1] && *v[1] != 'n' && each_element(v[1], end, visit_prestart_arg, NULL, &close, &any))
         return -1;
@@ -153,8 +158,8 @@ static int append_to(struct splice *sp, const struct spec *s, const char *array,
         return 0;
     }
     const char *p = ws(obj + 1, s->end);
-    if (p >= s->end || *p == '}')
-        return -1; /* an empty object: the shim writes it whole */
+    if (p >= s->end || *p == '}') /* the shim writes it whole */
+        return NOTE_WHY("config.json has an empty object where nvct adds an array"), -1;
     insert(sp, (size_t)(obj + 1 - s->text), member, body, "],");
     return 0;
 }
@@ -188,17 +193,17 @@ static int plan_env(struct spec *s, const struct field *e, struct splice *sp)
         return 0;
     if (!s->process || *s->process != '{' || !json_members(s->process, s->end, keys, v) ||
         !v[0] || *v[0] != '[' || each_element(v[0], s->end, visit_span, &spans, &close, &any) < 0)
-        DECLINE(); /* no env array to edit: the shim makes one */
+        DECLINE("config.json has no process.env array"); /* the shim makes one */
     if (insert_cut(sp, (size_t)(v[0] - s->text), (size_t)(close + 1 - v[0]), "[", e[F_ENV],
                    "]") < 0)
-        DECLINE();
+        DECLINE("too many edits to config.json");
     struct buf *kept = &sp->items[sp->n - 1].owned;
     for (int i = 0; i < spans.n; i++) {
         size_t cap = (size_t)(spans.end[i] - spans.start[i]); /* the decoded text is shorter */
         char *name = malloc(cap);
         if (!name || !json_string(spans.start[i], s->end, name, cap)) {
             free(name);
-            DECLINE(); /* not a string: the shim says so */
+            DECLINE("config.json's env has an entry that is not a string"); /* the shim says so */
         }
         name[strcspn(name, "=")] = '\0';
         int ours = listed(&e[F_ENV_NAMES], name, strlen(name));
@@ -233,7 +238,7 @@ static int plan_hooks(struct spec *s, const struct field *e, struct splice *sp)
         while (k < HOOK_STAGES && !item_is(&stage, STAGES[k], strlen(STAGES[k])))
             k++;
         if (k == HOOK_STAGES || bodies[k].n)
-            DECLINE(); /* two sources for one stage: the shim orders them */
+            DECLINE("the entry has two sources for one hook stage"); /* the shim orders them */
         bodies[k] = body;
         wanted = 1;
     }
@@ -241,7 +246,7 @@ static int plan_hooks(struct spec *s, const struct field *e, struct splice *sp)
         if (!wanted)
             return 0;
         if (s->hooks)
-            DECLINE(); /* "hooks": null: the shim's */
+            DECLINE("config.json has hooks: null"); /* the shim's */
         char head[64] = "\"hooks\":{";
         for (int k = 0, first = 1; k < HOOK_STAGES; k++) {
             if (!bodies[k].n)
@@ -249,33 +254,34 @@ static int plan_hooks(struct spec *s, const struct field *e, struct splice *sp)
             /* one insertion per stage at the spec's '{', in order: the first opens "hooks" */
             snprintf(head, sizeof head, "%s\"%s\":[", first ? "\"hooks\":{" : ",", STAGES[k]);
             if (insert_cut(sp, (size_t)(s->top + 1 - s->text), 0, head, bodies[k], "]") < 0)
-                DECLINE();
+                DECLINE("too many edits to config.json");
             first = 0;
         }
         insert(sp, (size_t)(s->top + 1 - s->text), "", (struct field){"", 0}, "},");
         return 0;
     }
     if (*s->hooks != '{' || !json_members(s->hooks, s->end, STAGES, hv))
-        DECLINE();
+        DECLINE("config.json's hooks are not an object");
     if (hv[0] && strncmp(hv[0], "null", 4) != 0 &&
         each_element(hv[0], s->end, visit_prestart, NULL, &close, &any) < 0)
-        DECLINE();
+        DECLINE("config.json's prestart hooks are not an array");
     for (int k = 0; k < HOOK_STAGES; k++) {
         if (!bodies[k].n)
             continue;
         if (hv[k]) {
             if (*hv[k] != '[' || each_element(hv[k], s->end, NULL, NULL, &close, &any) < 0 || any)
-                DECLINE(); /* hooks of its own there: the shim compares them with ours */
+                /* hooks of its own there: the shim compares them with ours */
+                DECLINE("config.json has hooks of a stage nvct adds to");
             insert(sp, (size_t)(close - s->text), "", bodies[k], "");
             continue;
         }
         const char *p = ws(s->hooks + 1, s->end);
         char head[64];
         if (p >= s->end || *p == '}')
-            DECLINE(); /* an empty object: the shim writes it whole */
+            DECLINE("config.json's hooks are an empty object"); /* the shim writes it whole */
         snprintf(head, sizeof head, "\"%s\":[", STAGES[k]);
         if (insert_cut(sp, (size_t)(s->hooks + 1 - s->text), 0, head, bodies[k], "],") < 0)
-            DECLINE();
+            DECLINE("too many edits to config.json");
     }
     return 0;
 }
@@ -289,31 +295,31 @@ static int plan_splice(struct spec *s, const struct field *e, struct splice *sp)
     static const char *const res_keys[] = {"devices", NULL};
     const char *lv[2], *rv[1];
     if (!s->linux_ || *s->linux_ != '{' || !json_members(s->linux_, s->end, linux_keys, lv))
-        DECLINE();
+        DECLINE("config.json has no linux object");
     if (append_to(sp, s, lv[0], s->linux_, "\"devices\":[", e[F_DEVICES], visit_device) < 0)
-        DECLINE();
+        DECLINE("config.json's linux.devices is not an array");
     if (lv[1]) {
         if (*lv[1] != '{' || !json_members(lv[1], s->end, res_keys, rv) ||
             append_to(sp, s, rv[0], lv[1], "\"devices\":[", e[F_RULES], visit_rule) < 0)
-            DECLINE();
+            DECLINE("config.json's linux.resources.devices is not an array");
     } else if (e[F_RULES].n) {
         const char *p = ws(s->linux_ + 1, s->end);
         if (p >= s->end || *p == '}')
-            DECLINE();
+            DECLINE("config.json has an empty object where nvct adds an array");
         insert(sp, (size_t)(s->linux_ + 1 - s->text), "\"resources\":{\"devices\":[",
                e[F_RULES], "]},");
     }
     /* No mounts array at all: not a runc spec this scanner knows. */
     if (!s->mounts || *s->mounts != '[' ||
         each_element(s->mounts, s->end, visit_mount, s, &s->mounts_close, &s->mounts_any) < 0)
-        DECLINE();
+        DECLINE("config.json's mounts are not an array, or hold a mount of the entry's");
     if (e[F_MOUNTS].n) {
         insert(sp, (size_t)(s->mounts_close - s->text), s->mounts_any ? "," : "", e[F_MOUNTS],
                "");
         s->mounts_any = 1;
     }
     if (plan_env(s, e, sp) < 0)
-        DECLINE();
+        DECLINE("config.json's env could not be edited");
     return plan_hooks(s, e, sp);
 }
 
@@ -394,33 +400,32 @@ static void native_create(const char *bundle, char *spec, size_t size, const cha
     if (read_bundle(&c, bundle, size, cfg, rootfs, sizeof rootfs) < 0 ||
         find_entry(&c, "create", cfg, c.debian, e) < 0 || entry_runtime(&e[F_RUNTIMES], runtime,
                                                             sizeof runtime) < 0)
-        HANDOVER("no entry, or no runtime");
+        HANDOVER("the entry names no low-level runtime found here");
     c.s.ours = e;
 
     /* Everything that could send the create to the shim, before the first write. */
     if (image_ready(&c, e, &ld_cache) < 0)
-        HANDOVER("the image: a CUDA compat directory, a library directory not whole, or a cache "
-                 "not merged");
+        HANDOVER("the image"); /* image_ready says what */
     if (plan_splice(&c.s, e, &sp) < 0 || sp.overflow)
-        HANDOVER("the spec has what the shim edits itself");
+        HANDOVER("config.json has what the shim edits itself");
 
     /* The writes, in the shim's order; the ld.so.cache last. */
     if (make_entry_links(c.root, &e[F_SYMLINKS]) < 0 ||
         (binds = make_binlinks(c.root, &e[F_BINLINKS], &c.binds)) < 0 ||
         write_entry_ld_conf(c.root, &e[F_LD_CONF]) < 0 ||
         (c.cache.len && write_image_cache(c.root, &c.cache) < 0))
-        HANDOVER("a write failed"); /* the shim does the same writes again its own way */
+        HANDOVER("a write in the rootfs failed"); /* the shim does them again its own way */
     if (c.binds.len &&
         insert_cut(&sp, (size_t)(c.s.mounts_close - c.text), 0, c.s.mounts_any ? "," : "",
                    (struct field){c.binds.data, c.binds.len}, "") < 0)
-        HANDOVER("too many edits"); /* the shim does the same writes again its own way */
+        HANDOVER("too many edits to config.json"); /* the shim does them again its own way */
     struct stat st;
     if (sp.n) { /* a container asking for no GPU: its spec stays as it is */
         apply_splice(&sp, &c.s, &c.out);
         if ((c.bundle_fd = open(bundle, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0 ||
             fstatat(c.bundle_fd, "config.json", &st, 0) < 0 ||
             replace_at(c.bundle_fd, "config.json", c.out.data, c.out.len, st.st_mode & 0777) < 0)
-            HANDOVER("config.json not written");
+            HANDOVER("config.json could not be written");
     }
 
     clock_gettime(CLOCK_MONOTONIC, &t1);

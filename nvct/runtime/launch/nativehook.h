@@ -279,10 +279,9 @@ static int visit_hook_mount(const char *p, const char *end, void *ctx)
     char dst[PATH_MAX];
     (void)ctx;
     int has = string_member(p, end, "destination", dst, sizeof dst);
-    return has < 0 || (has && strncmp(dst, NVCT_DEVICE_MOUNT_DIR,
-                                      strlen(NVCT_DEVICE_MOUNT_DIR)) == 0)
-               ? -1 /* a device-list mount: the Python hook's */
-               : 0;
+    if (has > 0 && strncmp(dst, NVCT_DEVICE_MOUNT_DIR, strlen(NVCT_DEVICE_MOUNT_DIR)) == 0)
+        return NOTE_WHY("config.json has a device-list mount"), -1; /* the Python hook's */
+    return has < 0 ? -1 : 0;
 }
 
 /* The spec's own mounts and devices leave the work to this hook: 0, or -1. */
@@ -370,20 +369,20 @@ static int native_prestart(const char *bundle, long pid, char *spec, size_t size
 
     if (read_bundle(&c, bundle, size, cfg, rootfs, sizeof rootfs) < 0 ||
         find_entry(&c, "hook", cfg, c.debian, e) < 0)
-        HANDOVER("no entry");
+        HANDOVER("no entry"); /* read_bundle or find_entry says why */
     c.s.ours = e;
     if (e[F_HOOKS].n || e[F_ENV].n || e[F_CDI_HOOKS].n)
-        HANDOVER("an entry with spec edits"); /* not a hook's */
+        HANDOVER("the entry has spec edits, which a hook cannot make"); /* not a hook's */
     if (image_ready(&c, e, &ld_cache) < 0)
-        HANDOVER("the image: a CUDA compat directory, or a cache not merged");
+        HANDOVER("the image"); /* image_ready says what */
     if (spec_leaves_it_to_us(&c.s) < 0)
-        HANDOVER("the spec has a device-list mount or one of the nodes");
+        HANDOVER("config.json has a device-list mount, or one of the entry's device nodes");
     if (!e[F_NODES].n && !e[F_BINDS].n && !e[F_SYMLINKS].n && !e[F_BINLINKS].n) {
         native_free(&c); /* a container that asks for no GPU */
         return 0;
     }
     if (pin(pid, &p) < 0)
-        HANDOVER("the process is not pinned beyond doubt");
+        HANDOVER("the container's process could not be pinned beyond doubt");
 
     /* Committed: from here on the outcome is this hook's. */
     int rc = hook_work(&c, e, &p, rootfs, &nodes, &binds, err, sizeof err);
