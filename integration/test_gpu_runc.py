@@ -68,6 +68,46 @@ def test_shim_injects_one_gpu(
     assert host_mounts() == mounts_before  # every mount was made in the container's namespace
 
 
+def test_a_stale_native_entry_is_written_anew_when_the_order_is_cached(
+    runc_bundle_factory: BundleFactory,
+    sim_driver: Any,
+    tmp_path: Path,
+    native_hook_path: Path,
+    python_hook_path: Path,
+) -> None:
+    """What the full suite once hit: the native hook wrote this kind's entry; the driver
+    changed; a hook that writes no entry (a fixed-path one) planned the kind again under the
+    new driver. The next start through the native hook finds an entry of the old driver and
+    hands over ("the driver changed"); the Python hook's order is cached, and it must write the
+    entry anew, not keep it: the start after that is native again."""
+    config = write_nvct_config(tmp_path / "cfg" / "config.toml", sim_driver)
+    log = config.parent / "nvct.log"
+    extra = Path(sim_driver.dev_root) / "dev/nvidia-stale-entry-test"
+
+    def start(i: int, hook: Path) -> list[dict[str, Any]]:
+        cid = f"nvct-stale-entry-{os.getpid()}-{i}"
+        bundle = runc_bundle_factory(
+            ["/bin/true"], ["NVIDIA_VISIBLE_DEVICES=1"],
+            extra={"hooks": {"prestart": [gpus_hook(config, hook)]}},
+        )  # fmt: skip
+        result = run_runc(bundle, cid)
+        assert result.returncode == 0, result.stderr
+        events = [json.loads(ln) for ln in log.read_text().splitlines()]
+        return [e for e in events if e.get("container_id") == cid]
+
+    assert [e["via"] for e in start(0, native_hook_path)] == ["hook"]  # writes the entry
+    assert [e["via"] for e in start(1, native_hook_path)] == ["native"]
+    extra.write_text("")
+    try:
+        assert [e["via"] for e in start(2, python_hook_path)] == ["hook"]  # plans, no entry
+        (stale,) = start(3, native_hook_path)
+        assert stale["via"] == "hook"
+        assert stale["native_declined"] == "the driver changed since its native entry was written"
+        assert [e["via"] for e in start(4, native_hook_path)] == ["native"]
+    finally:
+        extra.unlink()
+
+
 @pytest.mark.parametrize("how", HOOK_PATHS)
 def test_hook_alone_creates_nodes_and_grants_cgroup(
     runc_bundle_factory: BundleFactory,

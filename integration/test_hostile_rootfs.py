@@ -459,7 +459,13 @@ def test_dev_symlink_out_of_rootfs_hook_alone(
         assert_mounts_confined(seen.read_text(), rootfs, canary, host)
     else:
         assert "nvct-hook: error" in result.stderr or "error" in result.stderr
-    assert_hook_path(nvct_config, container_id, via)  # hook-native: native, or handed over
+    assert_hook_path(nvct_config, container_id, via)
+    if via == "hook-native":
+        # Done by the native hook: the benign container before it wrote the entry anew even
+        # where the session's cache held an older driver's (the full suite once handed this one
+        # over: "the driver changed", an entry of the old driver kept under a cached order).
+        ran = hook_via(nvct_config.parent / "nvct.log", container_id)
+        assert ran == ["native"], (ran, declined(nvct_config, container_id))
 
 
 # --- 2. a symlink swapped while the container starts --------------------------------------

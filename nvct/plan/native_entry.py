@@ -4,9 +4,11 @@ that nvct-runtime's launcher prepares the next one of that kind itself, with no 
 
 The launcher asks for one by putting its code id in ``NATIVE_ENV``; the shim (in a daemon
 worker or started by the launcher) writes it under ``<cache-dir>/native/`` after a create it
-prepared from a work order (planned, or made from CDI devices), when the order has nothing the
-native create does not do (additional groups) and the spec nothing it leaves to the shim (a
-device-list mount, an annotation key it cannot read). The entry holds:
+prepared from a work order (planned, or made from CDI devices; from a cached order only where
+the entry is missing or was written with another driver or CDI stamp than now's:
+``save_entry``), when the order has nothing the native create does not do (additional groups)
+and the spec nothing it leaves to the shim (a device-list mount, an annotation key it cannot
+read). The entry holds:
 
 - the key, byte for byte what the launcher builds from the same inputs (``native_key``): the
   file's name is its CRC-32, and the launcher compares the whole key, so two keys that share a
@@ -198,7 +200,7 @@ def save_entry(
     optimisation, and the next container of this kind is then Python's again."""
     try:
         where = entry_path(cache_dir, key)
-        if cached and os.path.exists(where):
+        if cached and _current(where, entry):
             return
         compat = entry["order"].get("cuda_compat") if entry["order"] is not None else None
         if compat:
@@ -210,6 +212,43 @@ def save_entry(
         write_native_entry(where, key, entry, hooks, why_compat, kind)
     except Exception:
         return
+
+
+def _current(path: str, entry: CacheEntry) -> bool:
+    """Whether the entry at ``path`` was written with the driver's fingerprint and CDI stamp
+    of now. A cached order does not say so: the driver may have changed and changed back (a
+    node or MIG instance gone and back) since the entry was written, and the order planned
+    before that is valid again while the entry, of the other driver, is not; the launcher then
+    hands every create of that kind over ("the driver changed") until the entry is written
+    anew."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return False
+    fields = _read_fields(data, (b"stamp", b"cdi-stamp"))
+    driver, dev, proc = entry["roots"]
+    if fields.get(b"stamp") != _joined(fingerprint_parts(driver, dev, proc)):
+        return False
+    cdi_dirs = entry["cdi"][0] if entry.get("cdi") else []
+    return fields.get(b"cdi-stamp") == _joined(cdi_stamp_parts(cdi_dirs) if cdi_dirs else [])
+
+
+def _read_fields(data: bytes, wanted: tuple[bytes, ...]) -> dict[bytes, bytes]:
+    """The ``wanted`` fields of an entry's bytes (``<name> <length>\\n<bytes>\\n`` each after
+    MAGIC); what cannot be read is left out."""
+    found: dict[bytes, bytes] = {}
+    at = len(MAGIC) if data.startswith(MAGIC) else len(data)
+    while at < len(data) and len(found) < len(wanted):
+        line_end = data.find(b"\n", at)
+        name, _, length = data[at:line_end].partition(b" ")
+        if line_end < 0 or not length.isdigit():
+            break
+        start = line_end + 1
+        at = start + int(length) + 1
+        if name in wanted:
+            found[name] = data[start : at - 1]
+    return found
 
 
 STALE_S = 3600

@@ -208,6 +208,24 @@ LEFT_TO_THE_SHIM = {
 }
 
 
+def test_an_entry_of_another_driver_is_written_anew_under_a_cached_order(node) -> None:
+    """An entry whose stamp is another driver's (the driver changed and changed back, or
+    another order of the same kind wrote it) while this kind's work order is still valid: the
+    launcher hands over ("the driver changed"), and the shim, though its order is cached,
+    writes the entry anew, so the next create is native again."""
+    node.create(node.bundle())
+    assert node.create(node.bundle())["via"] == "native"
+    (entry,) = node.entries()
+    data = entry.read_bytes()
+    assert data.count(b"ld.so.cache:") == 1  # in the stamp: the driver root's cache
+    entry.write_bytes(data.replace(b"ld.so.cache:", b"ld.so.cachX:"))
+    back = node.create(node.bundle())
+    assert back["via"] == "shim" and back["cached"] is True
+    assert back["native_declined"] == "the driver changed since its native entry was written"
+    assert entry.read_bytes() == data
+    assert node.create(node.bundle())["via"] == "native"
+
+
 @pytest.mark.parametrize("case", list(LEFT_TO_THE_SHIM))
 def test_what_the_launcher_leaves_to_the_shim(node, case: str) -> None:
     node.create(node.bundle())
