@@ -142,37 +142,28 @@ def write_native_entry(
     path: str,
     key: bytes,
     entry: CacheEntry,
+    stamps: tuple[bytes, bytes, bytes],
     create_hooks: list[dict[str, Any]],
     why_compat: str,
     kind: str = CREATE,
 ) -> bool:
     """Write the entry of a create (or a prestart hook's work, ``kind`` HOOK) prepared from
-    ``entry``; False when the launcher could not do its work (groups to add) or the driver or
-    CDI specs changed since it was planned."""
+    ``entry``, with ``stamps`` (``_stamps(entry)``); False when the launcher could not do its
+    work (groups to add) or the entry could not be written."""
     order = entry["order"]
     if order is not None and order.get("additional_gids"):
         return False
-    driver, dev, proc = entry["roots"]
-    parts = fingerprint_parts(driver, dev, proc)
-    if fingerprint_of_parts(driver, dev, proc, parts) != entry["fingerprint"]:
-        return False  # planned with another driver: the next create plans again
-    cdi_dirs: list[str] = []
-    cdi_parts: list[str] = []
-    if entry.get("cdi"):
-        cdi_dirs, stamp = entry["cdi"]
-        cdi_parts = cdi_stamp_parts(cdi_dirs)
-        if sha256("\0".join(cdi_parts).encode()).hexdigest()[:32] != stamp:
-            return False  # the specs changed since: the next create resolves them again
+    stamp, cdi_dirs, cdi_stamp = stamps
     fields: dict[str, bytes] = {
         "key": key,
-        "stamp": _joined(parts),
+        "stamp": stamp,
         "roots": _joined(entry["roots"]),
         "runtimes": _joined(entry["runtimes"]),
         "log": _joined(list(entry["log"])),
     }
     fields.update(_order_fields(order, create_hooks) if order is not None else _PASSTHROUGH)
-    fields["cdi-dirs"] = _joined(cdi_dirs)
-    fields["cdi-stamp"] = _joined(cdi_parts)
+    fields["cdi-dirs"] = cdi_dirs
+    fields["cdi-stamp"] = cdi_stamp
     fields["events"] = _events(entry, why_compat, kind)
     data = bytearray(MAGIC)
     for name, value in fields.items():
@@ -186,6 +177,24 @@ def write_native_entry(
     return True
 
 
+def _stamps(entry: CacheEntry) -> tuple[bytes, bytes, bytes] | None:
+    """The entry's ``stamp``, ``cdi-dirs`` and ``cdi-stamp`` fields as the host is now (the
+    driver's fingerprint parts, the CDI specs' stamp parts, which the launcher takes again);
+    None when the driver or the CDI specs changed since ``entry``'s order was planned."""
+    driver, dev, proc = entry["roots"]
+    parts = fingerprint_parts(driver, dev, proc)
+    if fingerprint_of_parts(driver, dev, proc, parts) != entry["fingerprint"]:
+        return None
+    cdi_dirs: list[str] = []
+    cdi_parts: list[str] = []
+    if entry.get("cdi"):
+        cdi_dirs, stamp = entry["cdi"]
+        cdi_parts = cdi_stamp_parts(cdi_dirs)
+        if sha256("\0".join(cdi_parts).encode()).hexdigest()[:32] != stamp:
+            return None
+    return _joined(parts), _joined(cdi_dirs), _joined(cdi_parts)
+
+
 def save_entry(
     key: bytes,
     entry: CacheEntry,
@@ -195,12 +204,16 @@ def save_entry(
     why_compat: str,
     kind: str = CREATE,
 ) -> None:
-    """Write the native entry of ``key`` when its order was planned now or it has none (a
-    cached order with its entry in place costs one stat); never raises: the entry is an
-    optimisation, and the next container of this kind is then Python's again."""
+    """Write the native entry of ``key`` when its order was planned now, or the entry there
+    is missing or not of the driver and CDI specs of now (``_written``: a read of the entry's
+    head); never raises: the entry is an optimisation, and the next container of this kind is
+    then Python's again."""
     try:
         where = entry_path(cache_dir, key)
-        if cached and _current(where, entry):
+        stamps = _stamps(entry)
+        if stamps is None:
+            return  # planned with another driver or specs: the next create plans again
+        if cached and _written(where, stamps):
             return
         compat = entry["order"].get("cuda_compat") if entry["order"] is not None else None
         if compat:
@@ -209,17 +222,17 @@ def save_entry(
             # The native programs work only where the image has no compat directory: that
             # reason, whatever this image had.
             why_compat = choose_compat([], compat[0], compat[1])[1]
-        write_native_entry(where, key, entry, hooks, why_compat, kind)
+        write_native_entry(where, key, entry, stamps, hooks, why_compat, kind)
     except Exception:
         return
 
 
-def _current(path: str, entry: CacheEntry) -> bool:
-    """Whether the entry at ``path`` was written with the driver's fingerprint and CDI stamp
-    of now. A cached order does not say so: the driver may have changed and changed back (a
-    node or MIG instance gone and back) since the entry was written, and the order planned
-    before that is valid again while the entry, of the other driver, is not; the launcher then
-    hands every create of that kind over ("the driver changed") until the entry is written
+def _written(path: str, stamps: tuple[bytes, bytes, bytes]) -> bool:
+    """Whether the entry at ``path`` was written with ``stamps``' driver fingerprint and CDI
+    stamp. A cached order does not say so: another order of this kind (a path that writes no
+    entry, or the driver changed and changed back) may have been planned since the entry was
+    written, so the order is valid while the entry, of another driver, is not; the launcher
+    then hands every create of that kind over ("the driver changed") until it is written
     anew."""
     try:
         with open(path, "rb") as f:
@@ -227,11 +240,7 @@ def _current(path: str, entry: CacheEntry) -> bool:
     except OSError:
         return False
     fields = _read_fields(data, (b"stamp", b"cdi-stamp"))
-    driver, dev, proc = entry["roots"]
-    if fields.get(b"stamp") != _joined(fingerprint_parts(driver, dev, proc)):
-        return False
-    cdi_dirs = entry["cdi"][0] if entry.get("cdi") else []
-    return fields.get(b"cdi-stamp") == _joined(cdi_stamp_parts(cdi_dirs) if cdi_dirs else [])
+    return (fields.get(b"stamp"), fields.get(b"cdi-stamp")) == (stamps[0], stamps[2])
 
 
 def _read_fields(data: bytes, wanted: tuple[bytes, ...]) -> dict[bytes, bytes]:
