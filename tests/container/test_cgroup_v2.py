@@ -165,17 +165,26 @@ def test_program_with_calls_is_refused_not_reloaded() -> None:
         prepend_allow([(195, 1)], old[:-3])
 
 
+def attach_systemd_like(cgroup: str) -> bytes:
+    """A second device program on ``cgroup`` beside runc's (BPF_F_ALLOW_MULTI), as systemd
+    attaches one, allowing only /dev/null; its instructions."""
+    from nvct.container.devfilter import allow_only
+
+    program = allow_only([(1, 3)])
+    fd = os.open(cgroup, os.O_DIRECTORY | os.O_RDONLY)
+    loaded = bpf.load_device_program(program, "systemd_like")
+    try:
+        bpf.attach_device_program(fd, loaded, bpf.BPF_F_ALLOW_MULTI)
+    finally:
+        os.close(loaded)
+        os.close(fd)
+    return program
+
+
 def test_every_attached_program_is_extended(runc_cgroup: str, h100x4) -> None:
     """systemd's program and runc's on one cgroup (BPF_F_ALLOW_MULTI): both must allow, so
     both are replaced; the second one here allows only /dev/null."""
-    from nvct.container.devfilter import allow_only
-
-    fd = os.open(runc_cgroup, os.O_DIRECTORY | os.O_RDONLY)
-    second = bpf.load_device_program(allow_only([(1, 3)]), "systemd_like")
-    try:
-        bpf.attach_device_program(fd, second, bpf.BPF_F_ALLOW_MULTI)
-    finally:
-        os.close(second)
+    attach_systemd_like(runc_cgroup)
     nvidia1 = str(h100x4.dev_root / "dev" / "nvidia1")
     paths = [nvidia1, "/dev/null", "/dev/zero"]
     # /dev/zero: runc's program allows it, the second does not.
@@ -185,6 +194,7 @@ def test_every_attached_program_is_extended(runc_cgroup: str, h100x4) -> None:
         "/dev/zero": "denied",
     }
     st = os.stat(nvidia1)
+    fd = os.open(runc_cgroup, os.O_DIRECTORY | os.O_RDONLY)
     try:
         assert grant_devices_v2(runc_cgroup, [(os.major(st.st_rdev), os.minor(st.st_rdev))]) == 2
         assert len(bpf.query_device_programs(fd)[0]) == 2

@@ -10,6 +10,7 @@ import os
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,9 +19,10 @@ from integration.harness.skips import need_cc, need_root, require
 from nvct.base import bpf
 from nvct.base.errors import ApplyError
 from nvct.container.cgroup import grant_devices
-from nvct.container.devfilter import allow_only, insn, prepend_allow
+from nvct.container.devfilter import insn, prepend_allow
 from tests.container.test_cgroup_v2 import (  # noqa: F401
     _cgroup2_mount,
+    attach_systemd_like,
     opens_in,
     runc_cgroup,
     runc_like_program,
@@ -155,13 +157,7 @@ def test_v2_every_attached_program_is_extended(
     tmp_path: Path,
 ) -> None:
     """systemd's program beside runc's (BPF_F_ALLOW_MULTI): both are swapped, in place."""
-    fd = os.open(runc_cgroup, os.O_DIRECTORY | os.O_RDONLY)
-    second = bpf.load_device_program(allow_only([(1, 3)]), "systemd_like")
-    try:
-        bpf.attach_device_program(fd, second, bpf.BPF_F_ALLOW_MULTI)
-    finally:
-        os.close(second)
-        os.close(fd)
+    second = attach_systemd_like(runc_cgroup)
     nvidia1 = str(h100x4.dev_root / "dev" / "nvidia1")
     paths = [nvidia1, "/dev/null", "/dev/zero"]
     expected = {nvidia1: "denied", "/dev/null": "allowed", "/dev/zero": "denied"}
@@ -175,11 +171,13 @@ def test_v2_every_attached_program_is_extended(
     }
     programs, _ = attached(runc_cgroup)
     assert sorted(programs) == sorted(
-        prepend_allow(devices, old) for old in (runc_like_program(), allow_only([(1, 3)]))
+        prepend_allow(devices, old) for old in (runc_like_program(), second)
     )
 
 
-def test_v2_a_cgroup_without_a_program_is_left_alone(driver: Path, tmp_path: Path) -> None:
+@pytest.fixture
+def empty_cgroup() -> Iterator[str]:
+    """A cgroup v2 directory of its own, no process and no device program in it."""
     require(need_root())
     mount = _cgroup2_mount()
     if mount is None:
@@ -187,22 +185,24 @@ def test_v2_a_cgroup_without_a_program_is_left_alone(driver: Path, tmp_path: Pat
     path = os.path.join(mount, f"nvct-test-{uuid.uuid4().hex[:8]}")
     os.mkdir(path)
     try:
-        assert c_grant(driver, tmp_path, "/proc/self/mountinfo", v2_lines(path), [(195, 1)]) == ""
-        assert attached(path) == ([], 0)
+        yield path
     finally:
         os.rmdir(path)
 
 
+def test_v2_a_cgroup_without_a_program_is_left_alone(
+    driver: Path, tmp_path: Path, empty_cgroup: str
+) -> None:
+    path = empty_cgroup
+    assert c_grant(driver, tmp_path, "/proc/self/mountinfo", v2_lines(path), [(195, 1)]) == ""
+    assert attached(path) == ([], 0)
+
+
 def test_v2_a_program_with_calls_is_refused_and_left_attached(
-    driver: Path, h100x4, tmp_path: Path
+    driver: Path, h100x4, tmp_path: Path, empty_cgroup: str
 ) -> None:
     """A helper call (its kernel dump is not the program loaded) is never loaded again."""
-    require(need_root())
-    mount = _cgroup2_mount()
-    if mount is None:
-        pytest.skip("needs a cgroup2 mount (cgroup v2 or a hybrid host)")
-    path = os.path.join(mount, f"nvct-test-{uuid.uuid4().hex[:8]}")
-    os.mkdir(path)
+    path = empty_cgroup
     fd = os.open(path, os.O_DIRECTORY | os.O_RDONLY)
     # r6 = ctx; call bpf_get_prandom_u32; r1 = r6; then runc's kind of rules.
     calls = insn(0xBF, 6, 1) + insn(0x85, imm=7) + insn(0xBF, 1, 6) + runc_like_program()
@@ -219,7 +219,6 @@ def test_v2_a_program_with_calls_is_refused_and_left_attached(
     finally:
         os.close(prog)
         os.close(fd)
-        os.rmdir(path)
 
 
 def _devices_mount() -> str | None:
