@@ -189,12 +189,9 @@ static int bind_one(int root, const char *source, const char *target, const char
         return ERR("%s in the container is not a %s (fix: remove it from the image)", target,
                    is_dir ? "directory" : "regular file");
     }
-    snprintf(at, sizeof at, "/proc/self/fd/%d", fd);
-    int rc = mount(source, at, NULL, MS_BIND, NULL);
-    why = errno;
-    close(fd);
-    if (rc < 0)
-        return ERR("cannot mount %s on %s: %s", source, target, strerror(why));
+    if (pd_mount(source, fd, NULL, MS_BIND) < 0) /* fd closed, errno kept */
+        return ERR("cannot mount %s on %s: %s", source, target, strerror(errno));
+    int rc = 0;
     /* The descriptor named the covered inode: resolved again, the path reaches the new mount,
      * checked to be the source's before its flags change. */
     if ((fd = in_root(root, target, O_PATH)) < 0)
