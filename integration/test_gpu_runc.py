@@ -936,6 +936,90 @@ def test_forward_compat_libcuda_first_only_when_newer(
     assert done[-1]["cuda_compat"].startswith(said), done
 
 
+@pytest.mark.parametrize("target", ["/opt/fw/", "/opt/fw/.", "//opt//fw/"])
+def test_the_native_hook_makes_what_a_dangling_link_names_as_python_does(
+    runc_bundle_factory: BundleFactory,
+    sim_driver: Any,
+    tmp_path: Path,
+    native_hook_path: Path,
+    target: str,
+) -> None:
+    """An image whose /lib/firmware is a dangling link to a directory spelled with a trailing
+    slash, a "." or doubled slashes: the native hook makes that directory inside the root, as
+    the Python hook's Rootfs.makedirs does, and mounts the firmware through the link."""
+    config = write_nvct_config(tmp_path / "cfg" / "config.toml", sim_driver)
+    log = config.parent / "nvct.log"
+    hook = {"hooks": {"prestart": [gpus_hook(config, native_hook_path)]}}
+    env = ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=all"]
+    script = "ls /lib/firmware/nvidia/*; ls -d /opt/fw/nvidia"
+    outputs, via = [], []
+    for i, dangling in enumerate([False, True]):
+        cid = f"nvct-hook-dangling-{os.getpid()}-{i}"
+        bundle = runc_bundle_factory(["/bin/sh", "-c", script], env, extra=hook)
+        if dangling:
+            assert not (bundle / "rootfs/lib").is_symlink()  # the rmtree stays in the image
+            firmware = bundle / "rootfs/lib/firmware"
+            if firmware.exists() and not firmware.is_symlink():
+                shutil.rmtree(firmware)
+            firmware.parent.mkdir(parents=True, exist_ok=True)
+            firmware.symlink_to(target)
+        result = run_runc(bundle, cid)
+        outputs.append(result)
+        via += hook_via(log, cid)
+    assert via == ["hook", "native"]
+    first, second = outputs
+    assert "gsp" in first.stdout, first.stderr
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.splitlines()[0] == first.stdout.splitlines()[0]  # the firmware's files
+    assert "/opt/fw/nvidia" in second.stdout.split()
+
+
+def test_the_native_hook_reads_the_image_as_the_container_has_it(
+    runc_bundle_factory: BundleFactory,
+    sim_driver: Any,
+    tmp_path: Path,
+    native_hook_path: Path,
+) -> None:
+    """A volume over /etc brings its own ld.so.cache (the image's, plus a library of the
+    volume's). The native hook has an entry for this kind of container (written for the
+    plain image), yet it reads the ld.so.cache the container sees, as the Python hook does:
+    the driver's entries are merged into the volume's cache, whose own entry stays, and not
+    into the image's, which the volume hides."""
+    from nvct.base.ldcache_format import add_entries
+
+    config = write_nvct_config(tmp_path / "cfg" / "config.toml", sim_driver)
+    log = config.parent / "nvct.log"
+    hook = {"hooks": {"prestart": [gpus_hook(config, native_hook_path)]}}
+    env = ["NVIDIA_VISIBLE_DEVICES=0"]
+    volume = tmp_path / "etc-volume"
+    via = []
+    for i in range(3):
+        cid = f"nvct-hook-volume-{os.getpid()}-{i}"
+        bundle = runc_bundle_factory(["/bin/sh", "-c", "nvidia-smi -L"], env, extra=hook)
+        if i == 2:
+            shutil.copytree(bundle / "rootfs/etc", volume, symlinks=True)
+            theirs = add_entries(
+                (volume / "ld.so.cache").read_bytes(),
+                [("libvolume.so.1", "/opt/volume/libvolume.so.1", 0x303)],
+            )
+            assert theirs is not None
+            (volume / "ld.so.cache").write_bytes(theirs)
+            spec = json.loads((bundle / "config.json").read_text())
+            spec["mounts"].append(
+                {"destination": "/etc", "type": "bind", "source": str(volume), "options": ["rbind"]}
+            )
+            (bundle / "config.json").write_text(json.dumps(spec))
+        result = run_runc(bundle, cid)
+        assert result.returncode == 0, result.stderr
+        assert smi_uuids(result.stdout) == [sim_driver.spec.gpus[0].uuid]
+        via += hook_via(log, cid)
+    assert via == ["hook", "native", "native"]
+    merged = (volume / "ld.so.cache").read_bytes()
+    assert b"libvolume.so.1" in merged and b"libcuda.so.1" in merged
+    image_cache = (bundle / "rootfs/etc/ld.so.cache").read_bytes()
+    assert b"libcuda.so.1" not in image_cache  # the image's, under the volume: untouched
+
+
 @pytest.mark.parametrize("path", ["shim", "hook"])
 def test_graphics_container_sees_its_gpus_drm_nodes_and_the_icd(
     runc_bundle_factory: BundleFactory,

@@ -270,8 +270,8 @@ def hook_natively_next(
 
 
 LD_CACHE_NOT_MERGED = (
-    "the image's ld.so.cache cannot be merged (none, a symlink, or entries the merge cannot "
-    "match: ldconfig runs)"
+    "the image's ld.so.cache cannot be merged (none, not a regular file, or entries the merge "
+    "cannot match: ldconfig runs)"
 )
 
 

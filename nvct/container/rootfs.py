@@ -141,15 +141,30 @@ class Rootfs:
         """The content of the regular file ``path`` (resolved in the rootfs), at most ``limit``
         bytes.
 
+        The image controls the file: its type is read from an O_PATH descriptor before anything
+        opens it, since opening a FIFO blocks (the container never starts) and opening a device
+        node acts on the host's device (nvct runs as root, outside the container's device
+        cgroup). The same inode is then opened through /proc/self/fd.
+
         Raises:
             OSError: missing, not a regular file, or unreadable.
         """
-        fd = self.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        at = self.open(path, os.O_PATH | os.O_NOFOLLOW)
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+            st = os.fstat(at)
+            if not stat.S_ISREG(st.st_mode):
                 import errno  # a rare error: not loaded by a create that never meets it
 
                 raise OSError(errno.EINVAL, "not a regular file", path)
+            fd = os.open(fd_path(at), os.O_RDONLY | os.O_CLOEXEC)
+        finally:
+            os.close(at)
+        try:
+            again = os.fstat(fd)
+            if (again.st_dev, again.st_ino) != (st.st_dev, st.st_ino):  # no procfs of ours
+                import errno
+
+                raise OSError(errno.EINVAL, "cannot be reopened by its descriptor", path)
             return os.read(fd, limit)
         finally:
             os.close(fd)

@@ -97,6 +97,7 @@ class Node:
             capture_output=True,
             text=True,
             env={"PATH": f"{self.bindir}:/usr/bin:/bin"},
+            timeout=60,
             check=False,
         )
         assert done.returncode == 0, done.stderr
@@ -110,6 +111,7 @@ class Node:
             capture_output=True,
             text=True,
             env={"PATH": f"{self.bindir}:/usr/bin:/bin"},
+            timeout=60,
             check=False,
         )
 
@@ -195,6 +197,10 @@ def test_a_changed_driver_is_planned_again_by_the_shim(node, h100x4) -> None:
         extra.unlink()
 
 
+NOT_MERGED = (
+    "the image's ld.so.cache cannot be merged (none, not a regular file, or entries the merge "
+    "cannot match: ldconfig runs)"
+)
 # What the shim logs as the launcher's reason (native_declined) for each case.
 LEFT_TO_THE_SHIM = {
     "device-list mount": "config.json has a device-list mount",
@@ -202,8 +208,9 @@ LEFT_TO_THE_SHIM = {
     "gpu prestart hook": "config.json has a GPU prestart hook, which the shim removes",
     "one of our mounts already": "config.json has one of the entry's mounts already",
     "cuda compat directory": "the image has a CUDA compat directory (/usr/local/cuda/compat)",
-    "no ld.so.cache": "the image's ld.so.cache cannot be merged (none, a symlink, or entries the "
-    "merge cannot match: ldconfig runs)",
+    "no ld.so.cache": NOT_MERGED,
+    # opened, it would block the create for good: the launcher's and the shim's alike
+    "an ld.so.cache that is a FIFO": NOT_MERGED,
     "an empty linux object": "config.json has an empty object where nvct adds an array",
 }
 
@@ -246,6 +253,9 @@ def test_what_the_launcher_leaves_to_the_shim(node, case: str) -> None:
         (bundle / "rootfs/usr/local/cuda/compat").mkdir(parents=True)
     elif case == "no ld.so.cache":
         (bundle / "rootfs/etc/ld.so.cache").unlink()
+    elif case == "an ld.so.cache that is a FIFO":
+        (bundle / "rootfs/etc/ld.so.cache").unlink()
+        os.mkfifo(bundle / "rootfs/etc/ld.so.cache")
     elif case == "an empty linux object":
         spec["linux"] = {}
     (bundle / "config.json").write_text(json.dumps(spec))

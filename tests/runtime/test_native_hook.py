@@ -193,6 +193,25 @@ def test_a_container_asking_for_no_gpu_ends_in_the_native_hook(bundles, tmp_path
         assert not ends_at_once(hook, json.dumps({**state, "bundle": str(marked)})), marker
 
 
+def test_a_void_request_done_natively_logs_what_the_python_hook_logged(h100x4, tmp_path) -> None:
+    """NVIDIA_VISIBLE_DEVICES=void: the first such container goes to the Python hook, which
+    logs its plan's events and writes the native entry; the next ends in the native hook,
+    which logs the same events from that entry (only who did it differs)."""
+    cfg = gpu_config(h100x4, tmp_path, tools(tmp_path))
+    cfg.write_text(cfg.read_text().replace("[log]\n", '[log]\nlevel = "debug"\n'))
+    hook = native_hook(tmp_path, hook_command(), "")  # the real Python hook, no daemon
+    log = tmp_path / "nvct.log"
+    seen = []
+    for i in range(2):
+        lines = log.read_text().splitlines() if log.exists() else []
+        assert start(hook, plain_bundle(tmp_path / f"void{i}"), cfg)["rc"] == 0
+        seen.append([json.loads(ln) for ln in log.read_text().splitlines()[len(lines) :]])
+    python, native = seen
+    assert {e["via"] for e in python} == {"hook"} and {e["via"] for e in native} == {"native"}
+    assert [(e["level"], e["event"]) for e in native] == [(e["level"], e["event"]) for e in python]
+    assert ("debug", "no_gpu_requested") in [(e["level"], e["event"]) for e in native]
+
+
 def test_the_native_hook_reads_the_bundle_as_json_does(bundles) -> None:
     """Every spelling JSON allows for the same state (escapes, spacing, key order) is read as
     Python's json reads it; a "bundle" nested in an annotation is not the state's."""

@@ -151,6 +151,8 @@ struct buf {
 
 static void put_bytes(struct buf *b, const char *s, size_t n)
 {
+    if (!n)
+        return; /* b->data may still be NULL: memcpy must not see it */
     if (b->len + n > b->cap) {
         size_t cap = b->cap ? b->cap : 4096;
         while (b->len + n > cap)

@@ -885,8 +885,6 @@ static void log_line(struct buf *b, const struct field *level, const char *event
     put_text(b, "}\n");
 }
 
-/* The entry's `level\0event\0fields` events at or above the configured level (nvct.base.log's
- * LEVELS), with what this create measured added to container_prepared. */
 /* Append `b`'s lines to the log file the entry's `f` (file, level) names, with one write: not
  * where it names none or /dev/null. */
 static void append_log(const struct field *f, const struct buf *b)
@@ -902,6 +900,14 @@ static void append_log(const struct field *f, const struct buf *b)
     }
 }
 
+static double ms_between(struct timespec t0, struct timespec t1)
+{
+    return (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+}
+
+/* The entry's `level\0event\0fields` events at or above the configured level (nvct.base.log's
+ * LEVELS), with what this create or hook measured added to container_prepared and
+ * container_configured. */
 static void write_log(const struct field *f, const struct field *events, const char *id,
                       const char *bundle, const char *extra, int mounts, int links,
                       const char *ld_cache, double ms)
@@ -1064,13 +1070,10 @@ static int read_bundle(struct native *c, const char *bundle, size_t size, const 
     return 0;
 }
 
-/* The image's checks both the create and the hook make before their first write: no CUDA
- * compat directory where the order has one (its libcuda may go first: Python decides), the
- * library directories whole, and the image's ld.so.cache merged with the driver's entries
- * into `c->cache` (`*how` "merged"; "none" without entries): 0, or -1. */
-static int image_ready(struct native *c, const struct field *e, const char **how)
+/* The image's CUDA compat directory, where the order has one (its libcuda may go first: Python
+ * decides): 0 when there is none, or -1. */
+static int image_compat(struct native *c, const struct field *e)
 {
-    *how = "none";
     if (e[F_COMPAT].n) {
         int fd = in_root(c->root, "/usr/local/cuda/compat", O_PATH);
         if (fd >= 0)
@@ -1078,8 +1081,14 @@ static int image_ready(struct native *c, const struct field *e, const char **how
         if (fd >= 0 || errno != ENOENT)
             DECLINE("the image has a CUDA compat directory (/usr/local/cuda/compat)");
     }
-    if (libdirs_whole(&e[F_LIBDIRS]) < 0)
-        DECLINE("a library directory of the entry is not whole on the host");
+    return 0;
+}
+
+/* The image's ld.so.cache merged with the driver's entries into `c->cache` (`*how` "merged";
+ * "none" where the entry has none): 0, or -1. */
+static int image_cache(struct native *c, const struct field *e, const char **how)
+{
+    *how = "none";
     if (!e[F_LD_CACHE].n)
         return 0;
     char *text = strndup(e[F_LD_CACHE].p, e[F_LD_CACHE].n), *store = NULL;
@@ -1091,8 +1100,8 @@ static int image_ready(struct native *c, const struct field *e, const char **how
     free(store);
     if (!ok)
         /* ldconfig, or a fresh cache: Python's */
-        DECLINE("the image's ld.so.cache cannot be merged (none, a symlink, or entries "
-                "the merge cannot match: ldconfig runs)");
+        DECLINE("the image's ld.so.cache cannot be merged (none, not a regular file, or "
+                "entries the merge cannot match: ldconfig runs)");
     *how = "merged";
     return 0;
 }

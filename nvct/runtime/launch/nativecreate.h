@@ -372,6 +372,19 @@ static int make_binlinks(int root, const struct field *f, struct buf *binds)
     return count;
 }
 
+/* The checks the create makes before its first write: no CUDA compat directory, the library
+ * directories whole, and the image's ld.so.cache merged (image_cache). 0, or -1. (nvct-hook
+ * makes the image's two on the rootfs as the container's mount namespace has it.) */
+static int image_ready(struct native *c, const struct field *e, const char **how)
+{
+    *how = "none";
+    if (image_compat(c, e) < 0)
+        return -1;
+    if (libdirs_whole(&e[F_LIBDIRS]) < 0)
+        DECLINE("a library directory of the entry is not whole on the host");
+    return image_cache(c, e, how);
+}
+
 /* The low-level runtime the entry names, found as the launcher finds one: 0, or -1. */
 static int entry_runtime(const struct field *f, char *out, size_t cap)
 {
@@ -434,7 +447,7 @@ static void native_create(const char *bundle, char *spec, size_t size, const cha
     if (strcmp(bundle, ".") != 0 || !getcwd(where, sizeof where))
         snprintf(where, sizeof where, "%s", bundle);
     write_log(&e[F_LOG], &e[F_EVENTS], id, where, "", mounts + binds, nbin - binds, ld_cache,
-              (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
+              ms_between(t0, t1));
     native_free(&c);
     free_splice(&sp);
     exec_runtime(runtime, args, n);

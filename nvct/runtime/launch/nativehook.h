@@ -300,8 +300,8 @@ static int spec_leaves_it_to_us(struct spec *s)
 }
 
 /* The committed work; 0, or -1 with the reason in err. */
-static int hook_work(struct native *c, const struct field *e, struct pinned *p,
-                     const char *rootfs, int *nodes, int *binds, char *err, size_t cap)
+static int hook_work(struct native *c, const struct field *e, struct pinned *p, int *nodes,
+                     int *binds, char *err, size_t cap)
 {
     int n = count_items(&e[F_NODES]) / 4, k = 0;
     struct devno *devs = calloc((size_t)n + 1, sizeof *devs);
@@ -317,12 +317,9 @@ static int hook_work(struct native *c, const struct field *e, struct pinned *p,
     free(devs);
     if (rc < 0)
         return -1;
+    /* c->root is the rootfs as the container's namespace has it already (image_in_container) */
     if (setns(p->mnt, CLONE_NEWNS) < 0)
         return ERR("cannot join the container's mount namespace: %s", strerror(errno));
-    /* The rootfs as the container's namespace has it (runc binds it onto itself there). */
-    close(c->root);
-    if ((c->root = open(rootfs, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
-        return ERR("cannot open the container's rootfs %s: %s", rootfs, strerror(errno));
     make_link_targets = 1; /* as the Python hook's Rootfs.makedirs */
     if ((*nodes = make_nodes(c->root, &e[F_NODES], err, cap)) < 0 ||
         (*binds = make_binds(c->root, &e[F_BINDS], err, cap)) < 0)
@@ -349,6 +346,39 @@ static int hook_work(struct native *c, const struct field *e, struct pinned *p,
     return 0;
 }
 
+/* The image's checks (the create's image_ready, but the host's library directories) on the rootfs as the
+ * container's mount namespace has it (runc binds it onto itself there), as the Python hook
+ * makes them: a volume may hide or bring /etc/ld.so.cache or /usr/local/cuda/compat. That
+ * rootfs replaces c->root, for the work. 0, back in this process's namespace; -1 (hand over),
+ * back in it too; -2 (the hook fails) when it cannot go back. */
+static int image_in_container(struct native *c, const struct field *e, const struct pinned *p,
+                              const char *rootfs, const char **how)
+{
+    int own = open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC), rc = -1;
+    if (own < 0)
+        DECLINE("this process's mount namespace cannot be opened");
+    if (setns(p->mnt, CLONE_NEWNS) < 0) {
+        close(own);
+        DECLINE("the container's mount namespace cannot be joined");
+    }
+    int root = open(rootfs, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (root < 0)
+        NOTE_WHY("the container's rootfs cannot be opened in its mount namespace");
+    else {
+        close(c->root);
+        c->root = root;
+        rc = image_compat(c, e) < 0 || image_cache(c, e, how) < 0 ? -1 : 0;
+    }
+    if (setns(own, CLONE_NEWNS) < 0) {
+        int why = errno;
+        close(own);
+        errno = why;
+        return -2;
+    }
+    close(own);
+    return rc;
+}
+
 /* Do a prestart from its native entry. Returns the hook's exit status (0, or 1 after a failure
  * it reported), or -1 when the daemon or the Python hook must do it (nothing done). `spec` is
  * the bundle's config.json (`size` bytes) as hook.c read it, freed here. */
@@ -370,21 +400,31 @@ static int native_prestart(const char *bundle, long pid, char *spec, size_t size
     c.s.ours = e;
     if (e[F_HOOKS].n || e[F_ENV].n || e[F_CDI_HOOKS].n)
         HANDOVER("the entry has spec edits, which a hook cannot make"); /* not a hook's */
-    if (image_ready(&c, e, &ld_cache) < 0)
-        HANDOVER("the image"); /* image_ready says what */
+    if (libdirs_whole(&e[F_LIBDIRS]) < 0)
+        HANDOVER("a library directory of the entry is not whole on the host");
     if (spec_leaves_it_to_us(&c.s) < 0)
         HANDOVER("config.json has a device-list mount, or one of the entry's device nodes");
     if (!e[F_NODES].n && !e[F_BINDS].n && !e[F_SYMLINKS].n && !e[F_BINLINKS].n) {
-        native_free(&c); /* a container that asks for no GPU */
+        /* A container that asks for no GPU: the events the Python hook logs for it. */
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        write_log(&e[F_LOG], &e[F_EVENTS], id, bundle, "", 0, 0, ld_cache, ms_between(t0, t1));
+        native_free(&c);
         return 0;
     }
     if (pin(pid, &p) < 0)
         HANDOVER("the container's process could not be pinned beyond doubt");
+    int rc = image_in_container(&c, e, &p, rootfs, &ld_cache);
+    if (rc == -1)
+        HANDOVER("the image"); /* image_in_container says what */
 
     /* Committed: from here on the outcome is this hook's. */
-    int rc = hook_work(&c, e, &p, rootfs, &nodes, &binds, err, sizeof err);
+    if (rc == 0)
+        rc = hook_work(&c, e, &p, &nodes, &binds, err, sizeof err);
+    else
+        snprintf(err, sizeof err, "cannot return to the hook's own mount namespace: %s",
+                 strerror(errno));
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    double ms = ms_between(t0, t1);
     if (rc < 0) {
         struct buf line = {0}, fields = {0};
         struct field level = {"error", 5};

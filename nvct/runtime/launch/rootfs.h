@@ -52,6 +52,33 @@ static int in_root(int root, const char *path, int flags)
     return -1;
 }
 
+/* `path` in the root, open for reading, where it is a regular file; -1 with errno (EINVAL: it
+ * is something else). The image controls the file: its type is read from an O_PATH descriptor
+ * before anything opens it, since opening a FIFO blocks (the container never starts) and
+ * opening a device node acts on the host's device (this runs as root, outside the container's
+ * device cgroup). The same inode is then opened through /proc/self/fd. */
+static int open_regular(int root, const char *path)
+{
+    struct stat st, again;
+    char self[64];
+    int at = in_root(root, path, O_PATH | O_NOFOLLOW), fd = -1, why = EINVAL;
+    if (at < 0)
+        return -1;
+    if (fstat(at, &st) == 0 && S_ISREG(st.st_mode)) {
+        snprintf(self, sizeof self, "/proc/self/fd/%d", at);
+        fd = open(self, O_RDONLY | O_CLOEXEC);
+        why = errno;
+        if (fd >= 0 && (fstat(fd, &again) < 0 || again.st_dev != st.st_dev ||
+                        again.st_ino != st.st_ino)) { /* no procfs of ours there */
+            close(fd);
+            fd = -1, why = EINVAL;
+        }
+    }
+    close(at);
+    errno = why;
+    return fd;
+}
+
 /* The last component of `path` (never empty, "." or ".."), its directory in `dir`. */
 static const char *split(const char *path, char *dir, size_t cap)
 {
@@ -63,6 +90,33 @@ static const char *split(const char *path, char *dir, size_t cap)
     memcpy(dir, path, n);
     strcpy(dir + n, n ? "" : "/");
     return name;
+}
+
+/* `path` made lexical into `out`, as the Python Rootfs.makedirs reads a link's target: no empty
+ * or "." components, each ".." taking the one before it away (never above "/"). 0, or -1. */
+static int lexical(const char *path, char *out, size_t cap)
+{
+    size_t n = 0;
+    for (const char *p = path; *p;) {
+        size_t len = strcspn(p, "/");
+        if (len == 2 && p[0] == '.' && p[1] == '.') {
+            while (n > 0 && out[--n] != '/')
+                ;
+        } else if (len && !(len == 1 && p[0] == '.')) {
+            if (n + 1 + len + 1 > cap)
+                return -1;
+            out[n++] = '/';
+            memcpy(out + n, p, len);
+            n += len;
+        }
+        p += len + (p[len] == '/');
+    }
+    if (cap < 2)
+        return -1;
+    if (!n)
+        out[n++] = '/';
+    out[n] = '\0';
+    return 0;
 }
 
 /* Whether make_dirs makes a dangling symlink's target (nvct-hook, which has committed to the
@@ -87,13 +141,15 @@ static int make_dirs(int root, const char *dir, int depth)
         return -1;
     int made = mkdirat(pfd, name, 0755), why = made < 0 ? errno : 0;
     if (why == EEXIST && make_link_targets) {
-        char target[PATH_MAX], in[PATH_MAX * 2 + 2];
+        char target[PATH_MAX], in[PATH_MAX * 2 + 2], clean[PATH_MAX];
         ssize_t n = readlinkat(pfd, name, target, sizeof target - 1);
         if (n > 0) {
             target[n] = '\0';
             snprintf(in, sizeof in, target[0] == '/' ? "%s%s" : "%s/%s",
                      target[0] == '/' ? "" : parent, target);
-            int linked = strlen(in) < PATH_MAX ? make_dirs(root, in, depth + 1) : -1;
+            /* "/opt/lib/", "lib/.", "../lib": split() takes only a clean path */
+            int linked = lexical(in, clean, sizeof clean) == 0 ? make_dirs(root, clean, depth + 1)
+                                                                : -1;
             if (linked < 0) {
                 close(pfd);
                 return -1;
@@ -453,14 +509,12 @@ static int merged_cache(int root, const struct entry *extra, int n, struct buf *
     size_t size = 0, count = 0;
     int flags = 0, rc = -1;
     *missing = 0;
-    int fd = in_root(root, "/etc/ld.so.cache", O_RDONLY | O_NOFOLLOW);
-    struct stat st;
+    int fd = open_regular(root, "/etc/ld.so.cache");
     if (fd < 0) {
         *missing = errno == ENOENT;
         return -1;
     }
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
-        data = read_all(fd, MAX_CACHE, &size);
+    data = read_all(fd, MAX_CACHE, &size);
     close(fd);
     if (!data || n <= 0 || read_cache(data, size, n, &flags, &entries, &count) < 0)
         goto done;
