@@ -80,10 +80,17 @@ def read_entries(data: bytes) -> tuple[int, list[Entry]]:
     if end > len(data):
         raise FormatError(f"header announces {nlibs} entries but the file is too short")
     entries = []
+    # One object per string offset: an image's cache whose entries all name one long string
+    # would otherwise cost a copy of it per entry (gigabytes for a 16 MiB file).
+    strings: dict[int, bytes] = {}
     for e_flags, key, value, osversion, hwcap in NEW_ENTRY.iter_unpack(data[start:end]):
-        entries.append(
-            (e_flags, _cstring(data, offset, key), _cstring(data, offset, value), osversion, hwcap)
-        )
+        k = strings.get(key)
+        if k is None:
+            k = strings[key] = _cstring(data, offset, key)
+        v = strings.get(value)
+        if v is None:
+            v = strings[value] = _cstring(data, offset, value)
+        entries.append((e_flags, k, v, osversion, hwcap))
     return flags, entries
 
 

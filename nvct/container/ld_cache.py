@@ -70,6 +70,8 @@ def write_ld_cache(rootfs: Rootfs, data: bytes) -> None:
     Raises:
         ApplyError: its directory cannot be resolved, or the file not written.
     """
+    # An image FROM scratch has no /etc until the runtime makes one for its own files.
+    os.close(in_container("/etc", rootfs.makedirs, "/etc"))
     in_container(LD_SO_CACHE, rootfs.replace_file, LD_SO_CACHE, data, 0o644)
 
 

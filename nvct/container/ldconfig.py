@@ -10,6 +10,13 @@ its mount namespace and detaches every procfs mounted at or under the rootfs the
 inside the chroot then leads out. The same private namespace lets a caller show ldconfig
 files that are not mounted in the container yet (``binds``), without the container ever
 seeing those mounts.
+
+The image also controls what kind of file each path is. ldconfig opens its config files and
+a library's link target without checking their type, and writes ``/etc/ld.so.cache~`` over
+whatever is there: a FIFO would block it for good, a device node (rootful engines unpack them
+from layers) would be opened, or written, by root outside any device cgroup. So every mount
+ldconfig can reach is made ``nodev`` in its namespace, and it runs under a wall-clock alarm
+and an address-space limit besides the CPU and file-size ones.
 """
 
 from __future__ import annotations
@@ -42,18 +49,24 @@ def run_ldconfig(
     start_ldconfig(rootfs, ldconfig, dirs, binds).wait()
 
 
+# ldconfig over a whole distribution takes well under a second; a run this long is blocked
+# (a FIFO where it reads), and is killed by its alarm.
+SECONDS = 30
+_SIGALRM, _SIGKILL = 14, 9  # the same on every Linux architecture nvct runs on
+
+
 class Ldconfig:
-    """An ldconfig child under way; ``wait()`` for its verdict."""
+    """An ldconfig child under way; ``wait()`` for its verdict, or ``kill()`` it."""
 
     def __init__(self, pid: int, output: int) -> None:
         self.pid = pid
         self.output = output
 
     def wait(self) -> None:
-        """Wait for ldconfig to finish.
+        """Wait for ldconfig to finish (at most ``SECONDS``: its alarm ends it).
 
         Raises:
-            ApplyError: the sandbox could not be set up, or ldconfig failed.
+            ApplyError: the sandbox could not be set up, or ldconfig failed or timed out.
         """
         output = b""
         while chunk := os.read(self.output, 65536):
@@ -61,9 +74,24 @@ class Ldconfig:
         os.close(self.output)
         _, status = os.waitpid(self.pid, 0)
         code = os.waitstatus_to_exitcode(status)
+        if code == -_SIGALRM:
+            raise ApplyError(
+                f"ldconfig in the container did not finish within {SECONDS} s",
+                hint="check the image for a FIFO or device at /etc/ld.so.conf, in "
+                "/etc/ld.so.conf.d or among its library links",
+            )
         if code != 0:
             text = output.decode(errors="replace").strip().replace("\n", "; ")[:300]
             raise ApplyError(f"ldconfig in the container failed (exit {code}): {text}")
+
+    def kill(self) -> None:
+        """End ldconfig and reap it: the create or hook that started it failed first."""
+        import contextlib  # a rare path: not loaded by a start that never meets it
+
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, _SIGKILL)
+        os.close(self.output)
+        os.waitpid(self.pid, 0)
 
 
 def start_ldconfig(
@@ -96,6 +124,12 @@ def start_ldconfig(
             os.chdir("/")
             resource.setrlimit(resource.RLIMIT_CPU, (10, 10))
             resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 20, 64 << 20))
+            # A config that is /dev/zero would have getline() grow until the CPU limit.
+            resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+            import _signal  # type: ignore[import-not-found]  # the C module: `signal` loads enum
+
+            _signal.signal(_signal.SIGALRM, _signal.SIG_DFL)  # kept by execve, as the alarm
+            _signal.alarm(SECONDS)
             os.execve(exe, argv, {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
         except BaseException as err:  # report anything, then leave the child
             os.write(2, f"{err}\n".encode())
@@ -145,6 +179,12 @@ def _sandbox(rootfs: Rootfs, binds: Sequence[tuple[str, str]]) -> int:
     linux.mount(None, "/", None, linux.MS_REC | linux.MS_PRIVATE)
     for point in sorted(procfs_mounts_under(root), key=len, reverse=True):
         linux.umount2(point, linux.MNT_DETACH | linux.UMOUNT_NOFOLLOW)
+    for point, options in mounts_reaching(root):
+        # Only the mount's own flags change (MS_BIND), in this namespace: nodev added.
+        flags = linux.MS_REMOUNT | linux.MS_BIND | linux.MS_NODEV
+        for option in options.split(","):
+            flags |= _MOUNT_FLAGS.get(option, 0)
+        linux.mount(None, point, None, flags)
     private = Rootfs(root)
     old, new = os.fstat(rootfs.fd), os.fstat(private.fd)
     if (old.st_dev, old.st_ino) != (new.st_dev, new.st_ino):
@@ -179,22 +219,58 @@ def _mount_point(rootfs: Rootfs, parent: int, target: str, is_dir: bool) -> int:
     return fd
 
 
-def procfs_mounts_under(root: str) -> list[str]:
-    """Mount points of procfs instances at or below ``root``, from this process's mountinfo."""
+# A mount's own flags as mountinfo's sixth field spells them: a bind remount passes them all
+# again (the ones not passed would be cleared).
+_MOUNT_FLAGS = {
+    "ro": linux.MS_RDONLY,
+    "nosuid": linux.MS_NOSUID,
+    "nodev": linux.MS_NODEV,
+    "noexec": linux.MS_NOEXEC,
+    "noatime": 1 << 10,
+    "nodiratime": 1 << 11,
+    "relatime": 1 << 21,
+    "strictatime": 1 << 24,
+}
+
+
+def _mountinfo() -> list[tuple[str, str, str]]:
+    """This process's mounts: (mount point, its own options, filesystem type)."""
     with open("/proc/self/mountinfo", "rb") as f:
         lines = f.read().decode(errors="surrogateescape").splitlines()
-    prefix = root.rstrip("/") + "/"
-    points = []
+    mounts = []
     for line in lines:
         fields = line.split(" ")
         try:
             fstype = fields[fields.index("-", 6) + 1]
         except (ValueError, IndexError):
             continue
-        point = _unescape(fields[4])
-        if fstype == "proc" and (point == root or point.startswith(prefix)):
-            points.append(point)
-    return points
+        mounts.append((_unescape(fields[4]), fields[5], fstype))
+    return mounts
+
+
+def procfs_mounts_under(root: str) -> list[str]:
+    """Mount points of procfs instances at or below ``root``, from this process's mountinfo."""
+    prefix = root.rstrip("/") + "/"
+    return [
+        point
+        for point, _, fstype in _mountinfo()
+        if fstype == "proc" and (point == root or point.startswith(prefix))
+    ]
+
+
+def mounts_reaching(root: str) -> list[tuple[str, str]]:
+    """The mounts a process chrooted at ``root`` can reach, with their own options: the one
+    ``root`` is on and every one at or below it (each point once: the last mount there is
+    the one a path finds)."""
+    prefix = root.rstrip("/") + "/"
+    found: dict[str, str] = {}
+    holder = ""
+    for point, options, _ in _mountinfo():
+        if point == root or point.startswith(prefix):
+            found[point] = options
+        elif (root.startswith(point.rstrip("/") + "/")) and len(point) >= len(holder):
+            holder, found[point] = point, options
+    return [(p, o) for p, o in found.items() if p in (holder, root) or p.startswith(prefix)]
 
 
 def _unescape(field: str) -> str:

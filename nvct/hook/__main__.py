@@ -178,7 +178,12 @@ def _apply(
             nodes=round((made - entered) * 1000, 2),
         )
         if order["proc_driver"] is not None:
-            stage_proc_driver(rootfs, *order["proc_driver"])
+            try:
+                stage_proc_driver(rootfs, *order["proc_driver"])
+            except BaseException:
+                if staged.ldconfig is not None:  # never left running over a failed hook
+                    staged.ldconfig.kill()
+                raise
         if staged.ldconfig is not None:
             waited = time.perf_counter()
             staged.ldconfig.wait()

@@ -89,11 +89,16 @@ def prepare_bundle(args: RuncArgs, config_file: str | None, log: EventLog) -> tu
         staged = stage_rootfs(rootfs, order, bind_mounts=False, reused=earlier.read)
         staged_at = time.perf_counter()
         # The spec is edited while ldconfig runs; the container starts only if both succeed.
-        mounts = [*order["mounts"], *staged.binary_binds]
-        create_hooks = _create_hooks(order)
-        edit_spec(spec, order["devices"], mounts, create_hooks)
-        add_cdi_edits(spec, order)
-        write_spec(bundle, spec)
+        try:
+            mounts = [*order["mounts"], *staged.binary_binds]
+            create_hooks = _create_hooks(order)
+            edit_spec(spec, order["devices"], mounts, create_hooks)
+            add_cdi_edits(spec, order)
+            write_spec(bundle, spec)
+        except BaseException:
+            if staged.ldconfig is not None:  # never left running over a refused container
+                staged.ldconfig.kill()
+            raise
         edited = time.perf_counter()
         if staged.ldconfig is not None:
             staged.ldconfig.wait()

@@ -12,6 +12,8 @@ import pytest
 
 from nvct.base.ldcache_format import (
     HWCAP_EXTENSION,
+    NEW_ENTRY,
+    NEW_HEADER,
     NEW_MAGIC,
     add_entries,
     libcmp,
@@ -109,6 +111,39 @@ def test_cut_caches_never_raise() -> None:
     extra = [("libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libcuda.so.1", 0x0303)]
     for end in range(len(whole)):
         assert add_entries(whole[:end], extra) is None
+
+
+def test_entries_sharing_one_string_cost_one_copy_of_it() -> None:
+    """An image's cache whose 20,000 entries all name one 4,000-byte string: read, it holds
+    that string once, not 40,000 copies (160 MB; a 16 MiB file could ask for gigabytes)."""
+    import tracemalloc
+
+    n, text = 20000, b"x" * 4000 + b"\0"
+    head = NEW_HEADER.pack(NEW_MAGIC, n, len(text), 0, 0)
+    at = NEW_HEADER.size + n * NEW_ENTRY.size
+    data = head + NEW_ENTRY.pack(0x303, at, at, 0, 0) * n + text
+    tracemalloc.start()
+    try:
+        _, entries = read_entries(data)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(entries) == n and entries[-1][1] == text[:-1]
+    assert peak < 20 << 20, peak
+
+
+@pytest.mark.parametrize("openat2", [True, False], ids=["openat2", "walk"])
+def test_a_cache_is_written_where_an_image_from_scratch_has_no_etc(
+    tmp_path: Path, openat2: bool
+) -> None:
+    from nvct.container.ld_cache import write_ld_cache
+    from nvct.container.rootfs import Rootfs
+
+    root = tmp_path / "scratch"
+    root.mkdir()
+    with Rootfs(str(root), openat2=openat2) as rootfs:
+        write_ld_cache(rootfs, b"a cache")
+    assert (root / "etc/ld.so.cache").read_bytes() == b"a cache"
 
 
 def _driver_in(image: Path, plan: Any) -> Path:
