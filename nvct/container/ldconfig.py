@@ -159,11 +159,48 @@ def open_host_ldconfig(ldconfig: str) -> int:
                 ) from err
             break
         if os.pread(fd, 4, 0) == b"\x7fELF":
-            return fd
+            if not _asks_for_a_loader(fd):
+                return fd
+            os.close(fd)
+            raise ApplyError(
+                f"ldconfig {path} is dynamically linked: in the container's root its loader "
+                "and libc would be the image's",
+                hint="set ldconfig in nvct's config.toml to a static ldconfig (glibc "
+                "distributions ship /sbin/ldconfig static)",
+            )
         os.close(fd)
     raise ApplyError(
         f"ldconfig {ldconfig} is not an ELF executable and there is no {ldconfig}.real beside it",
         hint="set ldconfig in nvct's config.toml to the host's ldconfig binary, not a wrapper",
+    )
+
+
+_PT_INTERP = 3
+
+
+def _asks_for_a_loader(fd: int) -> bool:
+    """Whether the ELF file ``fd`` names a program interpreter (PT_INTERP): run chrooted, the
+    kernel would load that path, the image's ``ld.so``, as root. A header it cannot read
+    counts as one."""
+    import struct  # the ldconfig path only
+
+    head = os.pread(fd, 64, 0)
+    if len(head) < 52 or head[4] not in (1, 2) or head[5] not in (1, 2):
+        return True
+    order = "<" if head[5] == 1 else ">"
+    if head[4] == 2:
+        if len(head) < 64:
+            return True
+        (phoff,) = struct.unpack_from(order + "Q", head, 32)
+        size, count = struct.unpack_from(order + "HH", head, 54)
+    else:
+        (phoff,) = struct.unpack_from(order + "I", head, 28)
+        size, count = struct.unpack_from(order + "HH", head, 42)
+    table = os.pread(fd, size * count, phoff) if size >= 4 and count <= 512 else b""
+    if len(table) != size * count:
+        return True
+    return any(
+        struct.unpack_from(order + "I", table, i * size)[0] == _PT_INTERP for i in range(count)
     )
 
 

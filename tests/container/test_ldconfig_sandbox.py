@@ -109,3 +109,11 @@ def test_a_block_device_where_ldconfig_writes_is_never_written(
     with pytest.raises(ApplyError):
         run(image)
     assert backing.read_bytes() == bytes(1 << 20)
+
+
+def test_a_dynamically_linked_ldconfig_is_refused(image: Path) -> None:
+    """Chrooted, a dynamic ldconfig's loader and libc would be the image's, run as root."""
+    with Rootfs(str(image)) as rootfs, pytest.raises(ApplyError) as raised:
+        ldconfig.run_ldconfig(rootfs, "/bin/true", ["/lib"])  # any dynamic ELF
+    assert "ldconfig /bin/true is dynamically linked" in str(raised.value)
+    assert not (image / "etc/ld.so.cache").exists()
