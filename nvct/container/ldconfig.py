@@ -263,6 +263,7 @@ _MOUNT_FLAGS = {
     "nosuid": linux.MS_NOSUID,
     "nodev": linux.MS_NODEV,
     "noexec": linux.MS_NOEXEC,
+    "nosymfollow": 1 << 8,
     "noatime": 1 << 10,
     "nodiratime": 1 << 11,
     "relatime": 1 << 21,

@@ -99,15 +99,25 @@ def loop_device(tmp_path: Path) -> Iterator[tuple[Path, int]]:
         subprocess.run(["losetup", "-d", device], check=False)
 
 
+@pytest.mark.parametrize("etc", ["in the rootfs", "a mount of its own"])
 def test_a_block_device_where_ldconfig_writes_is_never_written(
-    image: Path, loop_device: tuple[Path, int]
+    image: Path, loop_device: tuple[Path, int], etc: str
 ) -> None:
     """An image layer may hold a block device node (rootful engines unpack them): named
-    /etc/ld.so.cache~, ldconfig, as root on the host, would write its cache over that disk."""
+    /etc/ld.so.cache~, ldconfig, as root on the host, would write its cache over that disk.
+    The same where /etc is a mount below the root (a volume, runc's own mounts)."""
     backing, rdev = loop_device
-    os.mknod(image / "etc/ld.so.cache~", 0o644 | stat.S_IFBLK, rdev)
-    with pytest.raises(ApplyError):
-        run(image)
+    mounted = etc == "a mount of its own"
+    if mounted:
+        subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(image / "etc")], check=True)
+    try:
+        (image / "etc/ld.so.conf").write_text("")
+        os.mknod(image / "etc/ld.so.cache~", 0o644 | stat.S_IFBLK, rdev)
+        with pytest.raises(ApplyError):
+            run(image)
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(image / "etc")], check=True)
     assert backing.read_bytes() == bytes(1 << 20)
 
 
