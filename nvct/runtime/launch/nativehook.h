@@ -7,12 +7,14 @@
  * container of that kind is then done here, in the Python hook's order and on its terms:
  *
  * - the entry is found and checked as the launcher's create checks its own (native.h: the
- *   key, the driver's fingerprint); the image is checked (no CUDA compat directory, the
- *   library directories whole, its ld.so.cache one the driver's entries merge into), and so
- *   is the spec (no device-list mount, none of the entry's nodes already in it);
+ *   key, the driver's fingerprint); the library directories are checked whole, and the spec
+ *   (no device-list mount, none of the entry's nodes already in it);
  * - the container's process is pinned as nvct.hook.pinned pins it: a pidfd, a child of our
  *   own parent (the runtime), in a mount namespace of its own, its cgroup read while the
  *   pidfd shows it alive; its pid is never used again;
+ * - the image is checked in that mount namespace, as the container will see it with its
+ *   volumes (no CUDA compat directory, an ld.so.cache the driver's entries merge into), and
+ *   this process goes back to its own namespace;
  * - then, committed: the device cgroup grant in the host's namespace (devcg.h), the
  *   container's mount namespace joined, the device nodes made, the driver's files bound (each
  *   mount point resolved with openat2(RESOLVE_IN_ROOT), the new mount checked to be the
@@ -346,11 +348,12 @@ static int hook_work(struct native *c, const struct field *e, struct pinned *p, 
     return 0;
 }
 
-/* The image's checks (the create's image_ready, but the host's library directories) on the rootfs as the
- * container's mount namespace has it (runc binds it onto itself there), as the Python hook
- * makes them: a volume may hide or bring /etc/ld.so.cache or /usr/local/cuda/compat. That
- * rootfs replaces c->root, for the work. 0, back in this process's namespace; -1 (hand over),
- * back in it too; -2 (the hook fails) when it cannot go back. */
+/* The image's checks (the create's image_ready but the host's library directories) on the
+ * rootfs as the container's mount namespace has it (runc binds it onto itself there), as the
+ * Python hook makes them: a volume may hide or bring /etc/ld.so.cache or
+ * /usr/local/cuda/compat. That rootfs replaces c->root, for the work. 0, back in this
+ * process's namespace; -1 (hand over), back in it too; -2 (the hook fails) when it cannot go
+ * back. */
 static int image_in_container(struct native *c, const struct field *e, const struct pinned *p,
                               const char *rootfs, const char **how)
 {
