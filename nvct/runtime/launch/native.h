@@ -762,8 +762,11 @@ static int cdi_stamp(struct buf *b, const struct field *dirs)
 
 /* --- Checks of the host and the image before anything is written. */
 
+/* The entry's library directories on the host, each holding every name the entry lists:
+ * 0, or -1 (the reason noted). */
 static int libdirs_whole(const struct field *f)
 {
+#define NOT_WHOLE "a library directory of the entry is not whole on the host"
     size_t at = 0;
     struct field host, names;
     char name[NAME_MAX + 1];
@@ -771,7 +774,7 @@ static int libdirs_whole(const struct field *f)
         struct stat st;
         char **have;
         if (lstat(host.p, &st) < 0 || !S_ISDIR(st.st_mode))
-            return -1;
+            DECLINE(NOT_WHOLE);
         int n = names_in(host.p, "", &have), ok = n >= 0;
         for (size_t i = 0; ok && i < names.n;) {
             const char *slash = memchr(names.p + i, '/', names.n - i);
@@ -789,9 +792,10 @@ static int libdirs_whole(const struct field *f)
         if (n >= 0)
             free_names(have, n);
         if (!ok)
-            return -1; /* a cleaner took a file: the shim makes the directory again */
+            DECLINE(NOT_WHOLE); /* a cleaner took a file: the shim makes the directory again */
     }
     return 0;
+#undef NOT_WHOLE
 }
 
 /* --- The rootfs's writes. */

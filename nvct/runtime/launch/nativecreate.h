@@ -377,11 +377,8 @@ static int make_binlinks(int root, const struct field *f, struct buf *binds)
  * makes the image's two on the rootfs as the container's mount namespace has it.) */
 static int image_ready(struct native *c, const struct field *e, const char **how)
 {
-    *how = "none";
-    if (image_compat(c, e) < 0)
-        return -1;
-    if (libdirs_whole(&e[F_LIBDIRS]) < 0)
-        DECLINE("a library directory of the entry is not whole on the host");
+    if (image_compat(c, e) < 0 || libdirs_whole(&e[F_LIBDIRS]) < 0)
+        return -1; /* each notes why */
     return image_cache(c, e, how);
 }
 

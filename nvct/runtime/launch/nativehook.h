@@ -404,7 +404,7 @@ static int native_prestart(const char *bundle, long pid, char *spec, size_t size
     if (e[F_HOOKS].n || e[F_ENV].n || e[F_CDI_HOOKS].n)
         HANDOVER("the entry has spec edits, which a hook cannot make"); /* not a hook's */
     if (libdirs_whole(&e[F_LIBDIRS]) < 0)
-        HANDOVER("a library directory of the entry is not whole on the host");
+        HANDOVER("the library directories"); /* libdirs_whole says what */
     if (spec_leaves_it_to_us(&c.s) < 0)
         HANDOVER("config.json has a device-list mount, or one of the entry's device nodes");
     if (!e[F_NODES].n && !e[F_BINDS].n && !e[F_SYMLINKS].n && !e[F_BINLINKS].n) {
