@@ -301,14 +301,14 @@ def mounts_reaching(root: str) -> list[tuple[str, str]]:
     ``root`` is on and every one at or below it (each point once: the last mount there is
     the one a path finds)."""
     prefix = root.rstrip("/") + "/"
-    found: dict[str, str] = {}
-    holder = ""
+    below: dict[str, str] = {}
+    holder = ("", "")
     for point, options, _ in _mountinfo():
         if point == root or point.startswith(prefix):
-            found[point] = options
-        elif (root.startswith(point.rstrip("/") + "/")) and len(point) >= len(holder):
-            holder, found[point] = point, options
-    return [(p, o) for p, o in found.items() if p in (holder, root) or p.startswith(prefix)]
+            below[point] = options
+        elif root.startswith(point.rstrip("/") + "/") and len(point) >= len(holder[0]):
+            holder = (point, options)
+    return [holder, *below.items()] if holder[0] else list(below.items())
 
 
 def _unescape(field: str) -> str:
