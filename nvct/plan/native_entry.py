@@ -205,9 +205,9 @@ def save_entry(
     kind: str = CREATE,
 ) -> None:
     """Write the native entry of ``key`` when its order was planned now, or the entry there
-    is missing or not of the driver and CDI specs of now (``_written``: a read of the entry's
-    head); never raises: the entry is an optimisation, and the next container of this kind is
-    then Python's again."""
+    is missing or not of the driver and CDI specs of now (``_written``: one read of the
+    entry, a few KB); never raises: the entry is an optimisation, and the next container of
+    this kind is then Python's again."""
     try:
         where = entry_path(cache_dir, key)
         stamps = _stamps(entry)
