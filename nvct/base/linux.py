@@ -1,7 +1,7 @@
 """Bindings for the Linux calls Python's os module lacks (3.10/3.11).
 
 openat2(2) for in-root path resolution, mount(2), umount2(2), setns(2), unshare(2),
-madvise(2). Errors raise OSError with errno.
+madvise(2), prctl(2), capset(2). Errors raise OSError with errno.
 
 They are built on ``_ctypes``, the C core of ctypes, rather than on ``ctypes``: the shim
 calls them on every GPU container start, and ``import ctypes`` (its ~80 type classes,
@@ -54,6 +54,8 @@ _umount2 = libc_function("umount2", _CharP, _Int)
 _setns = libc_function("setns", _Int, _Int)
 _unshare = libc_function("unshare", _Int)
 _madvise = libc_function("madvise", _ULong, _ULong, _Int)
+_prctl = libc_function("prctl", _Int, _ULong, _ULong, _ULong, _ULong)
+_capset = libc_function("capset", _CharP, _CharP)
 
 SYS_OPENAT2 = 437  # same number on x86_64, aarch64 and ppc64le (post-4.20 syscall table)
 
@@ -78,6 +80,10 @@ UMOUNT_NOFOLLOW = 0x8
 CLONE_NEWNS = 0x00020000
 
 MADV_POPULATE_WRITE = 23  # Linux 5.14+
+
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+_CAPABILITY_VERSION_3 = 0x20080522
 
 _openat2_missing = False
 
@@ -135,3 +141,19 @@ def unshare(flags: int) -> None:
 def madvise(start: int, length: int, advice: int) -> None:
     """madvise(2) on ``length`` bytes at address ``start``."""
     _check(_madvise(start, length, advice), "madvise")
+
+
+def prctl(option: int, arg: int = 0) -> None:
+    """prctl(2) with one argument (the others zero)."""
+    _check(_prctl(option, arg, 0, 0, 0), f"prctl {option}")
+
+
+def capset(effective: int, permitted: int, inheritable: int) -> None:
+    """capset(2) of this thread's three capability sets, as 64-bit masks."""
+    header = b"".join(v.to_bytes(4, sys.byteorder) for v in (_CAPABILITY_VERSION_3, 0))
+    data = b"".join(
+        (mask >> shift & 0xFFFFFFFF).to_bytes(4, sys.byteorder)
+        for shift in (0, 32)
+        for mask in (effective, permitted, inheritable)
+    )
+    _check(_capset(header, data), "capset")

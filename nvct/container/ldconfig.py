@@ -16,7 +16,8 @@ a library's link target without checking their type, and writes ``/etc/ld.so.cac
 whatever is there: a FIFO would block it for good, a device node (rootful engines unpack them
 from layers) would be opened, or written, by root outside any device cgroup. So every mount
 ldconfig can reach is made ``nodev`` in its namespace, and it runs under a wall-clock alarm
-and an address-space limit besides the CPU and file-size ones.
+and an address-space limit besides the CPU and file-size ones, with three capabilities (no
+others to regain), no_new_privs and none of its parent's descriptors.
 """
 
 from __future__ import annotations
@@ -116,7 +117,7 @@ def start_ldconfig(
     pid = os.fork()
     if pid == 0:  # child: seal off, confine, then exec by descriptor
         try:
-            os.close(read_end)
+            os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # the hook's stdin is runc's state
             os.dup2(write_end, 1)
             os.dup2(write_end, 2)
             os.fchdir(_sandbox(rootfs, binds))
@@ -130,6 +131,11 @@ def start_ldconfig(
 
             _signal.signal(_signal.SIGALRM, _signal.SIG_DFL)  # kept by execve, as the alarm
             _signal.alarm(SECONDS)
+            _drop_privileges()
+            # Nothing of the shim's (an inheritable descriptor the launcher or an engine
+            # passed it) reaches ldconfig; the binary's own descriptor closes on exec.
+            os.closerange(3, exe)
+            os.closerange(exe + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
             os.execve(exe, argv, {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
         except BaseException as err:  # report anything, then leave the child
             os.write(2, f"{err}\n".encode())
@@ -137,6 +143,31 @@ def start_ldconfig(
     os.close(write_end)
     os.close(exe)
     return Ldconfig(pid, read_end)
+
+
+# What ldconfig needs of root: to read the image's library directories and write its /etc,
+# which another uid may own (an image unpacked for a user namespace), and to chmod its
+# temporary cache there. The rest (CAP_SYS_ADMIN, CAP_MKNOD, CAP_SYS_PTRACE...) only widens
+# what a flaw in its parsing of the image's ELF files could reach.
+_KEPT_CAPABILITIES = (1 << 1) | (1 << 2) | (1 << 3)  # DAC_OVERRIDE, DAC_READ_SEARCH, FOWNER
+
+
+def _drop_privileges() -> None:
+    """In the child, before its exec: only ``_KEPT_CAPABILITIES`` from here on. The bounding
+    set is what matters (root's execve grants the bounding set anew); no_new_privs keeps a
+    set-uid or file-capability binary in the image from regaining any."""
+    import errno  # the ldconfig path only
+
+    for cap in range(64):
+        if not _KEPT_CAPABILITIES >> cap & 1:
+            try:
+                linux.prctl(linux.PR_CAPBSET_DROP, cap)
+            except OSError as err:
+                if err.errno != errno.EINVAL:  # past the kernel's last capability
+                    raise
+                break
+    linux.capset(_KEPT_CAPABILITIES, _KEPT_CAPABILITIES, 0)
+    linux.prctl(linux.PR_SET_NO_NEW_PRIVS, 1)
 
 
 def open_host_ldconfig(ldconfig: str) -> int:

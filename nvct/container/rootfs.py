@@ -208,7 +208,8 @@ class Rootfs:
                         os.close(stack.pop())
                     continue
                 st = os.stat(part, dir_fd=stack[-1], follow_symlinks=False)
-                if stat.S_ISLNK(st.st_mode):
+                # O_NOFOLLOW binds the last component, as openat2 reads it: that link itself.
+                if stat.S_ISLNK(st.st_mode) and (pending or not flags & os.O_NOFOLLOW):
                     links += 1
                     if links > _MAX_LINKS:
                         import errno

@@ -50,6 +50,21 @@ def test_a_plain_image_gets_its_cache(image: Path) -> None:
     assert b"libc.so.6" in (image / "etc/ld.so.cache").read_bytes()
 
 
+def test_an_image_owned_by_another_uid_gets_its_cache(image: Path) -> None:
+    """An image unpacked for a user namespace: its /etc and old cache belong to uid 100000,
+    mode 0700 and 0600. ldconfig, left with three capabilities, still reads and replaces them
+    (without CAP_DAC_OVERRIDE it cannot create its temporary file there, without CAP_FOWNER it
+    cannot chmod the stale one)."""
+    (image / "etc/ld.so.cache").write_bytes(b"old")
+    (image / "etc/ld.so.cache~").write_bytes(b"stale")
+    for path in (image / "etc", image / "lib", *(image / "etc").iterdir()):
+        os.chown(path, 100000, 100000)
+        path.chmod(0o700 if path.is_dir() else 0o600)
+    run(image)
+    assert b"libc.so.6" in (image / "etc/ld.so.cache").read_bytes()
+    assert stat.S_IMODE((image / "etc/ld.so.cache").stat().st_mode) == 0o644
+
+
 def test_a_fifo_for_its_config_ends_in_one_error_not_a_hang(
     image: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -127,3 +142,76 @@ def test_a_dynamically_linked_ldconfig_is_refused(image: Path) -> None:
         ldconfig.run_ldconfig(rootfs, "/bin/true", ["/lib"])  # any dynamic ELF
     assert "ldconfig /bin/true is dynamically linked" in str(raised.value)
     assert not (image / "etc/ld.so.cache").exists()
+
+
+# A static stand-in for ldconfig that reports, in the cache it is asked to write, what it runs
+# with: its capability sets, bounding set, no_new_privs, open descriptors and its stdin.
+_PROBE = r"""
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <stdio.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+int main(void)
+{
+    struct __user_cap_header_struct head = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct data[2];
+    unsigned long long bounding = 0;
+    struct stat in;
+    FILE *out = fopen("/etc/ld.so.cache", "w");
+    if (!out || syscall(SYS_capget, &head, data) != 0 || fstat(0, &in) != 0)
+        return 1;
+    for (int cap = 0; cap < 64; cap++)
+        if (prctl(PR_CAPBSET_READ, cap, 0, 0, 0) == 1)
+            bounding |= 1ULL << cap;
+    fprintf(out, "effective=%llx permitted=%llx inheritable=%llx bounding=%llx nnp=%d\n",
+            (unsigned long long)data[1].effective << 32 | data[0].effective,
+            (unsigned long long)data[1].permitted << 32 | data[0].permitted,
+            (unsigned long long)data[1].inheritable << 32 | data[0].inheritable, bounding,
+            prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0));
+    fprintf(out, "stdin=%u:%u fds=", major(in.st_rdev), minor(in.st_rdev));
+    for (int fd = 0; fd < 4096; fd++)
+        if (fd != fileno(out) && fcntl(fd, F_GETFD) >= 0)
+            fprintf(out, "%d,", fd);
+    return fclose(out) != 0;
+}
+"""
+
+
+@pytest.fixture
+def probe(tmp_path: Path) -> str:
+    if not shutil.which("gcc"):
+        pytest.skip("gcc is needed to build the static probe (.ci/run installs it)")
+    source = tmp_path / "probe.c"
+    source.write_text(_PROBE)
+    binary = tmp_path / "ldconfig-probe"
+    subprocess.run(["gcc", "-static", "-O2", "-o", str(binary), str(source)], check=True)
+    return str(binary)
+
+
+def test_ldconfig_runs_with_three_capabilities_and_none_of_the_callers_descriptors(
+    image: Path, probe: str
+) -> None:
+    """ldconfig parses the image's ELF files as root: a flaw there reaches only what it keeps,
+    CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH and CAP_FOWNER, with no way to regain the rest. A
+    descriptor the shim was handed as inheritable (a pipe of its engine's) never reaches it,
+    nor does its stdin (a hook's is runc's state)."""
+    held_read, held_write = os.pipe()
+    os.set_inheritable(held_read, True)
+    os.set_inheritable(held_write, True)
+    stdin = os.dup(0)
+    os.dup2(held_read, 0)
+    try:
+        with Rootfs(str(image)) as rootfs:
+            ldconfig.run_ldconfig(rootfs, probe, ["/lib"])
+    finally:
+        os.dup2(stdin, 0)
+        for fd in (stdin, held_read, held_write):
+            os.close(fd)
+    report = (image / "etc/ld.so.cache").read_text()
+    assert "effective=e permitted=e inheritable=0 bounding=e nnp=1\n" in report
+    assert report.endswith("stdin=1:3 fds=0,1,2,")  # /dev/null; the pipe to nvct as 1 and 2

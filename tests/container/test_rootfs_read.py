@@ -62,3 +62,23 @@ def test_a_device_node_is_refused(rootfs: Rootfs) -> None:
     with pytest.raises(OSError) as raised:
         rootfs.read_file("/etc/ld.so.cache", 100)
     assert raised.value.errno == errno.EINVAL
+
+
+def test_a_symlink_at_the_file_is_refused_in_either_lookup(rootfs: Rootfs) -> None:
+    """openat2 and the walk agree, and so does the launcher's ``open_regular``: the file's own
+    name must not be a link (it stays inside the root either way, but only one rule holds)."""
+    root = Path(rootfs.path)
+    (root / "etc/real.cache").write_bytes(b"cache")
+    (root / "etc/ld.so.cache").symlink_to("real.cache")
+    with pytest.raises(OSError) as raised:
+        rootfs.read_file("/etc/ld.so.cache", 100)
+    assert raised.value.errno == errno.EINVAL
+
+
+def test_a_symlink_on_the_way_is_followed_inside_the_root(rootfs: Rootfs) -> None:
+    root = Path(rootfs.path)
+    (root / "var/etc").mkdir(parents=True)
+    (root / "var/etc/ld.so.cache").write_bytes(b"cache")
+    (root / "etc").rmdir()
+    (root / "etc").symlink_to("/../../var/etc")
+    assert rootfs.read_file("/etc/ld.so.cache", 100) == b"cache"
