@@ -26,6 +26,7 @@ writes everything as JSON (``--output``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -36,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +61,27 @@ def config_for(sim: Any, directory: Path, extra: str = "") -> Path:
         f'[log]\nfile = "{directory / "nvct.log"}"\n{extra}'
     )
     return path
+
+
+@contextlib.contextmanager
+def entries_aside(entries: Path, wanted: bool) -> Iterator[None]:
+    """When ``wanted``: nvct's native entries (``<cache-dir>/native``) moved aside while a start
+    runs (what it writes is dropped after), so that it finds none and takes the path a first
+    container of its kind takes (a daemon worker, the Python shim or hook); every other start
+    finds them as before."""
+    if not wanted:
+        yield
+        return
+    aside = entries.with_name(entries.name + ".bench-aside")
+    shutil.rmtree(aside, ignore_errors=True)
+    if entries.exists():
+        entries.rename(aside)
+    try:
+        yield
+    finally:
+        shutil.rmtree(entries, ignore_errors=True)
+        if aside.exists():
+            aside.rename(entries)
 
 
 def quantiles(samples: list[float]) -> dict[str, float]:

@@ -89,7 +89,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.bench import import_image, quantiles, server_version, timed
+from bench.bench import entries_aside, import_image, quantiles, server_version, timed
 from bench.stats import paired
 from integration.harness.packages import Debs
 from nvct.base.defaults import DEFAULT_SOCKET
@@ -317,25 +317,6 @@ def cdi_spec(install: Install, wanted: bool, work: Path) -> Iterator[None]:
         yield
 
 
-@contextlib.contextmanager
-def entries_aside(entries: Path, variant: str) -> Iterator[None]:
-    """For a FIRST_OF_KIND variant: the native entries moved aside while it starts (what it
-    writes is dropped after), so that its start finds none and every other's is as before."""
-    if variant not in FIRST_OF_KIND:
-        yield
-        return
-    aside = entries.with_name(entries.name + ".bench-aside")
-    shutil.rmtree(aside, ignore_errors=True)
-    if entries.exists():
-        entries.rename(aside)
-    try:
-        yield
-    finally:
-        shutil.rmtree(entries, ignore_errors=True)
-        if aside.exists():
-            aside.rename(entries)
-
-
 def run_phase(
     install: Install, base: list[str], image: str, env: dict[str, str], args: argparse.Namespace,
     log: Path, work: Path, podman: list[str] | None, until: float = float("inf"),
@@ -372,7 +353,10 @@ def run_phase(
     ):
         for name, (argv, served, _) in variants.items():
             for _ in range(WARM):
-                with socket_hidden(not served), entries_aside(native_entries, name):
+                with (
+                    socket_hidden(not served),
+                    entries_aside(native_entries, name in FIRST_OF_KIND),
+                ):
                     done = subprocess.run(
                         argv, env=envs[name], capture_output=True, text=True, check=False
                     )
@@ -388,7 +372,10 @@ def run_phase(
                 os.sync()
             for name in order.sample(list(variants), len(variants)):
                 argv, served, _ = variants[name]
-                with socket_hidden(not served), entries_aside(native_entries, name):
+                with (
+                    socket_hidden(not served),
+                    entries_aside(native_entries, name in FIRST_OF_KIND),
+                ):
                     samples[name].append(timed(argv, envs[name]))
     paths = start_paths(log, skip)
     expected: dict[str, int] = {}
