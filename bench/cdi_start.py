@@ -3,7 +3,7 @@
 As root from the repository root, after ``make venv`` (podman and runc installed; a few
 minutes)::
 
-    .venv/bin/python -m bench.cdi_start [--rounds N] [--seed N] [--against DIR] [--output FILE]
+    .venv/bin/python -m bench.cdi_start [--rounds N] [--seed N] [--against DIR | --parts] [--output FILE]
 
 ``nvct-cli cdi generate`` (this checkout's venv; the spec names this venv's
 ``nvct-cdi-hook``) writes the simulated 4-GPU driver's spec into ``/var/run/cdi`` under a
@@ -25,6 +25,12 @@ with plain ``podman run``:
   this checkout and from ``DIR``, both as ``python -c`` on this venv's interpreter (with
   site, as the console script), in the same rounds.
 
+``--parts`` runs instead the directory spec built up one part at a time, each variant the one
+before it plus one part: a device whose only edit is an env variable (podman's CDI handling
+alone), the device nodes, the two library directories, the hook on those, the other mounts
+(no hook), the whole spec with ``/bin/true`` as its hook (runc starting a hook at all), the
+whole spec; ``parts_ms`` in the results holds each part's paired median.
+
 After the rounds one more ``CDI, 1 GPU`` container lists its ``/etc/ld.so.cache`` and
 ``libcuda.so.1`` link (what the hook made), kept in the results file beside each start's
 time, the ratios and the hooks' shares.
@@ -36,11 +42,13 @@ import argparse
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +64,24 @@ SPEC, NOHOOK, NODES = "CDI, 1 GPU", "CDI without the hook", "CDI, device nodes o
 THIS, AGAINST = "CDI, 1 GPU, this tree's hook", "CDI, 1 GPU, DIR's hook"
 LIBDIR, LIBDIR_NOHOOK = "CDI, 1 GPU, one library directory", "one library directory, no hook"
 LIBDIR_PY = "one library directory, Python hook"
+# --parts: the packages' spec (one library directory) built up part by part, each variant the
+# one before it plus one part; LIBDIR_NOHOOK and LIBDIR are its last two steps.
+ENV_ONLY = "CDI, an env edit only"
+PART_NODES = "directory spec: device nodes only"
+PART_LIBDIRS = "directory spec: nodes, library directories"
+PART_LIBDIRS_HOOK = "directory spec: nodes, library directories, hook"
+PART_TRUE = "directory spec, /bin/true as its hook"
+PARTS = (ENV_ONLY, PART_NODES, PART_LIBDIRS, PART_LIBDIRS_HOOK, LIBDIR_NOHOOK, PART_TRUE, LIBDIR)
+# What each part costs: a variant against the one without that part (paired medians).
+STEPS = {
+    "podman's CDI handling (an env edit)": (ENV_ONLY, "podman"),
+    "device nodes": (PART_NODES, "podman"),
+    "the two library directories": (PART_LIBDIRS, PART_NODES),
+    "the hook, on nodes and library directories": (PART_LIBDIRS_HOOK, PART_LIBDIRS),
+    "the other mounts (binaries, sockets, firmware, graphics)": (LIBDIR_NOHOOK, PART_LIBDIRS),
+    "the hook, on the whole spec": (LIBDIR, LIBDIR_NOHOOK),
+    "a hook that does nothing (/bin/true), on the whole spec": (PART_TRUE, LIBDIR_NOHOOK),
+}
 # The kind of each variant's spec: the written spec's own, or a copy's.
 KINDS = {
     "podman": None,
@@ -67,14 +93,26 @@ KINDS = {
     LIBDIR_PY: "nvct-bench.example.com/libdir-python",
     THIS: "nvct-bench.example.com/this",
     AGAINST: "nvct-bench.example.com/against",
+    ENV_ONLY: "nvct-bench.example.com/env-only",
+    PART_NODES: "nvct-bench.example.com/part-nodes",
+    PART_LIBDIRS: "nvct-bench.example.com/part-libdirs",
+    PART_LIBDIRS_HOOK: "nvct-bench.example.com/part-libdirs-hook",
+    PART_TRUE: "nvct-bench.example.com/part-true",
 }
 
 
 def copy_of(
-    spec: dict[str, Any], kind: str, hook: list[str] | None, *, mounts: bool = True
+    spec: dict[str, Any],
+    kind: str,
+    hook: list[str] | None,
+    *,
+    mounts: bool | Callable[[dict[str, Any]], bool] = True,
+    nodes: bool = True,
 ) -> dict[str, Any]:
     """``spec`` under ``kind``, its hook run by the command ``hook`` (its arguments after
-    the hook's own; no hook when empty; None: the spec's own), with or without its mounts."""
+    the hook's own; no hook when empty; None: the spec's own), with its mounts, none, or those
+    ``mounts`` keeps; without ``nodes`` no device node either, and each device an env edit
+    instead (a CDI device needs one edit)."""
     copy: dict[str, Any] = json.loads(json.dumps(spec))
     copy["kind"] = kind
     edits = copy["containerEdits"]
@@ -85,9 +123,20 @@ def copy_of(
     else:
         (entry,) = edits["hooks"]
         entry["path"], entry["args"] = hook[0], [*hook, *entry["args"][1:]]
-    if not mounts:
+    if mounts is False:
         edits.pop("mounts", None)
+    elif mounts is not True:
+        edits["mounts"] = [m for m in edits.get("mounts", []) if mounts(m)]
+    if not nodes:
+        edits.pop("deviceNodes", None)
+        for device in copy["devices"]:
+            device["containerEdits"] = {"env": [f"NVCT_BENCH_DEVICE={device['name']}"]}
     return copy
+
+
+def library_directory(mount: dict[str, Any]) -> bool:
+    """A mount of the directory spec's library directories (64- and 32-bit)."""
+    return str(mount["containerPath"]).endswith("/nvidia-driver")
 
 
 def mounts_of(spec: dict[str, Any]) -> list[dict[str, Any]]:
@@ -114,6 +163,12 @@ def main() -> int:
         help="also the hook of another checkout (git archive main | tar -x -C DIR) beside this "
         "one's, both run the same way, in the same rounds",
     )
+    parser.add_argument(
+        "--parts",
+        action="store_true",
+        help="instead, the packages' spec built up part by part (podman's CDI handling, the "
+        "nodes, the library directories, the other mounts, the hook): what each costs",
+    )
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("bench.cdi_start: needs root (podman, /var/run/cdi)", file=sys.stderr)
@@ -127,7 +182,14 @@ def main() -> int:
     config = config_for(sim, work / "nvct")
     rootfs = glibc_rootfs(work / "rootfs")
     (work / "podman").mkdir()
-    kinds = {n: k for n, k in KINDS.items() if args.against or n not in (THIS, AGAINST)}
+    if args.parts:
+        kinds = {n: k for n, k in KINDS.items() if n == "podman" or n in PARTS}
+    else:
+        kinds = {
+            n: k
+            for n, k in KINDS.items()
+            if n not in (*PARTS[:4], PART_TRUE) and (args.against or n not in (THIS, AGAINST))
+        }
     with (
         private_podman(work / "podman", rootfs, "overlay") as podman,
         spec_in_cdi_dir(".json") as path,
@@ -152,6 +214,18 @@ def main() -> int:
                 copy_of(libdir_spec, KINDS[LIBDIR_PY] or "", tree_hook(Path.cwd()))
             ),
         }
+        if args.parts:
+
+            def part(name: str, hook: list[str] | None, **how: Any) -> str:
+                return json.dumps(copy_of(libdir_spec, KINDS[name] or "", hook, **how))
+
+            texts |= {
+                ENV_ONLY: part(ENV_ONLY, [], mounts=False, nodes=False),
+                PART_NODES: part(PART_NODES, [], mounts=False),
+                PART_LIBDIRS: part(PART_LIBDIRS, [], mounts=library_directory),
+                PART_LIBDIRS_HOOK: part(PART_LIBDIRS_HOOK, None, mounts=library_directory),
+                PART_TRUE: part(PART_TRUE, [shutil.which("true") or "/bin/true"]),
+            }
         if args.against:
             texts[THIS] = json.dumps(copy_of(spec, KINDS[THIS] or "", tree_hook(Path.cwd())))
             texts[AGAINST] = json.dumps(
@@ -223,18 +297,29 @@ def main() -> int:
         "paired_vs_podman": compared,
         "against": str(args.against or ""),
         "hook_share_ms": shares,
+        "parts_ms": {
+            step: round(
+                statistics.median(a - b for a, b in zip(samples[v], samples[w], strict=True)), 2
+            )
+            for step, (v, w) in STEPS.items()
+            if v in samples and w in samples
+        },
         "container_saw": seen.strip().splitlines(),
         "seconds": round(time.monotonic() - began),
         "samples": {name: [round(x, 2) for x in s] for name, s in samples.items()},
     }
     args.output.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"{'variant':30} {'median':>8}  x podman  95% interval       extra ms  hook ms")
+    print(f"{'variant':48} {'median':>8}  x podman  95% interval       extra ms  hook ms")
     for name, s in samples.items():
         row = compared.get(name)
         tail = f"  {row['ratio']:.3f}  {row['ci95']}  {row['extra_ms']:+.1f}" if row else ""
         hook = f"  {shares[name]:+.1f}" if name in shares else ""
-        print(f"{name:30} {statistics.median(s):8.1f}{tail}{hook}")
+        print(f"{name:48} {statistics.median(s):8.1f}{tail}{hook}")
     print("hook ms: paired median over the same spec without its hook")
+    parts = results["parts_ms"]
+    assert isinstance(parts, dict)
+    for step, ms in parts.items():
+        print(f"part: {step:58} {ms:+.1f} ms")
     print(f"spec: {results['spec']}; written: {args.output}")
     return 0
 
