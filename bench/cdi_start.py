@@ -3,7 +3,8 @@
 As root from the repository root, after ``make venv`` (podman and runc installed; a few
 minutes)::
 
-    .venv/bin/python -m bench.cdi_start [--rounds N] [--seed N] [--against DIR | --parts] [--output FILE]
+    .venv/bin/python -m bench.cdi_start [--rounds N] [--seed N] [--against DIR | --parts] \
+        [--output FILE]
 
 ``nvct-cli cdi generate`` (this checkout's venv; the spec names this venv's
 ``nvct-cdi-hook``) writes the simulated 4-GPU driver's spec into ``/var/run/cdi`` under a
