@@ -3,7 +3,7 @@
 As root from the repository root, after ``make venv`` (podman and runc installed; a few
 minutes)::
 
-    .venv/bin/python -m bench.cdi_start [--rounds N] [--seed N] [--against DIR | --parts] \
+    .venv/bin/python -m bench.cdi_start [--rounds N] [--seed N] [--against DIR | --parts] \\
         [--output FILE]
 
 ``nvct-cli cdi generate`` (this checkout's venv; the spec names this venv's
