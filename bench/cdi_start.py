@@ -30,7 +30,8 @@ with plain ``podman run``:
 before it plus one part: a device whose only edit is an env variable (podman's CDI handling
 alone), the device nodes, the two library directories, the hook on those, the other mounts
 (no hook), the whole spec with ``/bin/true`` as its hook (runc starting a hook at all), the
-whole spec; ``parts_ms`` in the results holds each part's paired median.
+whole spec, and the spec ``--driver-capabilities compute,utility`` writes; ``parts_ms`` in the
+results holds each part's paired median.
 
 After the rounds one more ``CDI, 1 GPU`` container lists its ``/etc/ld.so.cache`` and
 ``libcuda.so.1`` link (what the hook made), kept in the results file beside each start's
@@ -72,7 +73,18 @@ PART_NODES = "directory spec: device nodes only"
 PART_LIBDIRS = "directory spec: nodes, library directories"
 PART_LIBDIRS_HOOK = "directory spec: nodes, library directories, hook"
 PART_TRUE = "directory spec, /bin/true as its hook"
-PARTS = (ENV_ONLY, PART_NODES, PART_LIBDIRS, PART_LIBDIRS_HOOK, LIBDIR_NOHOOK, PART_TRUE, LIBDIR)
+# The same spec generated with --driver-capabilities compute,utility (the hook its own).
+COMPUTE = "directory spec, compute and utility only"
+PARTS = (
+    ENV_ONLY,
+    PART_NODES,
+    PART_LIBDIRS,
+    PART_LIBDIRS_HOOK,
+    LIBDIR_NOHOOK,
+    PART_TRUE,
+    LIBDIR,
+    COMPUTE,
+)
 # What each part costs: a variant against the one without that part (paired medians).
 STEPS = {
     "podman's CDI handling (an env edit)": (ENV_ONLY, "podman"),
@@ -82,6 +94,7 @@ STEPS = {
     "the other mounts (binaries, sockets, firmware, graphics)": (LIBDIR_NOHOOK, PART_LIBDIRS),
     "the hook, on the whole spec": (LIBDIR, LIBDIR_NOHOOK),
     "a hook that does nothing (/bin/true), on the whole spec": (PART_TRUE, LIBDIR_NOHOOK),
+    "compute and utility only, against the whole spec": (COMPUTE, LIBDIR),
 }
 # The kind of each variant's spec: the written spec's own, or a copy's.
 KINDS = {
@@ -99,6 +112,7 @@ KINDS = {
     PART_LIBDIRS: "nvct-bench.example.com/part-libdirs",
     PART_LIBDIRS_HOOK: "nvct-bench.example.com/part-libdirs-hook",
     PART_TRUE: "nvct-bench.example.com/part-true",
+    COMPUTE: "nvct-bench.example.com/compute",
 }
 
 
@@ -189,7 +203,8 @@ def main() -> int:
         kinds = {
             n: k
             for n, k in KINDS.items()
-            if n not in (*PARTS[:4], PART_TRUE) and (args.against or n not in (THIS, AGAINST))
+            if n not in (*PARTS[:4], PART_TRUE, COMPUTE)
+            and (args.against or n not in (THIS, AGAINST))
         }
     with (
         private_podman(work / "podman", rootfs, "overlay") as podman,
@@ -201,6 +216,9 @@ def main() -> int:
         libs = ["--library-mounts", "directory", "--library-dir", str(work / "cdi-libs")]
         subprocess.run([*generate, *libs], check=True, capture_output=True)
         libdir_spec = json.loads(path.read_text())
+        compute = ["--driver-capabilities", "compute,utility"]
+        subprocess.run([*generate, *libs, *compute], check=True, capture_output=True)
+        compute_spec = json.loads(path.read_text())
         path.unlink()
         if not any(m["containerPath"].endswith("/nvidia-driver") for m in mounts_of(libdir_spec)):
             print("bench.cdi_start: no library directory could be made", file=sys.stderr)
@@ -226,6 +244,7 @@ def main() -> int:
                 PART_LIBDIRS: part(PART_LIBDIRS, [], mounts=library_directory),
                 PART_LIBDIRS_HOOK: part(PART_LIBDIRS_HOOK, None, mounts=library_directory),
                 PART_TRUE: part(PART_TRUE, [shutil.which("true") or "/bin/true"]),
+                COMPUTE: json.dumps(copy_of(compute_spec, KINDS[COMPUTE] or "", None)),
             }
         if args.against:
             texts[THIS] = json.dumps(copy_of(spec, KINDS[THIS] or "", tree_hook(Path.cwd())))

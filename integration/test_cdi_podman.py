@@ -198,3 +198,38 @@ def test_the_native_hook_alone_makes_the_links_and_the_cache(
         path.write_text(json.dumps(spec))
         smi = hooked_start(podman, "nvct-test.example.com/native=1", sim_driver)
     assert_only_gpu_1(smi, "nvidia1", sim_driver)
+
+
+def test_a_compute_and_utility_spec_gives_cuda_and_nvidia_smi_and_nothing_else(
+    podman: list[str], sim_driver: Any, nvct_config: Path, tmp_path: Path
+) -> None:
+    """``--driver-capabilities compute,utility``: the container runs nvidia-smi and finds
+    libcuda through its ld.so.cache (the native hook alone: its Python half here fails the
+    start), has no graphics, Vulkan or 32-bit driver files and no nvidia-modeset, and its env
+    says what the spec holds."""
+    from integration.harness.skips import need_cc, require
+    from nvct.runtime.launch.build import build_native
+
+    require(need_cc())
+    hook = tmp_path / "native-only-cdi-hook"
+    build_native(hook, "/bin/sh -c 'echo python hook ran >&2; exit 99' x", program="cdi-hook")
+    options = [
+        "--driver-capabilities", "compute,utility", "--hook-path", str(hook),
+        "--library-mounts", "directory", "--library-dir", str(tmp_path / "cdi"),
+    ]  # fmt: skip
+    cli = [sys.executable, "-m", "nvct.cli.main"]
+    with generated_spec(cli, sim_driver, nvct_config, options=options):
+        script = (
+            "nvidia-smi -L; echo ===; grep -a -o '[a-z0-9/_-]*/libcuda.so.1' /etc/ld.so.cache; "
+            "echo ===; ls /dev /etc/vulkan/icd.d /usr/share/glvnd/egl_vendor.d "
+            "/usr/lib/i386-linux-gnu/nvidia-driver 2>&1; echo ===; env"
+        )
+        result = podman_run(podman, ["nvidia.com/gpu=1"], script)
+    assert result.returncode == 0, result.stderr
+    smi, cached, listed, env = result.stdout.split("===")
+    assert_only_gpu_1(smi, listed, sim_driver)
+    assert cached.split() == ["/usr/lib/x86_64-linux-gnu/nvidia-driver/libcuda.so.1"]
+    assert "nvidia-modeset" not in listed.split()
+    for gone in ("vulkan/icd.d", "egl_vendor.d", "i386-linux-gnu/nvidia-driver"):
+        assert f"{gone}: No such file or directory" in listed  # busybox ls
+    assert "NVCT_CDI_DRIVER_CAPABILITIES=utility,compute" in env.split()

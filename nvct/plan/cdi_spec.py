@@ -53,6 +53,9 @@ HOOK_PROGRAM = "nvct-cdi-hook"
 HOOK_ENV = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",)
 STRATEGIES = ("index", "uuid", "both")
 MODES = ("nvml", "management")
+# Where a spec holds only some capabilities' files, its env says which: the container sees what
+# it was given, and ``options_like`` reads it back (CDI 0.5.0 has no spec annotations).
+CAPABILITIES_ENV = "NVCT_CDI_DRIVER_CAPABILITIES"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +65,8 @@ class SpecOptions:
     ``vendor`` None is ``nvidia.com``, or ``management.nvidia.com`` in management mode (so a
     management spec and the GPU spec can sit side by side, as NVIDIA's do). ``library_root``
     "" mounts each library; a directory binds them as one directory made under it.
+    ``capabilities`` () gives every capability the host can serve, as NVIDIA's spec does;
+    named ones (``NVIDIA_DRIVER_CAPABILITIES``'s names) give only the files they need.
     """
 
     strategy: str = "both"
@@ -70,6 +75,7 @@ class SpecOptions:
     device_ids: tuple[str, ...] = ()
     mode: str = "nvml"
     library_root: str = ""
+    capabilities: tuple[str, ...] = ()
 
     def kind(self) -> str:
         """``vendor/class``.
@@ -95,12 +101,29 @@ class CdiDevice:
     nodes: tuple[DeviceNode, ...]
 
 
-def capabilities_for(inventory: Inventory) -> tuple[str, ...]:
-    """Every capability the host can serve (display needs nvidia-modeset)."""
+def capabilities_for(inventory: Inventory, wanted: Sequence[str] = ()) -> tuple[str, ...]:
+    """Every capability the host can serve (display needs nvidia-modeset), or of them those
+    ``wanted`` names.
+
+    Raises:
+        RequestError: ``wanted`` names a capability nvct does not know, or one this host
+            cannot serve.
+    """
     caps = list(CAPABILITIES)
     if inventory.control_node("nvidia-modeset") is None:
         caps.remove("display")
-    return tuple(caps)
+    for cap in wanted:
+        if cap not in CAPABILITIES:
+            raise RequestError(
+                f"unknown driver capability {cap!r} (from --driver-capabilities)",
+                hint=f"name some of {', '.join(CAPABILITIES)}, or leave the option out for all",
+            )
+        if cap not in caps:
+            raise RequestError(
+                f"driver capability {cap!r} needs /dev/nvidia-modeset, which this host lacks",
+                hint="leave display out of --driver-capabilities",
+            )
+    return tuple(c for c in caps if c in wanted) if wanted else tuple(caps)
 
 
 def _plan(
@@ -286,7 +309,7 @@ def build_spec(
     """
     options = options or SpecOptions()
     kind = options.kind()
-    caps = capabilities_for(inventory)
+    caps = capabilities_for(inventory, options.capabilities)
     common = _plan("none", caps, inventory, config, arch)
     if options.library_root:
         common = library_directories(
@@ -314,8 +337,13 @@ def build_spec(
         every = tuple(spec_node(n) for n in all_nodes.values())
         spec_devices.append(model.Device("all", model.ContainerEdits(device_nodes=every)))
     entry = hook_entry(common, str(config.ldconfig), hook)
+    some = (f"{CAPABILITIES_ENV}={','.join(caps)}",) if options.capabilities else ()
     edits = model.ContainerEdits(
-        env=("NVIDIA_VISIBLE_DEVICES=void", f"{DRIVER_VERSION_ENV}={inventory.driver_version}"),
+        env=(
+            "NVIDIA_VISIBLE_DEVICES=void",
+            f"{DRIVER_VERSION_ENV}={inventory.driver_version}",
+            *some,
+        ),
         device_nodes=tuple(spec_node(d.node) for d in common.devices),
         mounts=tuple(model.Mount(m.source, m.target, tuple(m.options)) for m in common.mounts),
         hooks=(entry,) if entry is not None else None,
@@ -436,7 +464,13 @@ def options_like(spec: Mapping[str, Any]) -> tuple[SpecOptions, str | None]:
     edits = spec.get("containerEdits") or {}
     hooks = edits.get("hooks") or ()
     hook = next((str(h.get("path")) for h in hooks if isinstance(h, dict)), None)
-    return SpecOptions(strategy, vendor, cls or CLASS, (), mode, library_root(edits)), hook
+    prefix = CAPABILITIES_ENV + "="
+    listed = next(
+        (str(e)[len(prefix) :] for e in edits.get("env") or () if str(e).startswith(prefix)), ""
+    )
+    caps = tuple(c for c in listed.split(",") if c)
+    root = library_root(edits)
+    return SpecOptions(strategy, vendor, cls or CLASS, (), mode, root, caps), hook
 
 
 def library_dir_mounts(edits: Mapping[str, Any], root: str) -> list[str]:

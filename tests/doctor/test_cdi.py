@@ -81,7 +81,12 @@ def _write(directory, spec) -> object:  # type: ignore[no-untyped-def]
 def test_a_spec_matching_what_generate_writes_now_passes(recorded_h100x4, tmp_path) -> None:
     sim = recorded_h100x4
     now = cdi_generator(sim, tmp_path)
-    for options in (SpecOptions(), SpecOptions("index"), SpecOptions(device_ids=("1",))):
+    for options in (
+        SpecOptions(),
+        SpecOptions("index"),
+        SpecOptions(device_ids=("1",)),
+        SpecOptions(capabilities=("compute", "utility")),  # read back from the spec's env
+    ):
         spec = build_spec(
             sim.inventory, sim_config(sim, tmp_path), host_arch(), options=options, hook=HOOK
         )

@@ -4,6 +4,7 @@ name is tested in tests/hook/test_cdi_hook.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -16,6 +17,7 @@ import yaml
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT7
 
+from nvct.base.errors import RequestError
 from nvct.base.oci import CDI_LD_CACHE_ENV
 from nvct.cdi.registry import list_devices
 from nvct.cdi.specs import device_names, driver_version
@@ -382,6 +384,84 @@ def test_directory_library_mounts_bind_one_directory_of_hard_links(
         recorded_h100x4.inventory, config, host_arch(), options=options, hook=path, create=False
     )
     assert rebuilt == spec
+
+
+def test_driver_capabilities_keep_only_their_files(recorded_h100x4, tmp_path, capsys) -> None:
+    """compute,utility: the plan's files for those capabilities, as a container asking for them
+    through NVIDIA_DRIVER_CAPABILITIES gets from the runtime; no graphics, video or 32-bit
+    files, no nvidia-modeset; the spec's env says which it holds, and is read back."""
+    full = spec_for(recorded_h100x4, tmp_path)
+    some = spec_for(recorded_h100x4, tmp_path, capabilities=("compute", "utility"))
+    validate(some)
+    config = sim_config(recorded_h100x4, tmp_path)
+    plan = build_plan(
+        parse_request(
+            {"NVIDIA_VISIBLE_DEVICES": "none", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"},
+            config=config,
+        ),
+        recorded_h100x4.inventory,
+        config,
+        host_arch(),
+        enforce_requirements=False,
+    )
+    edits = some["containerEdits"]
+    targets = [m["containerPath"] for m in edits["mounts"]]
+    assert targets == [m.target for m in plan.mounts]
+    assert len(targets) < len(full["containerEdits"]["mounts"])
+    assert "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15" in targets
+    assert "/usr/bin/nvidia-smi" in targets
+    assert not any("vulkan" in t or "egl" in t or "i386" in t or "vdpau" in t for t in targets)
+    assert "/dev/nvidia-modeset" not in {n["path"] for n in edits["deviceNodes"]}
+    assert "NVCT_CDI_DRIVER_CAPABILITIES=utility,compute" in edits["env"]
+    assert "NVCT_CDI_DRIVER_CAPABILITIES" not in json.dumps(full)
+    assert [d["name"] for d in some["devices"]] == [d["name"] for d in full["devices"]]
+    options, hook = options_like(some)
+    assert options.capabilities == ("utility", "compute")
+    assert hook == HOOK
+    rebuilt = build_spec(recorded_h100x4.inventory, config, host_arch(), options=options, hook=HOOK)
+    assert rebuilt == some
+
+
+def test_generate_with_driver_capabilities(recorded_h100x4, tmp_path, capsys) -> None:
+    out, libs = tmp_path / "nvidia.json", tmp_path / "libs"
+    argv = [*cli_roots(recorded_h100x4, tmp_path), "cdi", "generate", "-o", str(out)]
+    argv += ["--library-mounts", "directory", "--library-dir", str(libs)]
+    assert main([*argv, "--driver-capabilities", " compute, utility"]) == 0
+    assert capsys.readouterr().out == (
+        f"{out}: written (9 devices, driver 550.54.15, the libraries as one directory under "
+        f"{libs})\n"
+    )
+    assert (
+        "NVCT_CDI_DRIVER_CAPABILITIES=utility,compute"
+        in json.loads(out.read_text())["containerEdits"]["env"]
+    )
+    assert main([*argv, "--driver-capabilities", "all"]) == 0  # as without the option
+    assert "NVCT_CDI_DRIVER_CAPABILITIES" not in out.read_text()
+
+
+def test_an_unknown_driver_capability_is_one_line(recorded_h100x4, tmp_path, capsys) -> None:
+    out = tmp_path / "nvidia.json"
+    argv = [*cli_roots(recorded_h100x4, tmp_path), "cdi", "generate", "-o", str(out)]
+    assert main([*argv, "--driver-capabilities", "compute,graphix"]) != 0
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "nvct-cli: error: unknown driver capability 'graphix' (from --driver-capabilities)"
+    )
+    assert err.count("\n") == 1
+    assert not out.exists()
+
+
+def test_display_without_nvidia_modeset_is_refused(recorded_h100x4, tmp_path) -> None:
+    inventory = dataclasses.replace(
+        recorded_h100x4.inventory,
+        control_nodes=tuple(
+            n for n in recorded_h100x4.inventory.control_nodes if n.path != "/dev/nvidia-modeset"
+        ),
+    )
+    config = sim_config(recorded_h100x4, tmp_path)
+    options = SpecOptions(capabilities=("compute", "display"))
+    with pytest.raises(RequestError, match="'display' needs /dev/nvidia-modeset"):
+        build_spec(inventory, config, host_arch(), options=options, hook=HOOK)
 
 
 def test_generate_says_where_the_library_directories_are(recorded_h100x4, tmp_path, capsys):
