@@ -149,7 +149,7 @@ def generate(
         )
     root = library_dir if library_mounts == "directory" else ""
     caps = tuple(c.strip() for c in driver_capabilities.split(",") if c.strip())
-    if caps == ("all",):
+    if "all" in caps:  # as in NVIDIA_DRIVER_CAPABILITIES
         caps = ()
     options = SpecOptions(device_name_strategy, vendor, cls, ids, mode, root, caps)
     problems: list[str] = []

@@ -435,8 +435,9 @@ def test_generate_with_driver_capabilities(recorded_h100x4, tmp_path, capsys) ->
         "NVCT_CDI_DRIVER_CAPABILITIES=utility,compute"
         in json.loads(out.read_text())["containerEdits"]["env"]
     )
-    assert main([*argv, "--driver-capabilities", "all"]) == 0  # as without the option
-    assert "NVCT_CDI_DRIVER_CAPABILITIES" not in out.read_text()
+    for every in ("all", "compute,all"):  # as without the option
+        assert main([*argv, "--driver-capabilities", every]) == 0
+        assert "NVCT_CDI_DRIVER_CAPABILITIES" not in out.read_text()
 
 
 def test_an_unknown_driver_capability_is_one_line(recorded_h100x4, tmp_path, capsys) -> None:
