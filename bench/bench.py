@@ -46,6 +46,7 @@ from integration.harness.dockerd import Dockerd
 from integration.harness.images import GLIBC_TAG, busybox_rootfs, docker_import, glibc_rootfs
 from integration.harness.shimd import ShimDaemon
 from integration.simdriver import cached_driver, preset
+from nvct.plan.native_entry import NATIVE_DIR
 from nvct.runtime.launch.build import build_native, default_command, hook_command, install
 
 BIN = Path(sys.executable).parent
@@ -63,13 +64,18 @@ def config_for(sim: Any, directory: Path, extra: str = "") -> Path:
     return path
 
 
+def native_entries(config: Path) -> Path:
+    """The native entries of a config the benches wrote (its cache dir beside it)."""
+    return config.parent / "cache" / NATIVE_DIR
+
+
 @contextlib.contextmanager
-def entries_aside(entries: Path, wanted: bool) -> Iterator[None]:
-    """When ``wanted``: nvct's native entries (``<cache-dir>/native``) moved aside while a start
-    runs (what it writes is dropped after), so that it finds none and takes the path a first
-    container of its kind takes (a daemon worker, the Python shim or hook); every other start
-    finds them as before."""
-    if not wanted:
+def entries_aside(entries: Path | None) -> Iterator[None]:
+    """nvct's native entries (``<cache-dir>/native``; None: nothing to do) moved aside while a
+    start runs (what it writes is dropped after), so that it finds none and takes the path a
+    first container of its kind takes (a daemon worker, the Python shim or hook); every other
+    start finds them as before."""
+    if entries is None:
         yield
         return
     aside = entries.with_name(entries.name + ".bench-aside")

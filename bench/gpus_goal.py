@@ -89,12 +89,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.bench import entries_aside, import_image, quantiles, server_version, timed
+from bench.bench import (
+    entries_aside,
+    import_image,
+    native_entries,
+    quantiles,
+    server_version,
+    timed,
+)
 from bench.stats import paired
 from integration.harness.packages import Debs
 from nvct.base.defaults import DEFAULT_SOCKET
 from nvct.cli.daemon_cmd import answers
-from nvct.plan.native_entry import NATIVE_DIR
 
 # The packages last: their phase is the only time nvct is installed on the host.
 INSTALL_PATHS = ("venv", "wheel", "packages")
@@ -345,7 +351,7 @@ def run_phase(
     # The docker CLI's environment names the private dockerd; podman's is this process's.
     envs = {name: env if name in VARIANTS else None for name in variants}
     samples: dict[str, list[float]] = {name: [] for name in variants}
-    native_entries = Path(os.environ["NVCT_CONFIG"]).parent / "cache" / NATIVE_DIR
+    entries = native_entries(Path(os.environ["NVCT_CONFIG"]))
     began = time.monotonic()
     with (
         running_daemon(install, work / f"shimd-{install.name}.log"),
@@ -355,7 +361,7 @@ def run_phase(
             for _ in range(WARM):
                 with (
                     socket_hidden(not served),
-                    entries_aside(native_entries, name in FIRST_OF_KIND),
+                    entries_aside(entries if name in FIRST_OF_KIND else None),
                 ):
                     done = subprocess.run(
                         argv, env=envs[name], capture_output=True, text=True, check=False
@@ -374,7 +380,7 @@ def run_phase(
                 argv, served, _ = variants[name]
                 with (
                     socket_hidden(not served),
-                    entries_aside(native_entries, name in FIRST_OF_KIND),
+                    entries_aside(entries if name in FIRST_OF_KIND else None),
                 ):
                     samples[name].append(timed(argv, envs[name]))
     paths = start_paths(log, skip)
@@ -674,7 +680,9 @@ def main() -> int:
 def pooled(phases: dict[str, dict[str, object]], seed: int) -> dict[str, dict[str, object]]:
     """The goals over every install path's rounds together where each install runs the same
     launcher, daemon and hook code (only the files' places and the Python fallbacks differ),
-    so their rounds are samples of one start; empty for one install."""
+    so their rounds are samples of one start; empty for one install. A goal counts the
+    phases that measured it (in one run, all or none; ``bench.pool_runs`` passes the phases
+    of several runs)."""
     if len(phases) < 2:
         return {}
     found: dict[str, dict[str, object]] = {}
@@ -684,11 +692,10 @@ def pooled(phases: dict[str, dict[str, object]], seed: int) -> dict[str, dict[st
         for phase in phases.values():
             samples = phase["samples"]
             assert isinstance(samples, dict)
-            if name not in samples:
-                break
-            variant += samples[name]
-            base += samples["podman" if name in PODMAN_VARIANTS else "runc"]
-        else:
+            if name in samples:
+                variant += samples[name]
+                base += samples["podman" if name in PODMAN_VARIANTS else "runc"]
+        if base:
             found[name] = paired(variant, base, seed=seed).as_dict(GOALS[name])
     return found
 

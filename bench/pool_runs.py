@@ -8,9 +8,10 @@ the interval the way more rounds in one run would::
 
     python -m bench.pool_runs [--seed N] [--output FILE] RESULTS.json...
 
-For each goal (``bench.gpus_goal.GOALS``) it takes every install path's rounds of every file
-that has the variant, and prints the median of the per-round ratios against the variant's
-baseline (runc, or podman for the podman rows), its bootstrap 95 % interval and the verdict.
+For each goal (``bench.gpus_goal.pooled``, as one run pools its install paths) it takes every
+install path's rounds of every file that has the variant, and prints the median of the
+per-round ratios against the variant's baseline (runc, or podman for the podman rows), its
+bootstrap 95 % interval and the verdict.
 The files must be runs of the same code on the paths the goals measure; which ones are is
 the reader's claim, and the output names the files and their dates.
 """
@@ -22,27 +23,17 @@ import json
 import sys
 from pathlib import Path
 
-from bench.gpus_goal import GOALS, PODMAN_VARIANTS
-from bench.stats import paired
+from bench.gpus_goal import pooled
 
 
 def pool(runs: list[dict[str, object]], seed: int) -> dict[str, dict[str, object]]:
     """Each goal over the rounds of every install path of every run that measured it."""
-    found: dict[str, dict[str, object]] = {}
-    for name, limit in GOALS.items():
-        variant: list[float] = []
-        base: list[float] = []
-        for run in runs:
-            installs = run["install_paths"]
-            assert isinstance(installs, dict)
-            for phase in installs.values():
-                samples = phase["samples"]
-                if name in samples:
-                    variant += samples[name]
-                    base += samples["podman" if name in PODMAN_VARIANTS else "runc"]
-        if len(base) >= 2:
-            found[name] = paired(variant, base, seed=seed).as_dict(limit)
-    return found
+    phases: dict[str, dict[str, object]] = {}
+    for i, run in enumerate(runs):
+        installs = run["install_paths"]
+        assert isinstance(installs, dict)
+        phases |= {f"{i}:{name}": phase for name, phase in installs.items()}
+    return pooled(phases, seed)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -60,11 +60,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.bench import config_for, entries_aside, quantiles
+from bench.bench import config_for, entries_aside, native_entries, quantiles
 from integration.harness.bundles import runc_spec
 from integration.harness.images import BUSYBOX, glibc_rootfs
 from integration.harness.shimd import ShimDaemon
-from nvct.plan.native_entry import NATIVE_DIR
 from nvct.runtime.launch.build import build_native, default_command, hook_command
 
 # The four native programs, by file name: (a hook, daemon to ask or not).
@@ -84,11 +83,6 @@ def build_programs(directory: Path, config: str, sock: Path) -> None:
     for name, (hook, served) in PROGRAMS.items():
         command = hook_command() if hook else default_command()
         build_native(directory / name, command, config, str(sock) if served else "", hook=hook)
-
-
-def native_entries(config: Path) -> Path:
-    """The native entries of the config this bench wrote (its cache dir beside it)."""
-    return config.parent / "cache" / NATIVE_DIR
 
 
 def host_config(directory: Path, extra: str = "") -> Path:
@@ -335,7 +329,7 @@ def start(
 ) -> float:
     """Mount a fresh overlay of ``image``, write the bundle, time ``argv``, clean up; with
     ``entries``, nvct's native entries moved aside around it."""
-    with fresh_overlay(image, where, spec), entries_aside(entries or where, entries is not None):
+    with fresh_overlay(image, where, spec), entries_aside(entries):
         began = time.perf_counter()
         done = subprocess.run(
             argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, check=False

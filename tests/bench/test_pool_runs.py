@@ -51,10 +51,10 @@ def test_entries_aside_hides_them_for_one_start_and_drops_what_it_wrote(tmp_path
     entries = tmp_path / "native"
     entries.mkdir()
     (entries / "kept").write_text("an entry")
-    with entries_aside(entries, True):
+    with entries_aside(entries):
         assert not entries.exists()  # the start finds none
         entries.mkdir()
         (entries / "new").write_text("what the start wrote")
     assert sorted(p.name for p in entries.iterdir()) == ["kept"]
-    with entries_aside(entries, False):
+    with entries_aside(None):
         assert (entries / "kept").exists()
