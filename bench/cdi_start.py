@@ -85,6 +85,8 @@ PARTS = (
     LIBDIR,
     COMPUTE,
 )
+# The --parts variants the default run leaves out (it has the whole directory spec's two).
+PARTS_ONLY = frozenset(PARTS) - {LIBDIR_NOHOOK, LIBDIR}
 # What each part costs: a variant against the one without that part (paired medians).
 STEPS = {
     "podman's CDI handling (an env edit)": (ENV_ONLY, "podman"),
@@ -203,8 +205,7 @@ def main() -> int:
         kinds = {
             n: k
             for n, k in KINDS.items()
-            if n not in (*PARTS[:4], PART_TRUE, COMPUTE)
-            and (args.against or n not in (THIS, AGAINST))
+            if n not in PARTS_ONLY and (args.against or n not in (THIS, AGAINST))
         }
     with (
         private_podman(work / "podman", rootfs, "overlay") as podman,
@@ -216,9 +217,10 @@ def main() -> int:
         libs = ["--library-mounts", "directory", "--library-dir", str(work / "cdi-libs")]
         subprocess.run([*generate, *libs], check=True, capture_output=True)
         libdir_spec = json.loads(path.read_text())
-        compute = ["--driver-capabilities", "compute,utility"]
-        subprocess.run([*generate, *libs, *compute], check=True, capture_output=True)
-        compute_spec = json.loads(path.read_text())
+        if args.parts:
+            compute = ["--driver-capabilities", "compute,utility"]
+            subprocess.run([*generate, *libs, *compute], check=True, capture_output=True)
+            compute_spec = json.loads(path.read_text())
         path.unlink()
         if not any(m["containerPath"].endswith("/nvidia-driver") for m in mounts_of(libdir_spec)):
             print("bench.cdi_start: no library directory could be made", file=sys.stderr)
@@ -293,13 +295,13 @@ def main() -> int:
         LIBDIR: LIBDIR_NOHOOK,
         LIBDIR_PY: LIBDIR_NOHOOK,
     }
-    shares = {
-        name: round(
-            statistics.median(a - b for a, b in zip(s, samples[bare[name]], strict=True)), 2
-        )
-        for name, s in samples.items()
-        if name in bare
-    }
+
+    def paired_ms(variant: str, base: str) -> float:
+        """The median of the per-round differences of ``variant`` over ``base``."""
+        pairs = zip(samples[variant], samples[base], strict=True)
+        return round(statistics.median(a - b for a, b in pairs), 2)
+
+    shares = {name: paired_ms(name, bare[name]) for name in samples if name in bare}
     results = {
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "cpus": os.cpu_count(),
@@ -318,11 +320,7 @@ def main() -> int:
         "against": str(args.against or ""),
         "hook_share_ms": shares,
         "parts_ms": {
-            step: round(
-                statistics.median(a - b for a, b in zip(samples[v], samples[w], strict=True)), 2
-            )
-            for step, (v, w) in STEPS.items()
-            if v in samples and w in samples
+            step: paired_ms(v, w) for step, (v, w) in STEPS.items() if v in samples and w in samples
         },
         "container_saw": seen.strip().splitlines(),
         "seconds": round(time.monotonic() - began),
