@@ -226,13 +226,20 @@ def node_numbers(node: Mapping[str, Any]) -> tuple[str, int, int, int]:
     return str(kind), major, minor, mode if isinstance(mode, int) else 0o666
 
 
-def driver_version(spec: dict[str, Any]) -> str | None:
-    """The driver version a spec was generated for."""
-    for item in (spec.get("containerEdits") or {}).get("env") or ():
+def spec_env(spec: Mapping[str, Any], name: str) -> str | None:
+    """The value of ``name`` in a spec's common env edits (None: not set there, or a spec
+    file whose edits are not a mapping)."""
+    edits = spec.get("containerEdits")
+    for item in (edits.get("env") if isinstance(edits, dict) else None) or ():
         key, _, value = str(item).partition("=")
-        if key == DRIVER_VERSION_ENV:
+        if key == name:
             return value
     return None
+
+
+def driver_version(spec: dict[str, Any]) -> str | None:
+    """The driver version a spec was generated for."""
+    return spec_env(spec, DRIVER_VERSION_ENV)
 
 
 def device_names(spec: dict[str, Any]) -> list[str]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nvct.cdi.specs import DRIVER_VERSION_ENV, load_spec_file, spec_files
+from nvct.cdi.specs import DRIVER_VERSION_ENV, load_spec_file, spec_env, spec_files
 from nvct.doctor.context import DoctorContext
 from nvct.doctor.result import CheckResult, failed, passed, warned
 
@@ -47,11 +47,8 @@ def recorded_version(data: dict[str, Any]) -> str | None:
     """The driver version a parsed spec records (annotation, else the common env entry)."""
     annotations = data.get("annotations")
     version = annotations.get(VERSION_ANNOTATION) if isinstance(annotations, dict) else None
-    edits = data.get("containerEdits")
-    for item in (edits.get("env") if isinstance(edits, dict) else None) or ():
-        key, _, value = str(item).partition("=")
-        if key == DRIVER_VERSION_ENV and version is None:
-            version = value
+    if version is None:
+        version = spec_env(data, DRIVER_VERSION_ENV)
     return str(version) if version else None
 
 

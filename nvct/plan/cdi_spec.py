@@ -36,7 +36,7 @@ from nvct.base.errors import RequestError
 from nvct.base.oci import CDI_LD_CACHE_ENV
 from nvct.cdi import model
 from nvct.cdi.names import KIND as KIND_RE
-from nvct.cdi.specs import DRIVER_VERSION_ENV
+from nvct.cdi.specs import DRIVER_VERSION_ENV, spec_env
 from nvct.config import CAPABILITIES, Config
 from nvct.host.arch import Arch
 from nvct.host.inventory import DeviceNode, Inventory
@@ -464,11 +464,7 @@ def options_like(spec: Mapping[str, Any]) -> tuple[SpecOptions, str | None]:
     edits = spec.get("containerEdits") or {}
     hooks = edits.get("hooks") or ()
     hook = next((str(h.get("path")) for h in hooks if isinstance(h, dict)), None)
-    prefix = CAPABILITIES_ENV + "="
-    listed = next(
-        (str(e)[len(prefix) :] for e in edits.get("env") or () if str(e).startswith(prefix)), ""
-    )
-    caps = tuple(c for c in listed.split(",") if c)
+    caps = tuple(c for c in (spec_env(spec, CAPABILITIES_ENV) or "").split(",") if c)
     root = library_root(edits)
     return SpecOptions(strategy, vendor, cls or CLASS, (), mode, root, caps), hook
 
