@@ -34,12 +34,15 @@ class CdiSpec:
     library_root: str = ""  # where its library directory was made ("": a mount per file)
     missing: tuple[str, ...] = ()  # its library directories that do not exist
     hooks_missing: tuple[str, ...] = ()  # the hook programs it runs that are not executables
+    capabilities: str = ""  # its --driver-capabilities ("": every capability)
 
     def regenerate(self) -> str:
         """The command that writes this spec anew, as it was generated."""
         command = f"nvct-cli cdi generate --output {self.path}"
         if self.library_root:
             command += f" --library-mounts directory --library-dir {self.library_root}"
+        if self.capabilities:
+            command += f" --driver-capabilities {self.capabilities}"
         return command
 
 
@@ -54,7 +57,7 @@ def recorded_version(data: dict[str, Any]) -> str | None:
 
 def find_specs(dirs: tuple[Path, ...]) -> tuple[list[CdiSpec], list[str]]:
     """Specs of kind nvidia.com/gpu in ``dirs``, and the files that could not be read."""
-    from nvct.plan.cdi_spec import library_dir_mounts, library_root
+    from nvct.plan.cdi_spec import CAPABILITIES_ENV, library_dir_mounts, library_root
 
     specs: list[CdiSpec] = []
     errors: list[str] = []
@@ -76,7 +79,8 @@ def find_specs(dirs: tuple[Path, ...]) -> tuple[list[CdiSpec], list[str]]:
                 libdirs = library_dir_mounts(edits, root)
                 missing = tuple(d for d in libdirs if not os.path.isdir(d))  # a cleaner took it
                 hooks = _missing_hooks(edits)
-                specs.append(CdiSpec(path, recorded_version(data), root, missing, hooks))
+                caps = spec_env(data, CAPABILITIES_ENV) or ""
+                specs.append(CdiSpec(path, recorded_version(data), root, missing, hooks, caps))
     return specs, errors
 
 

@@ -124,6 +124,28 @@ def test_a_spec_that_drifted_from_the_driver_is_stale(
     assert result.fix == f"nvct-cli cdi generate --output {path}"
 
 
+def test_a_stale_spec_of_some_capabilities_is_regenerated_with_them(
+    recorded_h100x4, tmp_path
+) -> None:
+    """The fix for a ``--driver-capabilities`` spec writes the same kind of spec again, not
+    one with every capability's files."""
+    sim = recorded_h100x4
+    options = SpecOptions(capabilities=("compute", "utility"))
+    spec = build_spec(
+        sim.inventory, sim_config(sim, tmp_path), host_arch(), options=options, hook=HOOK
+    )
+    spec["containerEdits"]["mounts"].pop()
+    path = _write(tmp_path / "cdi", spec)
+    [result] = cdi.check_cdi(
+        context(tmp_path, cdi_generate=cdi_generator(sim, tmp_path)), "550.54.15"
+    )
+    assert result.status == FAIL
+    assert f"{path} is stale: the common mounts changed" in result.message
+    assert result.fix == (
+        f"nvct-cli cdi generate --output {path} --driver-capabilities utility,compute"
+    )
+
+
 def test_a_spec_whose_hook_is_gone_fails(recorded_h100x4, tmp_path) -> None:
     sim = recorded_h100x4
     gone = str(tmp_path / "removed-venv/bin/nvct-cdi-hook")
