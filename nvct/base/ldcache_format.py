@@ -183,8 +183,10 @@ def with_entries(
         if hwcap & HWCAP_EXTENSION or not (key.isascii() and value.isascii()):
             return None
     for soname, path, e_flags in extra:
+        if not (soname.isascii() and path.isascii()):  # before encode(): a lone surrogate
+            return None
         key = soname.encode()
-        if key in names or not (soname.isascii() and path.isascii()):
+        if key in names:
             return None
         new: Entry = (e_flags, key, path.encode(), 0, 0)
         lo, hi = 0, len(entries)

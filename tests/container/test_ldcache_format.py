@@ -106,6 +106,22 @@ def test_declines_what_only_ldconfig_can_decide(image: bytes) -> None:
     assert add_entries(image, extra) is None
 
 
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [("lib\udcff.so.1", "/usr/lib/x86_64-linux-gnu/libx.so.1", 0x0303)],  # os.environ's
+        [("libx.so.1", "/usr/lib/x86_64-linux-gnu/\ud800/libx.so.1", 0x0303)],  # a JSON \ud800
+        [("libé.so.1", "/usr/lib/x86_64-linux-gnu/libé.so.1", 0x0303)],
+    ],
+    ids=["surrogate-escape", "lone-surrogate", "non-ascii"],
+)
+def test_entries_outside_ascii_are_declined_not_raised(extra: list) -> None:
+    """The CDI hook's entries come from its environment: bytes that are not UTF-8 arrive as
+    surrogates, which cannot be encoded; such an entry is ldconfig's to place, as the native
+    hook leaves it (found by tests/runtime/test_native_sanitized.py)."""
+    assert add_entries(write_cache(0, [entry("libz.so.1")]), extra) is None
+
+
 def test_cut_caches_never_raise() -> None:
     whole = write_cache(0, [entry("libz.so.1"), entry("libc.so.6")])
     extra = [("libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libcuda.so.1", 0x0303)]

@@ -490,7 +490,8 @@ static int by_name(const void *a, const void *b)
 static void put_vars(struct buf *key, struct var *vars, int n)
 {
     char num[32];
-    qsort(vars, (size_t)n, sizeof *vars, by_name);
+    if (n > 1) /* none: `vars` is NULL, which qsort must not be given */
+        qsort(vars, (size_t)n, sizeof *vars, by_name);
     for (int i = 0; i < n; i++) {
         snprintf(num, sizeof num, "%zu:", vars[i].len);
         put_text(key, num);
@@ -675,7 +676,8 @@ static int mig_instances(struct buf *b, const char *caps)
     }
     if (ngpu >= 0)
         free_names(gpus, ngpu);
-    qsort(all, (size_t)count, sizeof *all, by_string);
+    if (count > 1) /* none: `all` is NULL, which qsort must not be given */
+        qsort(all, (size_t)count, sizeof *all, by_string);
     for (int i = 0; i < count; i++)
         if (all[i])
             part(b, all[i]);
