@@ -36,6 +36,7 @@ import pytest
 from integration.harness.skips import need_cc, require
 from nvct.base.ldcache_format import ENDIAN_FLAGS, HWCAP_EXTENSION, add_entries, write_cache
 from nvct.base.oci import CDI_LD_CACHE_ENV
+from nvct.runtime.launch import tables
 from nvct.runtime.launch.build import build_native
 from tests.random_json import RandomJson
 from tests.runtime.c_driver import build_driver
@@ -490,3 +491,53 @@ def test_the_native_create_over_mutated_config_json_and_caches(
         event = json.loads(node.log.read_text().splitlines()[-1])
         native += event.get("via") == "native"
     assert native > 5  # the mutations left many creates to the launcher itself
+
+
+def test_the_launcher_and_the_prestart_hook_over_random_command_lines_and_states(
+    sanitizers: None, tmp_path: Path
+) -> None:
+    """The launcher, sanitized, over random runc command lines (its value flags with and
+    without values, ``--flag=value``, subcommands, bundles that ask for a GPU, for none, or
+    that cannot be read) and the prestart hook over random states: no finding, and every run
+    ends in the fake runc or the fake Python it execs."""
+    from tests.runtime.test_launcher import fake_tools
+
+    bindir = fake_tools(tmp_path)
+    gpu, plain = tmp_path / "gpu", tmp_path / "plain"
+    for bundle, env in ((gpu, ["NVIDIA_VISIBLE_DEVICES=0"]), (plain, ["PATH=/bin"])):
+        (bundle / "rootfs").mkdir(parents=True)
+        spec = {"process": {"env": env}, "root": {"path": "rootfs"}}
+        (bundle / "config.json").write_text(json.dumps(spec))
+    with sanitized_flags():
+        launcher, hook = tmp_path / "nvct-runtime", tmp_path / "nvct-hook"
+        build_native(launcher, str(bindir / "fakepy"), socket="")
+        build_native(hook, str(bindir / "fakepy"), socket=str(tmp_path / "no.sock"), hook=True)
+    env = {**SANITIZER_ENV, "PATH": f"{bindir}:/usr/bin:/bin", "NVCT_CONFIG": "/nonexistent"}
+    rng = random.Random(73)  # noqa: S311 - a repeatable test, not a secret
+    paths = [str(gpu), str(plain), str(tmp_path / "missing"), "", "relative"]
+    words = [
+        *tables.global_value_flags(), *tables.bundle_flags(), *tables.sub_value_flags(),
+        "create", "run", "state", "delete", "--", "-", "=", "", "x", "--nvct-config",
+    ]  # fmt: skip
+    for _ in range(200):
+        argv = []
+        for _ in range(rng.randrange(8)):
+            word = rng.choice(words)
+            argv.append(f"{word}={rng.choice(paths)}" if rng.random() < 0.2 else word)
+            if rng.random() < 0.4:
+                argv.append(rng.choice(paths))
+        done = subprocess.run(
+            [str(launcher), *argv], capture_output=True, env=env, timeout=60, check=False
+        )
+        assert_clean(done, f"launcher {argv}")
+        assert done.stdout.startswith((b"RUNC ", b"CRUN ", b"FAKEPY ")), (argv, done.stderr)
+    draw = RandomJson(rng, ["bundle", "bundlePath", "pid"], paths)
+    for i in range(150):
+        state = {draw.text(): draw.value(0) for _ in range(rng.randrange(3))}
+        state[rng.choice(["bundle", "bundlePath", "id"])] = rng.choice(paths)
+        data = json.dumps(state, ensure_ascii=rng.random() < 0.5).encode()
+        done = subprocess.run(
+            [str(hook), "prestart"], input=mutated(rng, data) if i % 2 else data,
+            capture_output=True, env=env, timeout=60, check=False,
+        )  # fmt: skip
+        assert_clean(done, f"hook {i}")
