@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 from integration.harness.skips import need_cc, require
 from nvct.plan.native_entry import NATIVE_DIR, entry_path, native_key
 from nvct.runtime.launch.build import build_native, default_command
+from tests.random_json import RandomJson
 
 HOST_CACHE = Path("/etc/ld.so.cache")
 FIRST_OF_KIND = "the first container of its kind (no native entry for it yet)"
@@ -450,3 +452,96 @@ def test_a_cdi_annotated_container_is_native_the_second_time_and_the_same(node) 
     os.utime(cdi_spec, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
     assert node.create(node.bundle(env, annotations=annotations))["via"] == "shim"
     assert node.create(node.bundle(env, annotations=annotations))["via"] == "native"
+
+
+def random_spec(rng: random.Random) -> dict[str, Any]:
+    """A ``runc spec`` shaped config.json of this kind (NVIDIA_VISIBLE_DEVICES=1, no CDI
+    annotation, unprivileged) with what engines vary around it: other variables, mounts,
+    device rules, hooks, annotations and members nvct does not know, present, empty or absent,
+    with text from every Unicode plane."""
+    draw = RandomJson(rng, ["mounts", "devices", "hooks"], ["/x", "rootfs"])
+    spec = runc_spec()
+    env = ["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=1"]
+    env += [f"{draw.text() or 'V'}_X={draw.text()}" for _ in range(rng.randrange(4))]
+    rng.shuffle(env)
+    spec["process"]["env"] = env
+    mounts = rng.choice(["absent", "empty", "some"])
+    if mounts == "absent":
+        del spec["mounts"]
+    elif mounts == "empty":
+        spec["mounts"] = []
+    else:
+        spec["mounts"].append(
+            {"destination": f"/data/{draw.text()}", "type": "bind", "source": "/tmp",
+             "options": ["rbind", "ro"]}
+        )  # fmt: skip
+    linux = spec["linux"]
+    shape = rng.choice(["as is", "no resources", "no devices", "rules", "more"])
+    if shape == "no resources":
+        del linux["resources"]
+    elif shape == "no devices":
+        linux["resources"] = {"memory": {"limit": 1 << 30}}
+    elif shape == "rules":
+        linux["resources"]["devices"].append(
+            {"allow": True, "type": "c", "major": 1, "minor": 3, "access": "rwm"}
+        )
+        linux["devices"] = [{"path": "/dev/fuse", "type": "c", "major": 10, "minor": 229}]
+    else:
+        linux["sysctl"] = {"net.ipv4.ip_forward": "1"}
+        linux["seccomp"] = {"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [{"names": ["x"]}]}
+    hooks = rng.choice(["absent", "empty", "theirs"])
+    if hooks == "empty":
+        spec["hooks"] = {}
+    elif hooks == "theirs":
+        spec["hooks"] = {"prestart": [{"path": "/proc/4242/exe", "args": ["libnetwork-setkey"]}],
+                         "poststop": [{"path": "/bin/true"}]}  # fmt: skip
+    if rng.random() < 0.6:
+        spec["annotations"] = {f"io.{draw.text()}": draw.text() for _ in range(rng.randrange(3))}
+    for _ in range(rng.randrange(3)):
+        spec[f"x-{draw.text()}"] = draw.value(1)
+    return spec
+
+
+def spec_text(rng: random.Random, spec: dict[str, Any]) -> str:
+    """``spec`` as an engine could write it: any member order, indentation and escaping."""
+
+    def shuffled(value: Any) -> Any:
+        if isinstance(value, dict):
+            items = [(k, shuffled(v)) for k, v in value.items()]
+            rng.shuffle(items)
+            return dict(items)
+        return [shuffled(v) for v in value] if isinstance(value, list) else value
+
+    return json.dumps(
+        shuffled(spec),
+        indent=rng.choice([None, 1, 2, "\t"]),
+        separators=rng.choice([(",", ":"), (", ", ": ")]),
+        ensure_ascii=rng.random() < 0.5,
+    )
+
+
+def test_native_creates_of_random_specs_are_the_shims(node) -> None:
+    """Config.json files of one kind in every shape engines give them: each the launcher
+    prepares alone gives the same config.json (as JSON) and rootfs as the shim gives the
+    same bundle with no entry to read; the launcher prepares every one that has a ``mounts``
+    array (every engine writes one; the shim adds the member where there is none)."""
+    node.create(node.bundle())  # the kind's entry
+    (entry,) = node.entries()
+    rng = random.Random(83)  # noqa: S311 - a repeatable test, not a secret
+    for _ in range(60):
+        spec = random_spec(rng)
+        text = spec_text(rng, spec)
+        ours, theirs = node.bundle(), node.bundle()
+        for bundle in (ours, theirs):
+            (bundle / "config.json").write_text(text)
+        via = node.create(ours)["via"]
+        aside = entry.with_name(entry.name + ".aside")
+        entry.rename(aside)
+        try:
+            assert node.create(theirs)["via"] == "shim"
+        finally:
+            entry.unlink(missing_ok=True)  # the shim's new one: the same
+            aside.rename(entry)
+        assert spec_of(ours) == spec_of(theirs), text
+        assert rootfs_view(ours) == rootfs_view(theirs), text
+        assert (via == "native") == ("mounts" in spec), text
