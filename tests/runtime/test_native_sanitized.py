@@ -16,7 +16,10 @@ answer still fails the run:
   declines; each JSON text (states, config.json files, random values, and mutations of them)
   goes through every scanner and through the native create's reading of a config.json;
 - nvct-cdi-hook and nvct-runtime's native create, built as ``make venv`` builds them plus the
-  sanitizers, over mutated states, config.json files and caches.
+  sanitizers, over mutated states, config.json files and caches; the launcher over random
+  runc command lines, the prestart hook over random states.
+
+Where the compiler cannot build or run a sanitized program, they skip and say so.
 """
 
 from __future__ import annotations
