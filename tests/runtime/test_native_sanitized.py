@@ -14,7 +14,9 @@ answer still fails the run:
   the planner's entries as the hooks and the launcher merge it, and the merge must be the
   Python merge's (``nvct.base.ldcache_format.add_entries``) byte for byte, declined where it
   declines; each JSON text (states, config.json files, random values, and mutations of them)
-  goes through every scanner and through the native create's reading of a config.json;
+  goes through every scanner and through the native create's reading of a config.json; each
+  config.toml through the launcher's reading of its cache-dir, which must be tomllib's for
+  every valid file;
 - nvct-cdi-hook and nvct-runtime's native create, built as ``make venv`` builds them plus the
   sanitizers, over mutated states, config.json files and caches; the launcher over random
   runc command lines, the prestart hook over random states.
@@ -29,6 +31,7 @@ import os
 import random
 import struct
 import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -37,12 +40,18 @@ from typing import Any
 import pytest
 
 from integration.harness.skips import need_cc, require
+from nvct.base.defaults import DEFAULT_CACHE_DIR
 from nvct.base.ldcache_format import ENDIAN_FLAGS, HWCAP_EXTENSION, add_entries, write_cache
 from nvct.base.oci import CDI_LD_CACHE_ENV
 from nvct.runtime.launch import tables
 from nvct.runtime.launch.build import build_native
 from tests.random_json import RandomJson
 from tests.runtime.c_driver import build_driver
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
 
 SANITIZE = "-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g"
 FOUND = 86  # the exit status of a run a sanitizer stopped
@@ -60,7 +69,9 @@ PLANNED = [
 
 # Records on stdin: a kind byte, a little-endian u32 length, the bytes. 'c': an image cache,
 # merged with the current entries (one line out: '-' declined, else the merge in hex); 'e':
-# the planner's entries text, current from there on when it parses ('+' or '-' out); 'j': a
+# the planner's entries text, current from there on when it parses ('+' or '-' out); 't': a
+# config.toml for the launcher's reading of its cache-dir ('=DIR', or '-' for the shim to
+# read); 'j': a
 # JSON text for every scanner ('+' when json_skip took it whole, else '-'). argv: a root
 # whose /etc/ld.so.cache each merge reads and writes, a bundle directory and a config file
 # for read_bundle.
@@ -178,6 +189,11 @@ int main(int argc, char **argv)
             return 2;
         if (all[at] == 'c') {
             cache(root, path, p, n, extra, nextra);
+        } else if (all[at] == 't') {
+            char *text = exact(p, n), dir[PATH_MAX];
+            const char *found = cache_dir_of(text, n, dir, sizeof dir);
+            printf("%s%s\n", found ? "=" : "-", found ? found : "");
+            free(text);
         } else if (all[at] == 'e') {
             char *text = exact(p, n), *more = NULL;
             struct entry *parsed = NULL;
@@ -349,6 +365,26 @@ def random_texts(rng: random.Random, count: int) -> Iterator[tuple[bytes, bool]]
             yield text, kind < 3 or depth <= 65  # MAX_DEPTH levels below the outermost
 
 
+TOML_LINES = (
+    'cache-dir = "/c"', "cache-dir='/lit'", 'cache-dir = ""', '"cache-dir" = "/q"',
+    'cache-dir = "/a\\tb"', "cache-dir = 5", 'cache-dir = "/x" # note', '#cache-dir = "/n"',
+    "[log]", 'file = "/var/log/cache-dir"', 'a = """', '"""', "[runtime]", "x.cache-dir = 1",
+    'driver-root = "/"', "", "   ", "cache-dir\t=\t'/t'", "\tcache-dir = '/i'\r",
+)  # fmt: skip
+
+
+def random_toml(rng: random.Random) -> bytes:
+    """A config.toml of lines that name cache-dir or not, in every form, and mutations."""
+    lines = []
+    for _ in range(rng.randrange(6)):
+        if rng.random() < 0.7:
+            lines.append(rng.choice(TOML_LINES))
+        else:
+            lines.append("".join(rng.choice("cache-dir=\"/ #[]'\\x\t\r\v") for _ in range(24)))
+    text = rng.choice(["\n", "\r\n"]).join(lines).encode()
+    return mutated(rng, text) if rng.random() < 0.3 else text
+
+
 def record(kind: str, data: bytes) -> bytes:
     return kind.encode() + struct.pack("<I", len(data)) + data
 
@@ -380,6 +416,7 @@ def test_the_parsers_in_one_process(sanitizers: None, tmp_path: Path) -> None:
             text = json.dumps(new).encode()
             records.append(("e", mutated(rng, text) if rng.random() < 0.5 else text, None))
     records += [("j", text, pristine) for text, pristine in random_texts(rng, 2500)]
+    records += [("t", random_toml(rng), None) for _ in range(1500)]
     done = subprocess.run(
         [str(driver), str(root), str(bundle), str(config)],
         input=b"".join(record(kind, data) for kind, data, _ in records), capture_output=True,
@@ -390,7 +427,7 @@ def test_the_parsers_in_one_process(sanitizers: None, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.decode().splitlines()
     assert len(lines) == len(records)
-    entries, merged, scanned = PLANNED, [], []
+    entries, merged, scanned, toml_read = PLANNED, [], [], []
     for i, ((kind, data, takes), got) in enumerate(zip(records, lines, strict=True)):
         if kind == "e":
             if got == "+":  # what the C takes, Python reads the same way (as os.environ has it)
@@ -402,6 +439,13 @@ def test_the_parsers_in_one_process(sanitizers: None, tmp_path: Path) -> None:
                 assert (want is not None) == takes, f"record {i}"  # the generator's own view
             assert got == (want.hex() if want is not None else "-"), f"record {i}"
             merged.append(got != "-")
+        elif kind == "t":  # of a valid file, what the launcher reads is what the shim reads
+            try:
+                value = tomllib.loads(data.decode()).get("cache-dir", DEFAULT_CACHE_DIR)
+            except (UnicodeDecodeError, tomllib.TOMLDecodeError):
+                value = got[1:]  # the shim refuses it: no entry is ever written for it
+            assert got == "-" or got[1:] == value, data
+            toml_read.append(got != "-")
         else:
             try:  # the scanners leave UTF-8 to the caller (read_bundle checks it)
                 json.loads(data.decode(errors="surrogateescape"))
@@ -413,6 +457,7 @@ def test_the_parsers_in_one_process(sanitizers: None, tmp_path: Path) -> None:
             scanned.append(got)
     assert 300 < sum(merged) < len(merged) - 300  # merged and declined, both often
     assert scanned.count("+") > 500 and scanned.count("-") > 500
+    assert 200 < sum(toml_read) < len(toml_read) - 200
 
 
 def test_the_cdi_hook_over_mutated_states_caches_and_entries(
