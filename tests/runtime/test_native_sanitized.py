@@ -72,7 +72,8 @@ PLANNED = [
 # the planner's entries text, current from there on when it parses ('+' or '-' out); 't': a
 # config.toml for the launcher's reading of its cache-dir ('=DIR', or '-' for the shim to
 # read); 'j': a
-# JSON text for every scanner ('+' when json_skip took it whole, else '-'). argv: a root
+# JSON text for every scanner ('+' when json_skip took it whole, else '-'; then 'u' when
+# valid_utf8 takes it, else 'x'). argv: a root
 # whose /etc/ld.so.cache each merge reads and writes, a bundle directory and a config file
 # for read_bundle.
 DRIVER = r"""
@@ -145,7 +146,7 @@ static void scan(const char *p, size_t n, const char *bundle, const char *cfg)
     int any;
     size_t seen = 0;
     const char *after = json_skip(text, end, 0);
-    puts(after && ws(after, end) == end ? "+" : "-");
+    printf("%c%c\n", after && ws(after, end) == end ? '+' : '-', valid_utf8(text, n) ? 'u' : 'x');
     json_members(text, end, keys, values);
     for (const char *q = text; (q = memchr(q, '"', (size_t)(end - q))); q++) {
         json_string(q, end, NULL, 0);
@@ -158,7 +159,6 @@ static void scan(const char *p, size_t n, const char *bundle, const char *cfg)
         else if (*q == '{')
             each_member(q, end, count_member, &seen);
     }
-    valid_utf8(text, n);
     asks_for_gpus(text, n);
     /* the native create's reading of it as a bundle's config.json, and the key it makes */
     struct native c = {.text = text, .root = -1, .bundle_fd = -1};
@@ -427,7 +427,7 @@ def test_the_parsers_in_one_process(sanitizers: None, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.decode().splitlines()
     assert len(lines) == len(records)
-    entries, merged, scanned, toml_read = PLANNED, [], [], []
+    entries, merged, scanned, toml_read, not_utf8 = PLANNED, [], [], [], 0
     for i, ((kind, data, takes), got) in enumerate(zip(records, lines, strict=True)):
         if kind == "e":
             if got == "+":  # what the C takes, Python reads the same way (as os.environ has it)
@@ -452,11 +452,18 @@ def test_the_parsers_in_one_process(sanitizers: None, tmp_path: Path) -> None:
                 whole = True
             except ValueError:
                 whole = False
-            assert got == "-" or whole, data[:200]  # what the scanner takes whole is JSON
-            assert got == "+" or not takes, data[:200]
-            scanned.append(got)
+            try:
+                data.decode()
+                utf8 = "u"
+            except UnicodeDecodeError:
+                utf8 = "x"
+            assert got[1] == utf8, data[:200]  # valid_utf8 is Python's strict UTF-8
+            assert got[0] == "-" or whole, data[:200]  # what the scanner takes whole is JSON
+            assert got[0] == "+" or not takes, data[:200]
+            scanned.append(got[0])
+            not_utf8 += utf8 == "x"
     assert 300 < sum(merged) < len(merged) - 300  # merged and declined, both often
-    assert scanned.count("+") > 500 and scanned.count("-") > 500
+    assert scanned.count("+") > 500 and scanned.count("-") > 500 and not_utf8 > 100
     assert 200 < sum(toml_read) < len(toml_read) - 200
 
 
