@@ -14,7 +14,8 @@ answer still fails the run:
   the planner's entries as the hooks and the launcher merge it, and the merge must be the
   Python merge's (``nvct.base.ldcache_format.add_entries``) byte for byte, declined where it
   declines; each JSON text (states, config.json files, random values, and mutations of them)
-  goes through every scanner and through the native create's reading of a config.json; each
+  goes through every scanner and through the native create's reading of a config.json, whose
+  key must be the shim's (``native_entry.native_key``) byte for byte; each
   config.toml through the launcher's reading of its cache-dir, which must be tomllib's for
   every valid file;
 - nvct-cdi-hook and nvct-runtime's native create, built as ``make venv`` builds them plus the
@@ -43,8 +44,10 @@ from integration.harness.skips import need_cc, require
 from nvct.base.defaults import DEFAULT_CACHE_DIR
 from nvct.base.ldcache_format import ENDIAN_FLAGS, HWCAP_EXTENSION, add_entries, write_cache
 from nvct.base.oci import CDI_LD_CACHE_ENV
+from nvct.plan.native_entry import native_key
 from nvct.runtime.launch import tables
 from nvct.runtime.launch.build import build_native
+from nvct.runtime.launch.code_id import code_id
 from tests.random_json import RandomJson
 from tests.runtime.c_driver import build_driver
 
@@ -73,7 +76,8 @@ PLANNED = [
 # config.toml for the launcher's reading of its cache-dir ('=DIR', or '-' for the shim to
 # read); 'j': a
 # JSON text for every scanner ('+' when json_skip took it whole, else '-'; then 'u' when
-# valid_utf8 takes it, else 'x'). argv: a root
+# valid_utf8 takes it, else 'x'; then, where read_bundle takes it as a config.json, the key
+# build_key makes of it, in hex). argv: a root
 # whose /etc/ld.so.cache each merge reads and writes, a bundle directory and a config file
 # for read_bundle.
 DRIVER = r"""
@@ -146,7 +150,7 @@ static void scan(const char *p, size_t n, const char *bundle, const char *cfg)
     int any;
     size_t seen = 0;
     const char *after = json_skip(text, end, 0);
-    printf("%c%c\n", after && ws(after, end) == end ? '+' : '-', valid_utf8(text, n) ? 'u' : 'x');
+    printf("%c%c ", after && ws(after, end) == end ? '+' : '-', valid_utf8(text, n) ? 'u' : 'x');
     json_members(text, end, keys, values);
     for (const char *q = text; (q = memchr(q, '"', (size_t)(end - q))); q++) {
         json_string(q, end, NULL, 0);
@@ -163,8 +167,12 @@ static void scan(const char *p, size_t n, const char *bundle, const char *cfg)
     /* the native create's reading of it as a bundle's config.json, and the key it makes */
     struct native c = {.text = text, .root = -1, .bundle_fd = -1};
     char rootfs[PATH_MAX];
-    if (read_bundle(&c, bundle, n, cfg, rootfs, sizeof rootfs) == 0)
+    if (read_bundle(&c, bundle, n, cfg, rootfs, sizeof rootfs) == 0) {
         build_key(&c.key, "create", cfg, c.raw, strlen(c.raw), c.debian, &c.s);
+        for (size_t i = 0; i < c.key.len; i++)
+            printf("%02x", (unsigned char)c.key.data[i]);
+    }
+    putchar('\n');
     native_free(&c);
 }
 
@@ -346,13 +354,21 @@ def random_texts(rng: random.Random, count: int) -> Iterator[tuple[bytes, bool]]
     nested to the scanners' depth or past it."""
     draw = RandomJson(rng, ["bundle", "root", "env", "NVIDIA_VISIBLE_DEVICES=1"], ["/b", "rootfs"])
     for _ in range(count):
-        kind = rng.randrange(4)
+        kind = rng.choice([0, 1, 1, 2, 3])  # config.json files twice as often
         if kind == 0:
             value: Any = {draw.text(): draw.value(0), "bundle": "/b", "root": draw.value(1)}
-        elif kind == 1:
-            env = [f"NVIDIA_{draw.text()}={draw.text()}" for _ in range(rng.randrange(4))]
-            annotations = {f"cdi.k8s.io/{draw.text()}": draw.value(2) for _ in range(2)}
-            value = runc_spec(["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=1", *env], annotations)
+        elif kind == 1:  # a config.json: what the launcher's key is made of, in every form
+            names = ["NVIDIA_VISIBLE_DEVICES", "NVIDIA_X", "DOCKER_RESOURCE_G", "CUDA_VERSION",
+                     "CUDA_VERSIONS", "NVIDIA", "OTHER"]  # fmt: skip
+            env = [f"{rng.choice(names)}{rng.choice(['=', '', '=='])}{draw.text()}"
+                   for _ in range(rng.randrange(6))]  # fmt: skip
+            annotations = {
+                rng.choice(["cdi.k8s.io/", "cdi.k8s.io", "io."]) + draw.text(): draw.value(2)
+                for _ in range(rng.randrange(3))
+            }
+            value = runc_spec(["PATH=/bin", *env], annotations)
+            bounding = rng.choice([["CAP_KILL"], ["CAP_SYS_ADMIN"], [], None, "CAP_SYS_ADMIN"])
+            value["process"]["capabilities"] = {"bounding": bounding}
         elif kind == 2:
             value = draw.value(0)
         else:
@@ -428,6 +444,8 @@ def test_the_parsers_in_one_process(sanitizers: None, tmp_path: Path) -> None:
     lines = done.stdout.decode().splitlines()
     assert len(lines) == len(records)
     entries, merged, scanned, toml_read, not_utf8 = PLANNED, [], [], [], 0
+    keyed: list[dict[str, Any]] = []
+    code = code_id()  # the driver's, as build_driver's header has it
     for i, ((kind, data, takes), got) in enumerate(zip(records, lines, strict=True)):
         if kind == "e":
             if got == "+":  # what the C takes, Python reads the same way (as os.environ has it)
@@ -458,6 +476,12 @@ def test_the_parsers_in_one_process(sanitizers: None, tmp_path: Path) -> None:
             except UnicodeDecodeError:
                 utf8 = "x"
             assert got[1] == utf8, data[:200]  # valid_utf8 is Python's strict UTF-8
+            key = got[3:]
+            if key:  # the launcher's key of a config.json is the shim's (native_entry)
+                spec = json.loads(data)
+                want_key = native_key(code, str(config), config.read_bytes(), False, spec)
+                assert want_key is not None and key == want_key.hex(), data[:300]
+                keyed.append(spec)
             assert got[0] == "-" or whole, data[:200]  # what the scanner takes whole is JSON
             assert got[0] == "+" or not takes, data[:200]
             scanned.append(got[0])
@@ -465,6 +489,7 @@ def test_the_parsers_in_one_process(sanitizers: None, tmp_path: Path) -> None:
     assert 300 < sum(merged) < len(merged) - 300  # merged and declined, both often
     assert scanned.count("+") > 500 and scanned.count("-") > 500 and not_utf8 > 100
     assert 200 < sum(toml_read) < len(toml_read) - 200
+    assert len(keyed) > 250 and len({json.dumps(k, sort_keys=True) for k in keyed}) > 200
 
 
 def test_the_cdi_hook_over_mutated_states_caches_and_entries(
