@@ -70,16 +70,16 @@ PLANNED = [
     ["libcuda.so.1", "/usr/lib/i386-linux-gnu/nvidia-driver/libcuda.so.1", 0x003],
 ]
 
-# Records on stdin: a kind byte, a little-endian u32 length, the bytes. 'c': an image cache,
-# merged with the current entries (one line out: '-' declined, else the merge in hex); 'e':
-# the planner's entries text, current from there on when it parses ('+' or '-' out); 't': a
-# config.toml for the launcher's reading of its cache-dir ('=DIR', or '-' for the shim to
-# read); 'j': a
-# JSON text for every scanner ('+' when json_skip took it whole, else '-'; then 'u' when
-# valid_utf8 takes it, else 'x'; then, where read_bundle takes it as a config.json, the key
-# build_key makes of it, in hex). argv: a root
-# whose /etc/ld.so.cache each merge reads and writes, a bundle directory and a config file
-# for read_bundle.
+# Records on stdin: a kind byte, a little-endian u32 length, the bytes. One line out each:
+# - 'c', an image cache merged with the current entries: '-' declined, else the merge in hex;
+# - 'e', the planner's entries text, current from there on when it parses: '+' or '-';
+# - 't', a config.toml for the launcher's reading of its cache-dir: '=DIR', or '-' (the shim
+#   reads it);
+# - 'j', a JSON text for every scanner: '+' when json_skip took it whole, else '-'; 'u' when
+#   valid_utf8 takes it, else 'x'; a space; then, where read_bundle takes it as a config.json,
+#   the key build_key makes of it, in hex.
+# argv: a root whose /etc/ld.so.cache each merge reads and writes, a bundle directory and a
+# config file for read_bundle.
 DRIVER = r"""
 #define _GNU_SOURCE
 #define PROGRAM "sanitized-test"
