@@ -538,9 +538,11 @@ def test_the_native_create_over_mutated_config_json_and_caches(
     sanitizers: None, h100x4: Any, tmp_path: Path
 ) -> None:
     """nvct-runtime, sanitized, with a native entry written by a first create: later creates
-    whose config.json and image cache are mutated from the first's end prepared by the
-    launcher or handed to the Python shim, and no run meets a sanitizer finding."""
-    from tests.runtime.test_native_create import HOST_CACHE, Node
+    whose config.json is mutated from the first's or is one of the shapes engines give
+    (``random_spec``), and whose image cache is mutated, end prepared by the launcher or
+    handed to the Python shim, and no run meets a sanitizer finding."""
+    from tests.runtime.test_native_create import HOST_CACHE, Node, random_spec
+    from tests.runtime.test_native_create import spec_text as shaped
 
     with sanitized_flags():
         node = Node(h100x4, tmp_path)
@@ -556,9 +558,13 @@ def test_the_native_create_over_mutated_config_json_and_caches(
     image_cache = HOST_CACHE.read_bytes() if HOST_CACHE.is_file() else None  # what bundle() copies
     rng = random.Random(71)  # noqa: S311 - a repeatable test, not a secret
     native = 0
-    for i in range(60):
+    for i in range(90):
         bundle = node.bundle()
-        (bundle / "config.json").write_bytes(mutated(rng, spec_text) if i % 4 else spec_text)
+        if i % 3 == 0:
+            text = shaped(rng, random_spec(rng)).encode()
+        else:
+            text = mutated(rng, spec_text) if i % 4 else spec_text
+        (bundle / "config.json").write_bytes(text)
         if image_cache is not None and i % 2:
             (bundle / "rootfs/etc/ld.so.cache").write_bytes(
                 mutated(rng, image_cache, cache_fields(image_cache))
@@ -570,7 +576,7 @@ def test_the_native_create_over_mutated_config_json_and_caches(
         assert_clean(done, f"create {i + 1}")
         event = json.loads(node.log.read_text().splitlines()[-1])
         native += event.get("via") == "native"
-    assert native > 5  # the mutations left many creates to the launcher itself
+    assert native > 20  # the mutations left many creates to the launcher itself
 
 
 def test_the_launcher_and_the_prestart_hook_over_random_command_lines_and_states(
