@@ -7,12 +7,12 @@ The first byte picks the parser, the rest is its input.
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 
 import atheris
 
 with atheris.instrument_imports():
+    from nvct.base import fastjson
     from nvct.base.errors import NvctError
     from nvct.base.oci import check_spec_shape, parse_state
     from nvct.config import Config, parse_config
@@ -27,7 +27,7 @@ FACTS = Facts("12.4", "550.54.15", "9.0", "Nvidia")
 
 def _spec(text: str) -> None:
     try:
-        spec = json.loads(text)
+        spec = fastjson.loads(text)
     except ValueError:
         return  # load_spec reports this as SpecError; here only the shape matters
     if isinstance(spec, dict):

@@ -43,7 +43,8 @@ def loads(data: bytes | str) -> Any:
     """Parse one JSON document (bytes are UTF-8).
 
     Raises:
-        ValueError: not valid JSON (``json.JSONDecodeError`` for malformed content).
+        ValueError: not valid JSON (``json.JSONDecodeError`` for malformed content), or nested
+            deeper than the interpreter's recursion limit.
     """
     text = data.decode("utf-8") if isinstance(data, bytes) else data
     if _scan is None:  # pragma: no cover
@@ -53,6 +54,8 @@ def loads(data: bytes | str) -> Any:
     start = len(text) - len(text.lstrip(_WHITESPACE))
     try:
         value, end = _scan(text, start)
+    except RecursionError:  # json's own would raise it too: a malformed document to callers
+        raise ValueError("JSON nested too deeply") from None
     except Exception:
         # The C scanner builds its error from json.decoder, which is not loaded here (it
         # then fails with SystemError): json itself, imported only now, says what is wrong.

@@ -116,6 +116,8 @@ def load_spec_file(path: Path) -> dict[str, Any]:
             data = json.loads(raw)
         except ValueError as err:
             raise ValueError(f"{path} is not valid JSON ({err})") from err
+        except RecursionError:  # json recurses per nested array or object
+            raise ValueError(f"{path} is not valid JSON (nested too deeply)") from None
     else:
         try:
             import yaml
@@ -128,6 +130,8 @@ def load_spec_file(path: Path) -> dict[str, Any]:
             data = yaml.safe_load(raw)
         except yaml.YAMLError as err:
             raise ValueError(f"{path} is not valid YAML ({' '.join(str(err).split())})") from err
+        except RecursionError:  # PyYAML's composer recurses per nested node
+            raise ValueError(f"{path} is not valid YAML (nested too deeply)") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path} is not a CDI spec (not a mapping)")
     return data

@@ -141,6 +141,10 @@ def parse_config(raw: bytes, *, source: str, use_cache: bool = False) -> Config:
         raise ConfigError(f"{source}: not UTF-8 text", hint="save the file as UTF-8") from err
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{source}: invalid TOML: {err}", hint="fix the syntax") from err
+    except RecursionError:  # tomllib recurses per nested array or inline table
+        raise ConfigError(
+            f"{source}: invalid TOML: arrays or tables nested too deeply", hint="fix the syntax"
+        ) from None
     cache_dir = data.get("cache-dir")
     cache_path = Path(cache_dir if isinstance(cache_dir, str) and cache_dir else DEFAULT_CACHE_DIR)
     if not (use_cache and cache.config_validated(cache_path, raw)):

@@ -80,7 +80,7 @@ def _check_dump(ctx: DoctorContext) -> CheckResult:
         )
     try:
         merged = tomllib.loads(done.stdout)
-    except tomllib.TOMLDecodeError as err:
+    except (tomllib.TOMLDecodeError, RecursionError) as err:
         return warned(DUMP, f"containerd config dump printed invalid TOML ({err})")
     entries = nvct_entries(merged, "BinaryName")
     if entries:

@@ -29,7 +29,7 @@ def load_toml(path: Path) -> tuple[dict[str, Any] | None, str]:
         return None, f"{path} does not exist"
     except OSError as err:
         return None, f"cannot read {path}: {err.strerror}"
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError) as err:
         return None, f"{path} is not valid TOML ({err})"
 
 

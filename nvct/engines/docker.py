@@ -56,6 +56,11 @@ def _parse(text: str, path: Path) -> dict[str, Any]:
             f"{path} is not valid JSON: {err.msg} at line {err.lineno} column {err.colno}",
             hint="fix the file (dockerd would refuse to start with it too); it was not changed",
         ) from err
+    except RecursionError:  # json recurses per nested array or object
+        raise EngineConfigError(
+            f"{path} is not valid JSON: arrays or objects nested too deeply",
+            hint="fix the file (dockerd would refuse to start with it too); it was not changed",
+        ) from None
     if not isinstance(data, dict):
         raise EngineConfigError(f"{path} is not a JSON object", hint="daemon.json must be {...}")
     return data

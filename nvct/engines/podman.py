@@ -62,7 +62,7 @@ def edit(text: str | None, opts: EngineOptions) -> Edit:
     if text is not None:
         try:
             data = json.loads(text)
-        except ValueError as err:
+        except (ValueError, RecursionError) as err:
             raise EngineConfigError(
                 f"{opts.config_path} exists and is not valid JSON ({err})",
                 hint="move it away; nvct will not overwrite a file it cannot read",
@@ -92,7 +92,7 @@ def hooks_dirs() -> list[Path]:
     """The directories podman reads hooks from (containers.conf ``engine.hooks_dir``)."""
     try:
         conf = tomllib.loads(CONTAINERS_CONF.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return list(HOOKS_DIRS)
     dirs = (conf.get("engine") or {}).get("hooks_dir")
     if isinstance(dirs, list) and dirs:

@@ -50,6 +50,11 @@ def parse(text: str, path: Path) -> tomlkit.TOMLDocument:
             f"{path} is not valid TOML: {err}",
             hint="fix the file (the engine would refuse it too); it was not changed",
         ) from err
+    except RecursionError:  # both parsers recurse per nested array or inline table
+        raise EngineConfigError(
+            f"{path} is not valid TOML: arrays or tables nested too deeply",
+            hint="fix the file (the engine would refuse it too); it was not changed",
+        ) from None
 
 
 def plain(text: str) -> dict[str, Any]:

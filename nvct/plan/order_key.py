@@ -96,6 +96,6 @@ def _toml_cache_dir(config_raw: bytes) -> str | None:
         import tomli as tomllib
     try:
         value = tomllib.loads(config_raw.decode()).get("cache-dir", DEFAULT_CACHE_DIR)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None  # the full path reports the broken file
     return value if isinstance(value, str) and value else None

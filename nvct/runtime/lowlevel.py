@@ -28,7 +28,7 @@ def runtimes_from_config(path: str) -> tuple[str, ...]:
 
     try:
         value = tomllib.loads(raw.decode())["runtime"]["low-level"]
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         return DEFAULT_RUNTIMES  # the create path validates and reports the file properly
     if isinstance(value, list) and value and all(isinstance(v, str) and v for v in value):
         return tuple(value)

@@ -106,6 +106,21 @@ def test_a_broken_file_is_named_and_the_others_still_serve(tmp_path: Path) -> No
     assert specs.problems[1].startswith(f"{tmp_path / 'kindless.json'}: 'kind' must be")
 
 
+def test_a_file_nested_past_the_recursion_limit_is_a_broken_file(tmp_path: Path) -> None:
+    """Another vendor's spec nested ~100,000 deep (JSON) or ~10,000 (YAML): named as broken,
+    like any malformed file, not a RecursionError out of every GPU create that reads the
+    directory."""
+    (tmp_path / "deep.json").write_text('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    (tmp_path / "deep.yaml").write_text("a: " + "[" * 10_000 + "]" * 10_000 + "\n")
+    write_spec(tmp_path, "ok.json", "nvidia.com/gpu", {"0": {"env": ["A=1"]}})
+    specs = load_cdi_specs([tmp_path])
+    assert list(specs.devices) == ["nvidia.com/gpu=0"]
+    assert sorted(specs.problems) == [
+        f"{tmp_path / 'deep.json'} is not valid JSON (nested too deeply)",
+        f"{tmp_path / 'deep.yaml'} is not valid YAML (nested too deeply)",
+    ]
+
+
 def test_unknown_names_list_the_known_ones(tmp_path: Path) -> None:
     write_spec(tmp_path, "ok.json", "nvidia.com/gpu", {"0": {}, "1": {}})
     specs = load_cdi_specs([tmp_path])

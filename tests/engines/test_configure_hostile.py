@@ -55,7 +55,13 @@ CASES = {
     "config version 9": ("containerd", "config.toml", "version = 9\n", "unsupported containerd"),
     "malformed crio drop-in": ("crio", "99-nvct.toml", "[crio.runtime\n", "not valid TOML"),
     "not UTF-8": ("docker", "daemon.json", b'{"x": "\xff"}', "is not UTF-8"),
-}
+    # past the interpreter's recursion limit: a parse error, not a RecursionError
+    "nested config.toml": (
+        "containerd", "config.toml", "a = " + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply"
+    ),
+    "nested daemon.json": ("docker", "daemon.json", '{"a": ' + "[" * 99999 + "]" * 99999 + "}",
+                           "nested too deeply"),
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -304,3 +304,33 @@ def test_cache_dir_read_without_tomllib_agrees_with_tomllib(lines: list[str]) ->
 def test_ldcache_new_format_prefix_with_garbage(data: bytes) -> None:
     with contextlib.suppress(NvctError):
         parse_ldcache(data)
+
+
+# --- Nesting deeper than the interpreter's recursion limit ---------------------------------
+# json and tomllib recurse once per nested array, object or inline table: a document nested
+# ~1,000 deep raised RecursionError, not a parse error (found by fuzz/fuzz_parsers.py).
+DEEP_JSON = b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+DEEP_TOML = b"a = " + b"[" * 5_000 + b"]" * 5_000 + b"\n"
+# a quoted key: the shim's hot path leaves the file to tomllib
+DEEP_INLINE = b'"cache-dir" = "/x"\nb = ' + b"{c = " * 3_000 + b"1" + b"}" * 3_000 + b"\n"
+
+
+def test_a_state_or_spec_nested_past_the_recursion_limit_is_refused_in_one_line(
+    tmp_path: Path,
+) -> None:
+    import pytest
+
+    with pytest.raises(SpecError, match="nested too deeply"):
+        parse_state(DEEP_JSON)
+    (tmp_path / "config.json").write_bytes(DEEP_JSON)
+    with pytest.raises(SpecError):
+        load_spec(tmp_path)
+
+
+def test_a_config_nested_past_the_recursion_limit_is_refused_in_one_line() -> None:
+    import pytest
+
+    for raw in (DEEP_TOML, DEEP_INLINE):
+        with pytest.raises(ConfigError, match="nested too deeply"):
+            parse_config(raw, source="config.toml")
+    assert cache_dir_of(DEEP_INLINE) is None  # a broken file: its work orders are not cached
