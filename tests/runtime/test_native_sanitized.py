@@ -49,14 +49,13 @@ from nvct.runtime.launch import tables
 from nvct.runtime.launch.build import build_native
 from nvct.runtime.launch.code_id import code_id
 from tests.random_json import RandomJson
-from tests.runtime.c_driver import build_driver
+from tests.runtime.c_driver import SANITIZE, build_driver, sanitizer_flags
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-SANITIZE = "-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g"
 FOUND = 86  # the exit status of a run a sanitizer stopped
 SANITIZER_ENV = {
     "ASAN_OPTIONS": f"exitcode={FOUND}:detect_leaks=0:abort_on_error=0",
@@ -224,29 +223,19 @@ int main(int argc, char **argv)
 
 
 @pytest.fixture(scope="module")
-def sanitizers(tmp_path_factory: pytest.TempPathFactory) -> None:
+def sanitizers() -> None:
     """The compiler builds and runs a sanitized program here (else: why not)."""
     require(need_cc())
-    tmp = tmp_path_factory.mktemp("probe")
-    (tmp / "probe.c").write_text("int main(void) { return 0; }\n")
-    cc = os.environ.get("CC", "cc")
-    built = subprocess.run(
-        [cc, *SANITIZE.split(), "-o", str(tmp / "probe"), str(tmp / "probe.c")],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    if built.returncode != 0:
-        pytest.skip(f"{cc} cannot build with {SANITIZE}: {built.stderr.strip()[:200]}")
-    ran = subprocess.run([str(tmp / "probe")], capture_output=True, text=True, check=False)
-    if ran.returncode != 0:
-        pytest.skip(f"a program built with the sanitizers cannot run here: {ran.stderr[:200]}")
+    if not sanitizer_flags():
+        pytest.skip(f"{os.environ.get('CC', 'cc')} cannot build and run a program with {SANITIZE}")
 
 
 @contextmanager
 def sanitized_flags() -> Iterator[None]:
     """CFLAGS and LDFLAGS with the sanitizers, as build_native reads them."""
     saved = {k: os.environ.get(k) for k in ("CFLAGS", "LDFLAGS")}
-    os.environ["CFLAGS"] = f"{saved['CFLAGS'] or ''} {SANITIZE}"
-    os.environ["LDFLAGS"] = f"{saved['LDFLAGS'] or ''} {SANITIZE}"
+    os.environ["CFLAGS"] = " ".join([saved["CFLAGS"] or "", *SANITIZE, "-g"])
+    os.environ["LDFLAGS"] = " ".join([saved["LDFLAGS"] or "", *SANITIZE])
     try:
         yield
     finally:
@@ -413,7 +402,7 @@ def test_the_parsers_in_one_process(sanitizers: None, tmp_path: Path) -> None:
     sanitizer finding, every merge the Python merge's byte for byte (declined where it
     declines), every valid cache without a planned SONAME merged, every unmutated JSON text
     skipped whole."""
-    driver = build_driver(tmp_path, DRIVER, flags=SANITIZE.split())
+    driver = build_driver(tmp_path, DRIVER, flags=["-g"])
     root, bundle = tmp_path / "root", tmp_path / "bundle"
     (root / "etc").mkdir(parents=True)
     (bundle / "rootfs").mkdir(parents=True)
