@@ -27,20 +27,21 @@ const char *__asan_default_options(void) { return "detect_leaks=0"; }
 
 @cache
 def sanitizer_flags() -> tuple[str, ...]:
-    """SANITIZE where ``$CC`` builds a program with it that runs here, else () (and why)."""
+    """SANITIZE where ``$CC`` builds a program with it that runs here, else ()."""
     cc = shlex.split(os.environ.get("CC", "cc"))
     with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "probe.c").write_text("int main(void) { return 0; }\n")
-        probe = Path(tmp) / "probe"
+        source, probe = Path(tmp) / "probe.c", Path(tmp) / "probe"
+        source.write_text("int main(void) { return 0; }\n")
         try:
             built = subprocess.run(
-                [*cc, *SANITIZE, "-o", str(probe), str(Path(tmp) / "probe.c")],
-                capture_output=True, check=False,
-            )  # fmt: skip
-            ran = built.returncode == 0 and subprocess.run([str(probe)], check=False).returncode
+                [*cc, *SANITIZE, "-o", str(probe), str(source)], capture_output=True, check=False
+            )
+            runs = (
+                built.returncode == 0 and subprocess.run([str(probe)], check=False).returncode == 0
+            )
         except OSError:
-            return ()
-    return SANITIZE if built.returncode == 0 and ran == 0 else ()
+            runs = False
+    return SANITIZE if runs else ()
 
 
 def build_driver(tmp: Path, source: str, flags: Sequence[str] = ()) -> Path:

@@ -34,7 +34,6 @@ import struct
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +47,7 @@ from nvct.plan.native_entry import native_key
 from nvct.runtime.launch import tables
 from nvct.runtime.launch.build import build_native
 from nvct.runtime.launch.code_id import code_id
+from tests.hook.test_native_cdi_hook import bundle as cdi_hook_bundle
 from tests.random_json import RandomJson
 from tests.runtime.c_driver import SANITIZE, build_driver, sanitizer_flags
 
@@ -230,20 +230,11 @@ def sanitizers() -> None:
         pytest.skip(f"{os.environ.get('CC', 'cc')} cannot build and run a program with {SANITIZE}")
 
 
-@contextmanager
-def sanitized_flags() -> Iterator[None]:
+@pytest.fixture
+def sanitized_builds(sanitizers: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """CFLAGS and LDFLAGS with the sanitizers, as build_native reads them."""
-    saved = {k: os.environ.get(k) for k in ("CFLAGS", "LDFLAGS")}
-    os.environ["CFLAGS"] = " ".join([saved["CFLAGS"] or "", *SANITIZE, "-g"])
-    os.environ["LDFLAGS"] = " ".join([saved["LDFLAGS"] or "", *SANITIZE])
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    for var, extra in (("CFLAGS", [*SANITIZE, "-g"]), ("LDFLAGS", list(SANITIZE))):
+        monkeypatch.setenv(var, " ".join([os.environ.get(var, ""), *extra]))
 
 
 def assert_clean(done: subprocess.CompletedProcess[Any], what: str) -> None:
@@ -482,20 +473,16 @@ def test_the_parsers_in_one_process(sanitizers: None, tmp_path: Path) -> None:
 
 
 def test_the_cdi_hook_over_mutated_states_caches_and_entries(
-    sanitizers: None, tmp_path: Path
+    sanitized_builds: None, tmp_path: Path
 ) -> None:
     """nvct-cdi-hook, sanitized, over random states (bundle, crun's root), mutated image
     caches and planner entries: no finding; each run ends done or handed to its fallback."""
     fallback = 99
-    with sanitized_flags():
-        hook = tmp_path / "nvct-cdi-hook"
-        build_native(hook, f"/bin/sh -c 'cat >/dev/null; exit {fallback}' x", program="cdi-hook")
+    hook = tmp_path / "nvct-cdi-hook"
+    build_native(hook, f"/bin/sh -c 'cat >/dev/null; exit {fallback}' x", program="cdi-hook")
     rng = random.Random(67)  # noqa: S311 - a repeatable test, not a secret
-    bundle = tmp_path / "bundle"
-    root = bundle / "rootfs"
-    (root / "etc/ld.so.conf.d").mkdir(parents=True)
-    (root / "usr/lib").mkdir(parents=True)
-    (bundle / "config.json").write_text(json.dumps({"root": {"path": "rootfs"}}))
+    root, _ = cdi_hook_bundle(tmp_path, conf_d=True)
+    bundle = root.parent
     texts = (text for text, _ in random_texts(rng, 150))
     args = [
         "--ldconfig", "/nonexistent/ldconfig", "--symlink", "libx.so.1::/usr/lib/libx.so",
@@ -524,7 +511,7 @@ def test_the_cdi_hook_over_mutated_states_caches_and_entries(
 
 
 def test_the_native_create_over_mutated_config_json_and_caches(
-    sanitizers: None, h100x4: Any, tmp_path: Path
+    sanitized_builds: None, h100x4: Any, tmp_path: Path
 ) -> None:
     """nvct-runtime, sanitized, with a native entry written by a first create: later creates
     whose config.json is mutated from the first's or is one of the shapes engines give
@@ -533,8 +520,7 @@ def test_the_native_create_over_mutated_config_json_and_caches(
     from tests.runtime.test_native_create import HOST_CACHE, Node, random_spec
     from tests.runtime.test_native_create import spec_text as shaped
 
-    with sanitized_flags():
-        node = Node(h100x4, tmp_path)
+    node = Node(h100x4, tmp_path)
     env = {**SANITIZER_ENV, "PATH": f"{node.bindir}:/usr/bin:/bin"}
     first = node.bundle()
     spec_text = (first / "config.json").read_bytes()  # as the engine wrote it
@@ -569,7 +555,7 @@ def test_the_native_create_over_mutated_config_json_and_caches(
 
 
 def test_the_launcher_and_the_prestart_hook_over_random_command_lines_and_states(
-    sanitizers: None, tmp_path: Path
+    sanitized_builds: None, tmp_path: Path
 ) -> None:
     """The launcher, sanitized, over random runc command lines (its value flags with and
     without values, ``--flag=value``, subcommands, bundles that ask for a GPU, for none, or
@@ -583,10 +569,9 @@ def test_the_launcher_and_the_prestart_hook_over_random_command_lines_and_states
         (bundle / "rootfs").mkdir(parents=True)
         spec = {"process": {"env": env}, "root": {"path": "rootfs"}}
         (bundle / "config.json").write_text(json.dumps(spec))
-    with sanitized_flags():
-        launcher, hook = tmp_path / "nvct-runtime", tmp_path / "nvct-hook"
-        build_native(launcher, str(bindir / "fakepy"), socket="")
-        build_native(hook, str(bindir / "fakepy"), socket=str(tmp_path / "no.sock"), hook=True)
+    launcher, hook = tmp_path / "nvct-runtime", tmp_path / "nvct-hook"
+    build_native(launcher, str(bindir / "fakepy"), socket="")
+    build_native(hook, str(bindir / "fakepy"), socket=str(tmp_path / "no.sock"), hook=True)
     env = {**SANITIZER_ENV, "PATH": f"{bindir}:/usr/bin:/bin", "NVCT_CONFIG": "/nonexistent"}
     rng = random.Random(73)  # noqa: S311 - a repeatable test, not a secret
     paths = [str(gpu), str(plain), str(tmp_path / "missing"), "", "relative"]
